@@ -1,0 +1,57 @@
+"""Expansion: UPCAST and UNROLL ranges become straight-line code. Each unrolled reduce range is replaced by its
+values inside the reduction (combined with the reduce op); each upcast range multiplies the stores. Identical
+loads and arithmetic across the copies are shared (hash-consing), which is where the register reuse comes from."""
+from __future__ import annotations
+import itertools
+from ir import Ops, UOp, dtypes, graph_rewrite, PatternMatcher, UPat, substitute
+from ir.symbolic import simplify
+
+INDEX = dtypes.index
+_COMBINE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: lambda a, b: a.maximum(b)}
+
+
+def _ranges_of(u: UOp, kind: str) -> list[UOp]:
+  return sorted({n for n in u.toposort() if n.op is Ops.RANGE and n.arg[1] == kind}, key=lambda r: r.arg[0])
+
+
+def _combos(rs: list[UOp]):
+  for vals in itertools.product(*(range(r.src[0].arg) for r in rs)):
+    yield {r: UOp.const(INDEX, v) for r, v in zip(rs, vals)}
+
+
+def _expand_reduce(red: UOp) -> UOp | None:
+  unrolled = [r for r in red.src[1:] if r.arg[1] == "unroll"]
+  if not unrolled: return None
+  copies = [substitute(red.src[0], m) for m in _combos(unrolled)]
+  body = copies[0]
+  for c in copies[1:]: body = _COMBINE[red.arg](body, c)
+  rest = tuple(r for r in red.src[1:] if r.arg[1] != "unroll")
+  if not rest: return body
+  return UOp(Ops.REDUCE, red.dtype, (body,) + rest, red.arg)
+
+
+def _expand_store(st: UOp) -> UOp | None:
+  ups = _ranges_of(st, "upcast")
+  if not ups: return None
+  return UOp(Ops.SINK, dtypes.bool, tuple(substitute(st, m) for m in _combos(ups)))
+
+
+def _flatten_sink(sink: UOp) -> UOp | None:
+  if not any(s.op is Ops.SINK for s in sink.src): return None
+  out = []
+  for s in sink.src: out.extend(s.src if s.op is Ops.SINK else (s,))
+  return UOp(Ops.SINK, dtypes.bool, tuple(out))
+
+
+expander = PatternMatcher([
+  # REDUCE over unrolled ranges -> combine the unrolled copies of the body
+  (UPat(Ops.REDUCE, name="red"), _expand_reduce),
+  # STORE depending on upcast ranges -> one STORE per upcast value
+  (UPat(Ops.STORE, name="st"), _expand_store),
+  # SINK(SINK(a, b), c) -> SINK(a, b, c)
+  (UPat(Ops.SINK, name="sink"), _flatten_sink),
+])
+
+
+def expand(ast: UOp) -> UOp:
+  return simplify(graph_rewrite(ast, expander))

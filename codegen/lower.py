@@ -1,0 +1,108 @@
+"""Lowering one kernel AST for a target: choose opts (heuristics or given), apply them, expand upcasts and
+unrolls, map grid ranges to launch dimensions, linearize, render. The result carries everything a runtime or
+an artifact needs to launch it."""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+from ir import Ops, UOp, dtypes, substitute
+from ir.config import config
+from ir.symbolic import simplify
+from codegen.opts import Kernel, Opt
+from codegen.expand import expand
+from codegen.linearize import linearize
+from codegen.heuristics import hand_coded_opts
+from codegen.render import get_renderer
+
+INDEX = dtypes.index
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+  name: str
+  src: str
+  global_size: tuple[int, int, int]     # total work-items per dimension (C: informative)
+  local_size: tuple[int, int, int]
+  nbufs: int
+  opts: tuple[Opt, ...]
+  ops: int                              # arithmetic ops per launch (estimate, for reports)
+
+
+def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
+  """Give grid ranges their launch dimension (last global range -> dim 0) and fold extra dims into the first."""
+  rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
+  globs = [r for r in rs if r.arg[1] == "global"]
+  locs = {r.arg[0]: r for r in rs if r.arg[1] == "local"}
+  if len(globs) > max_dims:
+    fold, keep = globs[:len(globs) - max_dims + 1], globs[len(globs) - max_dims + 1:]
+    if any(r.arg[0] in _local_parents(k_ast).values() for r in fold): raise ValueError("cannot fold a dim with a local split")
+    total = math.prod(r.src[0].arg for r in fold)
+    merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), (fold[0].arg[0], "global"))
+    sub, stride = {}, total
+    for r in fold:
+      stride //= r.src[0].arg
+      sub[r] = (merged // stride) % r.src[0].arg if stride > 1 else merged % r.src[0].arg
+    k_ast = simplify(substitute(k_ast, sub))
+    globs = [merged] + keep
+  parents = _local_parents(k_ast)
+  gsize, lsize, sub = [1, 1, 1], [1, 1, 1], {}
+  dim_of = {}
+  for dim, g in enumerate(reversed(globs)):
+    sub[g] = g.replace(arg=(g.arg[0], "global", dim))
+    gsize[dim] = g.src[0].arg
+    dim_of[g.arg[0]] = dim
+  next_dim = len(globs)
+  for lid in sorted(locs):
+    parent = parents[lid]
+    if parent in dim_of: dim = dim_of[parent]
+    else:   # the whole axis went local: it gets a launch dimension of its own
+      dim, next_dim = next_dim, next_dim + 1
+      if dim >= max_dims: raise ValueError("kernel needs more launch dimensions than the target has")
+    sub[locs[lid]] = locs[lid].replace(arg=(lid, "local", dim))
+    lsize[dim] = locs[lid].src[0].arg
+  k_ast = substitute(k_ast, sub)
+  return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
+
+
+def _local_parents(ast: UOp) -> dict[int, int]:
+  """local range id -> id of the global range it was split from (recorded by the LOCAL opt)."""
+  return {n.arg[0]: n.arg[2] for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "local"}
+
+
+def count_ops(program: list[UOp]) -> int:
+  loops, n = [], 0
+  mult = 1
+  for u in program:
+    if u.op is Ops.RANGE and u.arg[1] not in ("global", "local"):
+      loops.append(u.src[0].arg); mult *= u.src[0].arg
+    elif u.op is Ops.ENDRANGE: mult //= loops.pop()
+    elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN) and \
+        u.dtype != INDEX:
+      n += mult
+  return n
+
+
+def lower(ast: UOp, target: str, opts: list[Opt] | None = None, name: str | None = None) -> KernelProgram:
+  renderer = get_renderer(target)
+  k = Kernel(ast)
+  if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target)
+  k = k.apply_all(opts)
+  expanded = expand(k.ast)
+  if renderer.loops_for_grid: gsz, lsz = _c_sizes(expanded); grid_ast = expanded
+  else: grid_ast, gsz, lsz = _grid(expanded, renderer.max_grid_dims)
+  program = linearize(grid_ast)
+  name = name or _default_name(ast, gsz)
+  src = renderer.render(name, program, lsz)
+  nbufs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
+  ops = count_ops(program) * math.prod(gsz)
+  return KernelProgram(name, src, gsz, lsz, nbufs, tuple(opts), ops)
+
+
+def _c_sizes(ast: UOp):
+  g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "global"},
+                                    key=lambda r: r.arg[0])]
+  return (math.prod(g), 1, 1), (1, 1, 1)
+
+
+def _default_name(ast: UOp, gsz) -> str:
+  red = any(n.op is Ops.REDUCE for n in ast.toposort())
+  return f"{'r' if red else 'e'}_{'_'.join(str(s) for s in gsz if s > 1) or '1'}_{ast.key[:6]}"

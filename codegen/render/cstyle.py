@@ -1,0 +1,157 @@
+"""The C-style renderer base: walks a linearized kernel and prints it. Subclasses only change data: type names,
+how arguments and indices are spelled, and the few ops whose spelling differs."""
+from __future__ import annotations
+import math
+from ir import Ops, UOp, DType, dtypes
+
+# op -> format over rendered sources; the same in every C-family language
+BASE_OPS = {
+  Ops.NEG: "(-{0})", Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
+  Ops.CMPLT: "({0}<{1})", Ops.CMPNE: "({0}!={1})", Ops.CMPEQ: "({0}=={1})", Ops.AND: "({0}&{1})",
+  Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})", Ops.WHERE: "({0}?{1}:{2})", Ops.MULACC: "(({0}*{1})+{2})",
+}
+
+
+class CStyleRenderer:
+  target = "cstyle"
+  kernel_prefix = ""
+  global_qualifier = ""
+  const_qualifier = "const "
+  restrict = "restrict "
+  loops_for_grid = True          # C: grid ranges are plain loops; GPU languages index by work-item ids
+  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
+  types: dict[DType, str] = {}
+  storage_types: dict[DType, str] = {}
+  math_fns: dict[tuple[Ops, DType], str] = {}
+  has_half = False
+  max_grid_dims = 3
+
+  # ---- spelling hooks ----
+  def type_name(self, d: DType) -> str: return self.types[d]
+  def storage_type(self, d: DType) -> str: return self.storage_types.get(d, self.type_name(d))
+  def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg = (id, kind, dim)
+  def prefix(self, program: list[UOp]) -> list[str]: return []
+  def fn(self, op: Ops, d: DType) -> str: return self.math_fns[(op, d)]
+
+  def render_const(self, v, d: DType) -> str:
+    if d.is_bool: return "1" if v else "0"
+    if d.is_float:
+      if math.isnan(v): return self.nan(d)
+      if math.isinf(v): return ("-" if v < 0 else "") + self.inf(d)
+      return f"{float(v).hex()}{self.float_suffix.get(d, '')}" if v != int(v) or abs(v) >= 1e16 else \
+        f"{float(v)!r}{self.float_suffix.get(d, '')}"
+    if d in (dtypes.int64,): return f"{v}LL" if v != -(1 << 63) else "(-9223372036854775807LL-1)"
+    if d in (dtypes.uint64,): return f"{v}ULL"
+    if d in (dtypes.uint32,): return f"{v}u"
+    if d == dtypes.int32 and v == -(1 << 31): return "(-2147483647-1)"
+    return f"{v}" if v >= 0 else f"({v})"
+  def nan(self, d: DType) -> str: return "NAN"
+  def inf(self, d: DType) -> str: return "INFINITY"
+
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if dst.is_bool: return f"({x}!=0)"
+    return f"(({self.type_name(dst)})({x}))"
+
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: raise NotImplementedError
+
+  def render_alu(self, u: UOp, s: list[str]) -> str:
+    d = u.src[0].dtype
+    if u.op is Ops.MAX:
+      if d.is_float: return f"((({s[0]})>({s[1]})||({s[0]})!=({s[0]}))?({s[0]}):({s[1]}))"
+      return f"(({s[0]})>({s[1]})?({s[0]}):({s[1]}))"
+    if u.op in (Ops.IDIV, Ops.MOD):
+      sym = "/" if u.op is Ops.IDIV else "%"
+      b = u.src[1]
+      if b.vmin <= 0 <= b.vmax: return f"(({s[1]})==0?0:({s[0]}){sym}({s[1]}))"
+      return f"({s[0]}{sym}{s[1]})"
+    if u.op in (Ops.SHL, Ops.SHR):
+      bits = d.itemsize * 8
+      return f"({s[0]}{'<<' if u.op is Ops.SHL else '>>'}(({s[1]})&{bits - 1}))"
+    if u.op is Ops.RECIP: return f"({self.render_const(1.0, d)}/{s[0]})"
+    if u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
+      return f"{self.fn(u.op, d)}({', '.join(s)})"
+    if u.op is Ops.NEG and d.is_bool: return f"(!{s[0]})"
+    if u.op in (Ops.AND, Ops.OR) and d.is_bool: return f"({s[0]}{'&&' if u.op is Ops.AND else '||'}{s[1]})"
+    if u.op is Ops.XOR and d.is_bool: return f"({s[0]}!={s[1]})"
+    return BASE_OPS[u.op].format(*s)
+
+  def render_load(self, buf: str, idx: str, d: DType) -> str: return f"{buf}[{idx}]"
+  def render_store(self, buf: str, idx: str, val: str, d: DType) -> str: return f"{buf}[{idx}] = {val};"
+  def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
+    q = self.global_qualifier + ("" if mutable else self.const_qualifier)
+    return f"{q}{self.storage_type(d)}* {self.restrict}data{i}"
+  def kernel_signature(self, name: str, args: list[str], local_size) -> str:
+    return f"{self.kernel_prefix}void {name}({', '.join(args)})"
+
+  # ---- the walk ----
+  def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+    names: dict[UOp, str] = {}
+    uses: dict[UOp, int] = {}
+    for u in program:
+      for s in u.src: uses[s] = uses.get(s, 0) + 1
+    lines: list[str] = []
+    depth = 1
+    counter = [0]
+
+    def new_name(prefix: str) -> str:
+      counter[0] += 1
+      return f"{prefix}{counter[0]}"
+
+    def r(u: UOp) -> str: return names[u] if u.op is not Ops.CONST else self.render_const(u.arg, u.dtype)
+
+    bufs = sorted({u for u in program if u.op is Ops.DEFINE_GLOBAL} |
+                  {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
+    args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs]
+    for b in bufs: names[b] = f"data{b.arg[0]}"
+    for u in program:
+      pad = "  " * depth
+      if u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype); continue
+      if u.op is Ops.DEFINE_GLOBAL: continue
+      if u.op is Ops.RANGE:
+        kind = u.arg[1]
+        nm = {"global": "gidx", "local": "lidx"}.get(kind, "ridx") + str(u.arg[0])
+        names[u] = nm
+        if kind in ("global", "local") and not self.loops_for_grid:
+          lines.append(f"{pad}int {nm} = {self.grid_index(u)}; /* {r(u.src[0])} */")
+        else:
+          lines.append(f"{pad}for (int {nm} = 0; {nm} < {r(u.src[0])}; {nm}++) {{")
+          depth += 1
+        continue
+      if u.op is Ops.ENDRANGE:
+        depth -= 1
+        lines.append("  " * depth + "}")
+        continue
+      if u.op is Ops.DEFINE_ACC:
+        names[u] = new_name("acc")
+        lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {r(u.src[0])};")
+        continue
+      if u.op is Ops.ASSIGN:
+        acc, val, red = u.src[0], u.src[1], u.arg
+        combine = {Ops.ADD: Ops.ADD, Ops.MUL: Ops.MUL, Ops.MAX: Ops.MAX}[red.arg]
+        expr = self.render_alu(UOp(combine, acc.dtype, (acc, val)), [r(acc), r(val)])
+        lines.append(f"{pad}{r(acc)} = {expr};")
+        names[red] = r(acc)
+        continue
+      if u.op is Ops.STORE:
+        buf, idx, val = u.src[:3]
+        st = self.render_store(r(buf), r(idx), r(val), buf.dtype)
+        lines.append(f"{pad}if ({r(u.src[3])}) {st}" if len(u.src) > 3 else f"{pad}{st}")
+        continue
+      if u.op is Ops.LOAD:
+        buf, idx = u.src[:2]
+        ld = self.render_load(r(buf), r(idx), buf.dtype)
+        expr = f"(({r(u.src[2])})?{ld}:{self.render_const(0, u.dtype)})" if len(u.src) > 2 else ld
+      elif u.op is Ops.CAST: expr = self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
+      elif u.op is Ops.BITCAST: expr = self.render_bitcast(r(u.src[0]), u.src[0].dtype, u.dtype)
+      else: expr = self.render_alu(u, [r(s) for s in u.src])
+      if uses.get(u, 0) == 1 and u.op is not Ops.LOAD and u.dtype == dtypes.index:
+        names[u] = expr      # single-use index math is inlined
+        continue
+      names[u] = new_name("alu" if u.op is not Ops.LOAD else "val")
+      lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {expr};")
+    while depth > 1:
+      depth -= 1
+      lines.append("  " * depth + "}")
+    head = self.prefix(program)
+    sig = self.kernel_signature(name, args, local_size)
+    return "\n".join(head + [sig + " {"] + lines + ["}", ""])

@@ -1,0 +1,186 @@
+"""The scheduler: splits a lazy graph into kernels. Elementwise chains fuse into their producer/consumer reduce;
+movement ops become index arithmetic; a kernel break happens only where needed (a reduce that is broadcast,
+shared, or nested in another reduce). Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from ir import Ops, GroupOp, UOp, dtypes
+from ir.symbolic import simplify
+
+INDEX = dtypes.index
+
+
+@dataclass(frozen=True)
+class ScheduleItem:
+  """One kernel: `ast` reads/writes DEFINE_GLOBAL(i) which binds to `bufs[i]` (outputs first)."""
+  ast: UOp
+  bufs: tuple[UOp, ...]          # BUFFER nodes of the lazy graph (outputs are new BUFFERs)
+  outputs: int = 1
+  meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def _consumers(roots: list[UOp]) -> dict[UOp, set[UOp]]:
+  users: dict[UOp, set[UOp]] = {}
+  for r in roots:
+    for n in r.toposort():
+      for s in n.src: users.setdefault(s, set()).add(n)
+  return users
+
+
+def _expands(n: UOp) -> bool:
+  return n.op is Ops.EXPAND and any(a != b for a, b in zip(n.src[0].shape, n.arg))
+
+
+def find_realize_points(roots: list[UOp]) -> set[UOp]:
+  """Nodes that must be materialized in a buffer of their own: outputs, and reduces that are broadcast
+  (recomputing them per output element would repeat the reduction), used by several nodes, or nested inside
+  another reduce."""
+  users = _consumers(roots)
+  realize: set[UOp] = {r for r in roots if r.op is not Ops.BUFFER}
+  for n in {n for r in roots for n in r.toposort() if n.op is Ops.REDUCE_AXIS}:
+    if len(users.get(n, ())) > 1: realize.add(n)
+  # walk down from each kernel root; a reduce reached through an expand or inside another reduce is realized
+  changed = True
+  while changed:
+    changed = False
+    for root in list(realize):
+      for red in _fused_reduces(root, realize):
+        if red not in realize: realize.add(red); changed = True
+  return realize
+
+
+def _fused_reduces(root: UOp, realize: set[UOp]) -> list[UOp]:
+  """Reduces that must be realized because, seen from `root`, they sit behind an expand or in another reduce."""
+  out, seen = [], set()
+  stack = [(root, False, False)]
+  while stack:
+    n, expanded, in_reduce = stack.pop()
+    if (n, expanded, in_reduce) in seen: continue
+    seen.add((n, expanded, in_reduce))
+    if n is not root and n in realize: continue
+    if n.op is Ops.REDUCE_AXIS and n is not root:
+      if expanded or in_reduce: out.append(n); continue
+      stack.append((n.src[0], False, True)); continue
+    if n.op is Ops.REDUCE_AXIS: stack.append((n.src[0], False, True)); continue
+    for s in n.src: stack.append((s, expanded or _expands(n), in_reduce))
+  return out
+
+
+class _KernelBuilder:
+  """Builds one kernel's value graph: walks the lazy graph from the root with an index per dimension."""
+
+  def __init__(self, realized: dict[UOp, UOp]):
+    self.realized = realized        # lazy node -> BUFFER holding its value
+    self.bufs: list[UOp] = []
+    self.memo: dict = {}
+    self.n_ranges = 0
+
+  def buffer_arg(self, buf: UOp, mutable: bool = False) -> UOp:
+    if buf not in self.bufs: self.bufs.append(buf)
+    return UOp(Ops.DEFINE_GLOBAL, buf.dtype, (), (self.bufs.index(buf), mutable))
+
+  def new_range(self, size: int, kind: str) -> UOp:
+    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (self.n_ranges, kind))
+    self.n_ranges += 1
+    return r
+
+  def value(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
+    key = (n, idx, valid)
+    if key not in self.memo: self.memo[key] = self._value(n, idx, valid, top)
+    return self.memo[key]
+
+  def _value(self, n: UOp, idx: tuple, valid: UOp | None, top: bool) -> UOp:
+    if n.op is Ops.BUFFER or (not top and n in self.realized):
+      buf = n if n.op is Ops.BUFFER else self.realized[n]
+      flat = _flat_index(idx, buf.arg[1] if n.op is Ops.BUFFER else n.shape)
+      src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
+      return UOp(Ops.LOAD, buf.dtype, src)
+    if n.op is Ops.CONST: return n
+    if n.op in GroupOp.Elementwise:
+      return n.replace(src=tuple(self.value(s, idx, valid) for s in n.src))
+    if n.op is Ops.REDUCE_AXIS:
+      op, axes = n.arg
+      in_shape = n.src[0].shape
+      ranges = {a: self.new_range(in_shape[a], "reduce") for a in axes}
+      inner = tuple(ranges[i] if i in ranges else x for i, x in enumerate(idx))
+      body = self.value(n.src[0], inner, valid)
+      return UOp(Ops.REDUCE, n.dtype, (body,) + tuple(ranges[a] for a in sorted(ranges)), op)
+    src = n.src[0]
+    if n.op is Ops.RESHAPE:
+      flat = _flat_index(idx, n.shape)
+      return self.value(src, _unflatten(flat, src.shape), valid)
+    if n.op is Ops.PERMUTE:
+      inner = [None] * len(idx)
+      for i, o in enumerate(n.arg): inner[o] = idx[i]
+      return self.value(src, tuple(inner), valid)
+    if n.op is Ops.EXPAND:
+      inner = tuple(UOp.const(INDEX, 0) if s == 1 and t != 1 else x for x, s, t in zip(idx, src.shape, n.arg))
+      return self.value(src, inner, valid)
+    if n.op is Ops.SHRINK: return self.value(src, tuple(x + b for x, (b, _) in zip(idx, n.arg)), valid)
+    if n.op is Ops.FLIP:
+      return self.value(src, tuple((s - 1) - x if i in n.arg else x for i, (x, s) in enumerate(zip(idx, src.shape))),
+                        valid)
+    if n.op is Ops.PAD:
+      cond = None
+      inner = []
+      for x, (b, a), s in zip(idx, n.arg, src.shape):
+        if b or a:
+          c = simplify(x.lt(b).ne(True).logical_and(x.lt(b + s)))
+          if not (c.op is Ops.CONST and c.arg): cond = c if cond is None else cond.logical_and(c)
+        inner.append(x - b if b else x)
+      if cond is None: return self.value(src, tuple(inner), valid)
+      v = cond if valid is None else valid.logical_and(cond)
+      sub = self.value(src, tuple(inner), v)
+      return cond.where(sub, UOp.const(n.dtype, 0))
+    raise NotImplementedError(f"scheduler: cannot index through {n.op}")
+
+
+def _strides(shape) -> list[int]:
+  st, acc = [], 1
+  for s in reversed(shape):
+    st.append(acc if s != 1 else 0)
+    acc *= s
+  return st[::-1]
+
+
+def _flat_index(idx, shape) -> UOp:
+  out = UOp.const(INDEX, 0)
+  for x, st in zip(idx, _strides(shape)):
+    if st: out = out + x * st
+  return out
+
+
+def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
+  out = []
+  for s, st in zip(shape, _strides(shape)):
+    out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s)
+  return tuple(out)
+
+
+def schedule(roots: list[UOp], new_buffer) -> tuple[list[ScheduleItem], list[UOp]]:
+  """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes.
+  Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  realize = find_realize_points(roots)
+  realized: dict[UOp, UOp] = {}
+  items: list[ScheduleItem] = []
+  order = [n for r in roots for n in r.toposort()]
+  seen: set[UOp] = set()
+  for n in order:
+    if n in seen or n not in realize: continue
+    seen.add(n)
+    out_buf = new_buffer(n.shape, n.dtype)
+    kb = _KernelBuilder(realized)
+    out_arg = kb.buffer_arg(out_buf, mutable=True)
+    shape = n.shape
+    idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
+    if any(s == 0 for s in shape):
+      realized[n] = out_buf
+      continue
+    val = kb.value(n, idx, None, top=True)
+    store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), val))
+    ast = simplify(UOp(Ops.SINK, dtypes.bool, (store,)))
+    items.append(ScheduleItem(ast, tuple(kb.bufs)))
+    realized[n] = out_buf
+  outs = []
+  for r in roots:
+    outs.append(r if r.op is Ops.BUFFER else realized[r])
+  return items, outs

@@ -1,0 +1,42 @@
+"""Realized data behind BUFFER nodes: a registry from buffer id to (device, storage)."""
+from __future__ import annotations
+import itertools
+import weakref
+import numpy as np
+from ir import Ops, UOp, DType
+
+_ids = itertools.count()
+_storage: dict[int, object] = {}
+_device: dict[int, str] = {}
+
+
+def new_buffer(device: str, shape: tuple[int, ...], dtype: DType, storage=None) -> UOp:
+  """A BUFFER node; its storage is freed when the node is garbage collected."""
+  bid = next(_ids)
+  u = UOp(Ops.BUFFER, dtype, (), (bid, tuple(int(s) for s in shape)))
+  _device[bid] = device
+  if storage is not None: _storage[bid] = storage
+  weakref.finalize(u, _free, bid)
+  return u
+
+
+def _free(bid: int):
+  _storage.pop(bid, None)
+  _device.pop(bid, None)
+
+
+def buffer_id(u: UOp) -> int: return u.arg[0]
+def device_of(u: UOp) -> str: return _device[u.arg[0]]
+def storage(u: UOp): return _storage[u.arg[0]]
+def has_storage(u: UOp) -> bool: return u.arg[0] in _storage
+def set_storage(u: UOp, s) -> None: _storage[u.arg[0]] = s
+
+
+def nbytes(u: UOp) -> int:
+  n = 1
+  for s in u.arg[1]: n *= s
+  return n * u.dtype.itemsize
+
+
+def host_array(arr: np.ndarray) -> np.ndarray:
+  return np.ascontiguousarray(arr)

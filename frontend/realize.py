@@ -1,0 +1,94 @@
+"""Realizing lazy graphs on a device: "numpy" interprets the graph; compiled devices schedule it into kernels,
+lower them for the device's language and run them on its runtime. Also the hook the JIT captures through."""
+from __future__ import annotations
+import time
+import numpy as np
+from ir import Ops, UOp, DType
+from ir.config import config
+from frontend import buffers
+from frontend.interpreter import evaluate
+
+_kernel_cache: dict[tuple[str, str], tuple] = {}
+capture_hooks: list = []        # callables(items, bufs_after) registered by jit capture
+stats = {"kernels": 0, "realizes": 0}
+
+
+def _runtime(device: str):
+  from runtimes import get_runtime
+  return get_runtime(device)
+
+
+def device_supports_fp64(device: str) -> bool:
+  if device != "opencl": return True
+  try: return bool(_runtime(device).device_info().get("fp64", True))
+  except Exception: return False
+
+
+def from_numpy(arr: np.ndarray, device: str, dtype: DType) -> UOp:
+  arr = np.ascontiguousarray(arr.astype(dtype.numpy, copy=False))
+  if device == "numpy": return buffers.new_buffer(device, arr.shape, dtype, arr)
+  rt = _runtime(device)
+  buf = rt.alloc(max(arr.nbytes, 1))
+  if arr.nbytes: rt.copyin(buf, arr.reshape(-1).view(np.uint8))
+  return buffers.new_buffer(device, arr.shape, dtype, buf)
+
+
+def to_numpy(u: UOp) -> np.ndarray:
+  dev = buffers.device_of(u)
+  shape, dt = u.arg[1], u.dtype
+  if dev == "numpy": return np.array(buffers.storage(u), copy=True).reshape(shape)
+  n = int(np.prod(shape)) * dt.itemsize
+  raw = _runtime(dev).copyout(buffers.storage(u))[:n]
+  return np.frombuffer(raw.tobytes(), dtype=dt.numpy).reshape(shape).copy()
+
+
+def _alloc(device: str):
+  def new_buffer(shape, dtype: DType) -> UOp:
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    store = np.empty(shape, dtype.numpy) if device == "numpy" else _runtime(device).alloc(max(nbytes, 1))
+    return buffers.new_buffer(device, shape, dtype, store)
+  return new_buffer
+
+
+def get_kernel(ast: UOp, device: str):
+  """Lower and compile (cached by AST content and device)."""
+  from codegen.lower import lower
+  key = (ast.key, device)
+  if key not in _kernel_cache:
+    prg = lower(ast, device)
+    if config.debug >= 3: print(f"--- {prg.name} opts={list(prg.opts)}\n{ast!r}")
+    if config.debug >= 4: print(prg.src)
+    _kernel_cache[key] = (prg, _runtime(device).compile(prg.src, prg.name))
+  return _kernel_cache[key]
+
+
+def run_items(items, device: str, timing: bool = False) -> float:
+  total = 0.0
+  rt = _runtime(device) if device != "numpy" else None
+  for it in items:
+    prg, fn = get_kernel(it.ast, device)
+    t = fn(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size, local_size=prg.local_size,
+           wait=timing)
+    if config.debug >= 2: print(f"  {prg.name:<40} global={prg.global_size} local={prg.local_size}" +
+                                (f" {t * 1e6:9.1f} us" if t else ""))
+    total += t or 0.0
+    stats["kernels"] += 1
+  if rt is not None: rt.synchronize()
+  return total
+
+
+def realize(roots: list[UOp], device: str) -> list[UOp]:
+  """Compute `roots` on `device`; returns a BUFFER node per root."""
+  stats["realizes"] += 1
+  if device == "numpy":
+    vals = evaluate(roots, buffers.storage)
+    return [r if r.op is Ops.BUFFER else buffers.new_buffer("numpy", v.shape, r.dtype, np.ascontiguousarray(v))
+            for r, v in zip(roots, vals)]
+  from codegen.schedule import schedule
+  st = time.perf_counter()
+  items, outs = schedule(roots, _alloc(device))
+  for hook in capture_hooks: hook(items, roots, outs)
+  run_items(items, device, timing=config.debug >= 2)
+  if config.debug >= 1:
+    print(f"realize on {device}: {len(items)} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+  return outs

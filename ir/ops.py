@@ -1,0 +1,47 @@
+"""The `Ops` enum: every operation the IR knows, grouped by kind."""
+from enum import Enum, auto
+
+
+class Ops(Enum):
+  # leaves of the lazy (tensor-level) graph
+  BUFFER = auto()        # realized data; arg = (buffer id, shape)
+  CONST = auto()         # scalar constant; arg = python value
+  # movement: shape-level, never copy; they become index arithmetic
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
+  # unary
+  NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); TRUNC = auto()  # noqa: E702
+  CAST = auto(); BITCAST = auto()  # noqa: E702
+  # binary
+  ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
+  CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto()  # noqa: E702
+  SHL = auto(); SHR = auto(); POW = auto()  # noqa: E702
+  # ternary
+  WHERE = auto(); MULACC = auto()  # noqa: E702
+  # reduce: REDUCE_AXIS in the lazy graph (arg = (op, axes), keeps dims); REDUCE in kernels (src = value, ranges)
+  REDUCE_AXIS = auto(); REDUCE = auto()  # noqa: E702
+  # kernel level
+  DEFINE_GLOBAL = auto()  # arg = (position, mutable)
+  DEFINE_LOCAL = auto()   # arg = (name, size)
+  RANGE = auto()          # src = (end,), arg = (axis id, kind)
+  LOAD = auto()           # src = (buffer, index[, valid])
+  STORE = auto()          # src = (buffer, index, value[, valid])
+  BARRIER = auto()
+  SINK = auto()           # groups the roots of a graph
+  # linearized programs only
+  DEFINE_ACC = auto()     # an accumulator; src = (identity,), arg = accumulator number
+  ASSIGN = auto()         # acc = value; src = (DEFINE_ACC, value)
+  ENDRANGE = auto()       # closes the loop of src[0]
+
+
+class GroupOp:
+  """Sets of ops by kind."""
+  Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+            Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
+  Ternary = {Ops.WHERE, Ops.MULACC}
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
+  Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  Reduce = {Ops.ADD, Ops.MAX, Ops.MUL}   # ops a reduction may use

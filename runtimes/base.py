@@ -1,0 +1,149 @@
+"""The runtime interface every Python runtime implements (Buffer, Program, Runtime), its errors, and
+`get_runtime`, which builds one cached instance per runtime name and is the one place that reads the environment.
+
+Conventions shared by all runtimes:
+- a Buffer is opaque device memory of `nbytes` bytes owned by one Runtime; 0-byte buffers are allowed;
+- `copyin` takes exactly `nbytes` bytes (any contiguous-or-not numpy array or buffer-protocol object);
+- `copyout` returns a fresh 1-D uint8 numpy array of `nbytes` bytes that the caller reinterprets;
+- a Program runs one kernel with buffers as its arguments, in order; with `wait=True` it returns seconds taken.
+"""
+from __future__ import annotations
+import importlib
+import os
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+# name -> "module:Class"; classes are imported only when asked for, so a missing optional
+# dependency (pyopencl, ...) only affects the runtime that needs it.
+RUNTIME_CLASSES: dict[str, str] = {
+  "c": "runtimes.c:CRuntime",
+  "opencl": "runtimes.opencl:OpenCLRuntime",
+}
+
+CACHE_DIR_ENV = "TGC_CACHE_DIR"
+DEFAULT_CACHE_ROOT = os.path.join("~", ".cache", "tgc")
+
+
+class RuntimeUnavailable(RuntimeError):
+  """The runtime cannot run on this machine; the message is one line naming the missing piece."""
+
+
+class CompileError(RuntimeError):
+  """A kernel failed to compile. `kernel_name` names it; `log` holds the compiler's full output."""
+
+  def __init__(self, runtime_name: str, kernel_name: str, log: str, max_lines: int = 20):
+    self.runtime_name, self.kernel_name, self.log = runtime_name, kernel_name, log
+    lines = log.strip().splitlines()
+    shown = "\n".join(lines[:max_lines])
+    if len(lines) > max_lines:
+      shown += f"\n... ({len(lines) - max_lines} more lines)"
+    super().__init__(f"{runtime_name}: kernel '{kernel_name}' failed to compile:\n{shown}")
+
+
+class LaunchError(RuntimeError):
+  """A compiled kernel could not be launched (bad arguments or launch dimensions)."""
+
+
+def as_bytes(src: Any) -> np.ndarray:
+  """A 1-D uint8 view (or contiguous copy) of the bytes of a numpy array or buffer-protocol object."""
+  arr = src if isinstance(src, np.ndarray) else np.asarray(memoryview(src))
+  if arr.dtype == object:
+    raise TypeError("copyin: object arrays have no byte representation")
+  return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+
+
+class Buffer:
+  """Device memory of `nbytes` bytes owned by `runtime`."""
+
+  def __init__(self, runtime: "Runtime", nbytes: int):
+    if not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+      raise ValueError(f"{runtime.name}: buffer size must be a non-negative int, got {nbytes!r}")
+    self.runtime, self.nbytes = runtime, int(nbytes)
+
+  def __repr__(self) -> str:
+    return f"<{type(self).__name__} {self.runtime.name} nbytes={self.nbytes}>"
+
+
+class Program:
+  """One compiled kernel `name`; calling it runs the kernel with the given buffers as its arguments."""
+
+  def __init__(self, runtime: "Runtime", name: str):
+    self.runtime, self.name = runtime, name
+
+  def __call__(self, *bufs: Buffer, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] = (1, 1, 1),
+               wait: bool = False) -> float | None:
+    raise NotImplementedError
+
+  def check_buffers(self, bufs: tuple[Buffer, ...]) -> None:
+    """Raise LaunchError unless every argument is a Buffer of this program's runtime."""
+    for i, buf in enumerate(bufs):
+      if not isinstance(buf, Buffer) or buf.runtime is not self.runtime:
+        raise LaunchError(f"{self.runtime.name}: kernel '{self.name}' argument {i} is not a buffer of this runtime: "
+                          f"{buf!r}")
+
+  def __repr__(self) -> str:
+    return f"<{type(self).__name__} {self.runtime.name}:{self.name}>"
+
+
+class Runtime:
+  """Allocates buffers, moves bytes, compiles kernels. One instance per name via `get_runtime`."""
+  name: str = "base"
+  device_name: str = "unknown"
+
+  def alloc(self, nbytes: int) -> Buffer:
+    raise NotImplementedError
+
+  def copyin(self, buf: Buffer, src: Any) -> None:
+    raise NotImplementedError
+
+  def copyout(self, buf: Buffer) -> np.ndarray:
+    raise NotImplementedError
+
+  def compile(self, src: str, name: str) -> Program:
+    raise NotImplementedError
+
+  def synchronize(self) -> None:
+    raise NotImplementedError
+
+  def check_buffer(self, buf: Buffer) -> None:
+    """Raise ValueError unless `buf` was allocated by this runtime."""
+    if not isinstance(buf, Buffer) or buf.runtime is not self:
+      raise ValueError(f"{self.name}: not a buffer of this runtime: {buf!r}")
+
+  def check_copyin(self, buf: Buffer, src: Any) -> np.ndarray:
+    """Validate a host -> device copy; returns the source as exactly `buf.nbytes` uint8 bytes."""
+    self.check_buffer(buf)
+    data = as_bytes(src)
+    if data.size != buf.nbytes:
+      raise ValueError(f"{self.name}: copyin of {data.size} bytes into a buffer of {buf.nbytes} bytes")
+    return data
+
+  def __repr__(self) -> str:
+    return f"<{type(self).__name__} {self.name} on {self.device_name}>"
+
+
+_runtimes: dict[str, Runtime] = {}
+_runtimes_lock = threading.Lock()
+
+
+def cache_root() -> str:
+  """The root folder of tgc's on-disk caches: $TGC_CACHE_DIR, else ~/.cache/tgc."""
+  return os.path.expanduser(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_ROOT)
+
+
+def _runtime_class(name: str) -> Callable[..., Runtime]:
+  module_name, class_name = RUNTIME_CLASSES[name].split(":")
+  return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_runtime(name: str) -> Runtime:
+  """The cached Runtime called `name` ("c", "opencl"); raises RuntimeUnavailable when it cannot run here.
+  Each runtime keeps its disk cache in <cache root>/<name> (cache root: $TGC_CACHE_DIR, else ~/.cache/tgc)."""
+  if name not in RUNTIME_CLASSES:
+    raise ValueError(f"unknown runtime '{name}' (known: {', '.join(sorted(RUNTIME_CLASSES))})")
+  with _runtimes_lock:
+    if name not in _runtimes:
+      _runtimes[name] = _runtime_class(name)(cache_dir=os.path.join(cache_root(), name))
+    return _runtimes[name]

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian 12 machine (run as root) for tgc's tests: installs the Debian packages the
+# tests need only when missing (OpenCL on PoCL, C toolchains incl. aarch64 cross-compiler and qemu), then installs
+# tgc itself in editable mode with its dev extras.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc make gcc-aarch64-linux-gnu qemu-user)
+
+missing=()
+for package in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg -s "$package" >/dev/null 2>&1; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup.sh: missing Debian packages (${missing[*]}); run as root to install them" >&2
+    exit 1
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_log="$(mktemp)"
+  trap 'rm -f "$apt_log"' EXIT
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$apt_log" 2>&1; then
+    cat "$apt_log" >&2
+    echo "setup.sh: apt-get failed installing ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+PYTHON="$(command -v python || command -v python3)" || { echo "setup.sh: no python found" >&2; exit 1; }
+# Debian's own python refuses system-wide pip installs (PEP 668); this machine is dedicated to the tests.
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+cd "$REPO_ROOT"
+"$PYTHON" -m pip install -q -e '.[dev]'

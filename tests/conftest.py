@@ -1,0 +1,53 @@
+"""Shared test set-up: every test process gets private temporary cache folders (PoCL kernel cache, tgc's disk
+caches such as the C runtime's shared objects, and a mode-700 XDG_RUNTIME_DIR for Vulkan), set before any test
+module is imported; plus runtime fixtures that skip, naming the missing piece, when a runtime cannot run here."""
+from __future__ import annotations
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_session_dirs: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+  root = tempfile.mkdtemp(prefix="tgc-tests-")
+  _session_dirs.append(root)
+  folders = {"POCL_CACHE_DIR": "pocl", "XDG_RUNTIME_DIR": "xdg-runtime", "TGC_CACHE_DIR": "tgc-cache"}
+  for variable, folder in folders.items():
+    path = os.path.join(root, folder)
+    os.makedirs(path, mode=0o700)
+    os.chmod(path, 0o700)
+    os.environ[variable] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+  while _session_dirs:
+    shutil.rmtree(_session_dirs.pop(), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tgc_cache_dir() -> str:
+  """The temporary root of tgc's disk caches for this test process (also in $TGC_CACHE_DIR)."""
+  return os.environ["TGC_CACHE_DIR"]
+
+
+@pytest.fixture(scope="session")
+def c_runtime():
+  """The shared C runtime; skipped when no C compiler is usable."""
+  from runtimes import RuntimeUnavailable, get_runtime
+  try:
+    return get_runtime("c")
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def opencl_runtime():
+  """The shared OpenCL runtime; skipped only when pyopencl or an OpenCL platform/device is missing."""
+  from runtimes import RuntimeUnavailable, get_runtime
+  try:
+    return get_runtime("opencl")
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
