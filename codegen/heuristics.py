@@ -32,7 +32,7 @@ def hand_coded_opts(k: Kernel, target: str) -> list[Opt]:
     cand = _broadcast_axes(k)
     globals_ = k.axes(("global",))
     # upcast the last broadcast axis widest (it is the contiguous one for stores), then one more axis by 4
-    for amount_first in ((8, 4, 2) if target == "c" else (4, 2)):
+    for amount_first in ((16, 8, 4, 2) if target == "c" else (4, 2)):
       if cand and Kernel.size(globals_[cand[-1]]) % amount_first == 0:
         k = _try(k, Opt("UPCAST", cand[-1], amount_first))
         break

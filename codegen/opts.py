@@ -3,7 +3,7 @@ registers), LOCAL (output axis into a workgroup), GROUP (reduce axis split acros
 AST plus the opts applied to it; applying an opt substitutes one range by outer*amount + inner."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ir import Ops, UOp, dtypes, substitute
+from ir import Ops, UOp, UPat, PatternMatcher, dtypes, graph_rewrite, substitute
 from ir.symbolic import simplify
 
 INDEX = dtypes.index
@@ -14,6 +14,18 @@ _OPT_KINDS = {"UPCAST": (("global",), "upcast"), "LOCAL": (("global",), "local")
 
 class OptError(ValueError):
   """An opt that does not apply to this kernel."""
+
+
+def _split_reduce_range(red: UOp) -> UOp | None:
+  if all(s.op is Ops.RANGE for s in red.src[1:]): return None
+  rs = {x for s in red.src[1:] for x in s.toposort() if x.op is Ops.RANGE}
+  return red.replace(src=(red.src[0],) + tuple(sorted(rs, key=lambda x: x.arg[0])))
+
+
+reduce_ranges = PatternMatcher([
+  # REDUCE(v, outer*n + inner) -> REDUCE(v, outer, inner): a split reduce range keeps both parts as loops
+  (UPat(Ops.REDUCE, name="red"), _split_reduce_range),
+])
 
 
 @dataclass(frozen=True, order=True)
@@ -56,7 +68,7 @@ class Kernel:
       if n // opt.amount > 1 else UOp.const(INDEX, 0)
     inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), (nid, inner_kind, r.arg[0]))
     new_ast = simplify(substitute(self.ast, {r: outer * opt.amount + inner}))
-    return Kernel(new_ast, self.opts + [opt])
+    return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 
   def apply_all(self, opts) -> Kernel:
     k = self

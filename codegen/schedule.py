@@ -36,6 +36,7 @@ def find_realize_points(roots: list[UOp]) -> set[UOp]:
   another reduce."""
   users = _consumers(roots)
   realize: set[UOp] = {r for r in roots if r.op is not Ops.BUFFER}
+  realize |= {n for r in roots for n in r.toposort() if n.op is Ops.CONTIGUOUS}
   for n in {n for r in roots for n in r.toposort() if n.op is Ops.REDUCE_AXIS}:
     if len(users.get(n, ())) > 1: realize.add(n)
   # walk down from each kernel root; a reduce reached through an expand or inside another reduce is realized
@@ -95,6 +96,7 @@ class _KernelBuilder:
       src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
       return UOp(Ops.LOAD, buf.dtype, src)
     if n.op is Ops.CONST: return n
+    if n.op is Ops.CONTIGUOUS: return self.value(n.src[0], idx, valid)
     if n.op in GroupOp.Elementwise:
       return n.replace(src=tuple(self.value(s, idx, valid) for s in n.src))
     if n.op is Ops.REDUCE_AXIS:

@@ -25,6 +25,7 @@ def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
   if n.op is Ops.PAD: return np.pad(x, n.arg)
   if n.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in n.arg)]
   if n.op is Ops.FLIP: return np.flip(x, n.arg) if n.arg else x
+  if n.op is Ops.CONTIGUOUS: return x
   if n.op is Ops.CAST: return exec_cast(x, n.dtype)
   if n.op is Ops.BITCAST: return np.ascontiguousarray(x).view(n.dtype.numpy)
   if n.op is Ops.REDUCE_AXIS:

@@ -9,6 +9,8 @@ from ir.config import config
 from frontend import buffers, realize as _realize
 
 _DEVICES = ("numpy", "c", "opencl", "webgpu", "cuda", "metal")
+MATMUL_PANEL = 16       # matmul repacks large right-hand operands into panels this many columns wide
+MATMUL_PACK_MIN = 128   # ... when both the reduced and the panel dimension are at least this big
 
 
 def canonical_device(device: str | None) -> str:
@@ -95,7 +97,10 @@ class Tensor:
     return Tensor(self.numpy(), device=device)
 
   def clone(self) -> Tensor: return Tensor(self.numpy(), device=self.device)
-  def contiguous(self) -> Tensor: return self._new(self.uop).realize()
+  def contiguous(self) -> Tensor:
+    """Lazily materialize this value in a buffer of its own (a kernel boundary)."""
+    if self.uop.op in (Ops.BUFFER, Ops.CONTIGUOUS): return self
+    return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def assign(self, other: Tensor) -> Tensor:
     other = other if isinstance(other, Tensor) else Tensor(other, self.device, self.dtype)
     if other.shape != self.shape: raise ValueError(f"assign: shape {other.shape} != {self.shape}")
@@ -570,8 +575,15 @@ class Tensor:
     batch = broadcast_shape(x.shape[:-2], w.shape[:-2], "matmul")
     n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
     xb = x.cast(out_dtype)._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
-    wb = w.cast(out_dtype)._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-    return (xb.expand(batch + (n, m, k)) * wb.expand(batch + (n, m, k))).sum(-1, dtype=out_dtype)
+    wb = w.cast(out_dtype)._broadcast_to(batch + (k, m))
+    if out_dtype.is_float and k >= MATMUL_PACK_MIN and m >= MATMUL_PACK_MIN and m % MATMUL_PANEL == 0:
+      # repack w into panels of MATMUL_PANEL columns, contiguous along k: each step of the reduction then reads
+      # one short contiguous row (vector loads; no cache-set conflicts from a stride of m)
+      panels = wb.reshape(batch + (k, m // MATMUL_PANEL, MATMUL_PANEL)).permute(
+        *range(len(batch)), len(batch) + 1, len(batch), len(batch) + 2).contiguous()
+      wt = panels.permute(*range(len(batch)), len(batch), len(batch) + 2, len(batch) + 1).reshape(batch + (1, m, k))
+    else: wt = wb.transpose(-1, -2).reshape(batch + (1, m, k))
+    return (xb.expand(batch + (n, m, k)) * wt.expand(batch + (n, m, k))).sum(-1, dtype=out_dtype)
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     out = self.matmul(weight)

@@ -5,6 +5,7 @@ from enum import Enum, auto
 class Ops(Enum):
   # leaves of the lazy (tensor-level) graph
   BUFFER = auto()        # realized data; arg = (buffer id, shape)
+  CONTIGUOUS = auto()    # marks a value the scheduler must materialize in a buffer of its own
   CONST = auto()         # scalar constant; arg = python value
   # movement: shape-level, never copy; they become index arithmetic
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702

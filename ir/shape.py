@@ -10,7 +10,7 @@ def shape_of(u) -> tuple[int, ...]:
   if u.op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
   if u.op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
   if u.op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
-  if u.op is Ops.FLIP: return u.src[0].shape
+  if u.op in (Ops.FLIP, Ops.CONTIGUOUS): return u.src[0].shape
   if u.op is Ops.REDUCE_AXIS:
     return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if u.op in GroupOp.Elementwise:

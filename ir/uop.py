@@ -17,12 +17,14 @@ class UOp:
   dtype: DType
   src: tuple[UOp, ...]
   arg: Any
+  created = 0      # nodes built so far (a counter for tests: "replay builds no graph")
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.float32, src: tuple = (), arg: Any = None):
     src = tuple(src)   # a list of sources must find the same cached node as the tuple
     ck = (op, dtype, tuple(id(s) for s in src), _hashable(arg))
     if (hit := _cache.get(ck)) is not None and hit.src == src: return hit
     self = object.__new__(cls)
+    UOp.created += 1
     object.__setattr__(self, "op", op)
     object.__setattr__(self, "dtype", dtype)
     object.__setattr__(self, "src", src)

@@ -1,0 +1,195 @@
+"""Capture: `jit` (TinyJit semantics: call 1 eager, call 2 captures the kernels it launches, call 3+ replays them
+with the new input buffers and builds no graph) and `trace` (the capture directly, for ahead-of-time compiles).
+A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/output specs and weights."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import numpy as np
+from ir import Ops, UOp, DType
+from codegen.schedule import ScheduleItem, schedule, find_realize_points
+from frontend import buffers, realize as _realize
+from frontend.interpreter import evaluate
+from frontend.tensor import Tensor
+
+
+class JitError(RuntimeError):
+  """Misuse of jit/trace."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+  name: str
+  shape: tuple[int, ...]
+  dtype: DType
+
+
+@dataclass
+class Capture:
+  """What a model launches, independent of any target. `items` bind BUFFER nodes: `inputs` (filled by the caller),
+  `weights` (constant data), `outputs`, and the rest are intermediates."""
+  items: list[ScheduleItem]
+  inputs: list[tuple[TensorSpec, UOp]]
+  outputs: list[tuple[TensorSpec, UOp]]
+  weights: dict[UOp, np.ndarray] = field(default_factory=dict)
+
+  def intermediates(self) -> list[UOp]:
+    fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights)
+    out: list[UOp] = []
+    for it in self.items:
+      for b in it.bufs:
+        if b not in fixed and b not in out: out.append(b)
+    return out
+
+
+_active: list[str] = []     # "jit" while a jit call is running; nested calls are refused
+
+
+def _flatten_tensors(ret) -> list[Tensor]:
+  if isinstance(ret, Tensor): return [ret]
+  if isinstance(ret, (list, tuple)): return [t for r in ret for t in _flatten_tensors(r)]
+  if isinstance(ret, dict): return [t for k in ret for t in _flatten_tensors(ret[k])]
+  return []
+
+
+def _input_tensors(args, kwargs) -> list[Tensor]:
+  return [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if isinstance(a, Tensor)]
+
+
+class TinyJit:
+  """Decorator: `@jit def step(x): ...`. Inputs must be realized tensors; outputs alias the captured buffers."""
+
+  def __init__(self, fn):
+    self.fn = fn
+    self.calls = 0
+    self.items: list[ScheduleItem] = []
+    self.input_bufs: list[UOp] = []
+    self.specs: list[tuple] = []
+    self.ret = None
+    self.device: str | None = None
+    self._bound: list = []
+
+  def reset(self):
+    self.__init__(self.fn)
+
+  def _check_inputs(self, ins: list[Tensor]):
+    for i, t in enumerate(ins):
+      if t.uop.op is not Ops.BUFFER:
+        raise JitError(f"JIT inputs must be real buffers; use .clone() (input {i} is a lazy {t.uop.op.name})")
+    ids = [buffers.buffer_id(t.uop) for t in ins]
+    if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
+
+  def __call__(self, *args, **kwargs):
+    if _active: raise JitError("nested jit is not supported: a jit function called another jit function")
+    ins = _input_tensors(args, kwargs)
+    for t in ins:
+      if t.uop.op is not Ops.BUFFER and self.calls < 2: t.realize()
+    self._check_inputs(ins)
+    _active.append("jit")
+    try:
+      if self.calls == 0: ret = self._eager(args, kwargs)
+      elif self.calls == 1: ret = self._capture(ins, args, kwargs)
+      else: ret = self._replay(ins)
+    finally: _active.pop()
+    self.calls += 1
+    return ret
+
+  def _eager(self, args, kwargs):
+    ret = self.fn(*args, **kwargs)
+    Tensor.realize_all(*_flatten_tensors(ret))
+    return ret
+
+  def _capture(self, ins, args, kwargs):
+    captured: list[ScheduleItem] = []
+    hook = lambda items, roots, outs: captured.extend(items)   # noqa: E731
+    _realize.capture_hooks.append(hook)
+    try:
+      ret = self.fn(*args, **kwargs)
+      Tensor.realize_all(*_flatten_tensors(ret))
+    finally: _realize.capture_hooks.remove(hook)
+    if not captured: raise JitError("didn't JIT anything!")
+    self.items, self.ret = captured, ret
+    self.input_bufs = [t.uop for t in ins]
+    self.specs = [(t.shape, t.dtype, t.device) for t in ins]
+    self.device = ins[0].device if ins else _flatten_tensors(ret)[0].device
+    return ret
+
+  def _replay(self, ins):
+    if len(ins) != len(self.specs):
+      raise JitError(f"JIT args mismatch: {len(ins)} tensor inputs, captured with {len(self.specs)}")
+    for i, (t, (shape, dtype, device)) in enumerate(zip(ins, self.specs)):
+      if (t.shape, t.dtype, t.device) != (shape, dtype, device):
+        raise JitError(f"JIT args mismatch on input {i}: got {t.shape} {t.dtype.name} on {t.device}, "
+                       f"captured {shape} {dtype.name} on {device}")
+    if not self._bound:
+      for it in self.items:
+        prg, fn = _realize.get_kernel(it.ast, self.device)
+        self._bound.append((fn, prg, [self.input_bufs.index(b) if b in self.input_bufs else buffers.storage(b)
+                                      for b in it.bufs]))
+    new_storage = [buffers.storage(t.uop) for t in ins]
+    for fn, prg, args in self._bound:
+      fn(*[new_storage[a] if isinstance(a, int) else a for a in args], global_size=prg.global_size,
+         local_size=prg.local_size)
+    _realize.stats["kernels"] += len(self._bound)
+    return self.ret
+
+
+jit = TinyJit
+
+
+def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
+          output_names: list[str] | None = None) -> Capture:
+  """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
+  do not depend on an input are evaluated now (constant folding) and become weights."""
+  if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
+  for i, t in enumerate(example_inputs):
+    if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
+    t.realize()
+  ids = [buffers.buffer_id(t.uop) for t in example_inputs]
+  if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
+  input_bufs = [t.uop for t in example_inputs]
+  ret = fn(*example_inputs)
+  outs = _flatten_tensors(ret)
+  if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
+  in_names = input_names or [f"input_{i}" for i in range(len(input_bufs))]
+  out_names = output_names or [f"output_{i}" for i in range(len(outs))]
+  roots = _fold_constants([t.uop for t in outs], set(input_bufs))
+  placeholders: list[UOp] = []
+
+  def new_buffer(shape, dtype):
+    b = buffers.new_buffer("capture", shape, dtype)
+    placeholders.append(b)
+    return b
+  items, out_bufs = schedule(roots, new_buffer)
+  # an output that is an input or a weight still gets its own buffer (a copy kernel)
+  fixed = [b if b not in input_bufs and buffers.device_of(b) == "capture" else None for b in out_bufs]
+  if any(f is None for f in fixed):
+    copies = [UOp(Ops.CONTIGUOUS, b.dtype, (b,)) for b in out_bufs]
+    more, copied = schedule([c for c, f in zip(copies, fixed) if f is None], new_buffer)
+    items += more
+    it = iter(copied)
+    out_bufs = [f if f is not None else next(it) for f in fixed]
+  written = {it.bufs[0] for it in items}
+  weights = {}
+  for it in items:
+    for b in it.bufs:
+      if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
+  return Capture(items,
+                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(in_names, example_inputs, input_bufs)],
+                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights)
+
+
+def _read(b: UOp) -> np.ndarray:
+  return _realize.to_numpy(b)
+
+
+def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
+  """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value."""
+  from ir import substitute
+  depends: dict[UOp, bool] = {}
+  for r in roots:
+    for n in r.toposort():
+      depends[n] = n in inputs or any(depends[s] for s in n.src)
+  points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER]
+  if not points: return roots
+  vals = evaluate(points, lambda b: _read(b).reshape(b.arg[1]))
+  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, np.ascontiguousarray(v)) for p, v in zip(points, vals)}
+  return [substitute(r, mapping) for r in roots]
