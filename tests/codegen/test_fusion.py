@@ -1,0 +1,59 @@
+"""Fusion is asserted by kernel counts, launch sizes and op counts: no kernel recomputes a reduce per output
+element, no large kernel runs with a global size of 1, movement ops add no kernels."""
+import numpy as np
+import pytest
+from frontend import Tensor
+from frontend.realize import _alloc
+from codegen.schedule import schedule
+from codegen.lower import lower
+
+
+def kernels(t: Tensor, target="c"):
+  items, _ = schedule([t.uop], _alloc("numpy"))
+  return [lower(it.ast, target) for it in items]
+
+
+def rnd(*shape, seed=0):
+  return Tensor(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) + 0.5, device="numpy")
+
+
+def test_elementwise_into_reduce_is_one_kernel():
+  a, b = rnd(33, 7), rnd(33, 7, seed=1)
+  ks = kernels((a + b).relu().sum(axis=1))
+  assert len(ks) == 1
+  assert ks[0].global_size[0] == 33           # one work-item per output row, not 1
+  assert ks[0].ops <= 3 * 33 * 7 + 33         # add, max, accumulate per input element: no recomputed reduce
+
+
+def test_matmul_bias_relu_is_one_kernel():
+  x, w, b = rnd(16, 32), rnd(32, 24, seed=1), rnd(24, seed=2)
+  ks = kernels((x @ w + b).relu())
+  assert len(ks) == 1
+  assert ks[0].ops <= 2 * 16 * 32 * 24 + 2 * 16 * 24 + 16 * 24
+
+
+def test_softmax_at_most_three_kernels_and_no_recomputed_reduce():
+  x = rnd(64, 100)
+  ks = kernels(x.softmax(-1))
+  assert len(ks) <= 3
+  for k in ks: assert k.ops <= 8 * 64 * 100     # a reduce recomputed per element would be 100x more
+
+
+@pytest.mark.parametrize("move", [lambda t: t.reshape(8, 4, 9), lambda t: t.permute(1, 0),
+                                  lambda t: t.reshape(32, 9, 1).expand(32, 9, 5)])
+def test_movement_before_elementwise_adds_no_kernel(move):
+  a = rnd(32, 9)
+  assert len(kernels((move(a) * 2 + 1).exp())) == 1
+
+
+def test_broadcast_reduce_is_realized_once():
+  x = rnd(50, 60)
+  ks = kernels(x - x.mean(axis=1, keepdim=True))
+  assert len(ks) == 2
+  assert max(k.ops for k in ks) <= 4 * 50 * 60
+
+
+def test_no_large_kernel_with_global_size_one():
+  x = rnd(64, 64)
+  for k in kernels((x * 3).sum(axis=0)) + kernels(x.exp()):
+    assert k.global_size[0] > 1

@@ -1,0 +1,65 @@
+"""jit: call 1 eager, call 2 captures, 3+ replay without building graph; errors as users know them; trace."""
+import numpy as np
+import pytest
+from frontend import Tensor
+from frontend.jit import jit, trace, JitError
+from ir import UOp
+
+
+def rnd(*shape, seed=0, device="c"):
+  return Tensor(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) + 0.5, device=device)
+
+
+@pytest.mark.parametrize("device", ["c", "opencl"])
+def test_replay_matches_and_builds_no_graph(device):
+  if device == "opencl": pytest.importorskip("pyopencl")
+  w = rnd(8, 4, seed=9, device=device)
+  f = jit(lambda x: (x @ w).relu())
+  for i in range(4):
+    x = rnd(3, 8, seed=i, device=device)
+    before = UOp.created
+    out = f(x)
+    if i >= 2: assert UOp.created == before, "replay built new UOps"
+    np.testing.assert_allclose(out.numpy(), np.maximum(x.numpy() @ w.numpy(), 0), rtol=1e-5, atol=1e-5)
+
+
+def test_lazy_input_refused():
+  f = jit(lambda x: x * 2)
+  x = rnd(4)
+  f(x); f(rnd(4, seed=1))
+  with pytest.raises(JitError, match=r"JIT inputs must be real buffers; use \.clone\(\)"):
+    f(rnd(4) + 1)
+
+
+def test_duplicate_inputs():
+  f = jit(lambda a, b: a + b)
+  x = rnd(4)
+  with pytest.raises(JitError, match="duplicate inputs to JIT"): f(x, x)
+
+
+def test_nested_jit_refused():
+  inner = jit(lambda x: x + 1)
+  outer = jit(lambda x: inner(x) * 2)
+  with pytest.raises(JitError, match="nested jit"): outer(rnd(4))
+
+
+def test_nothing_to_jit():
+  f = jit(lambda x: 3)
+  f(rnd(4))
+  with pytest.raises(JitError, match="didn't JIT anything!"): f(rnd(4, seed=2))
+
+
+@pytest.mark.parametrize("bad", [lambda: rnd(5), lambda: rnd(4).cast(__import__("ir").dtypes.int32).realize()])
+def test_args_mismatch_on_replay(bad):
+  f = jit(lambda x: x * 2)
+  f(rnd(4)); f(rnd(4, seed=1))
+  with pytest.raises(JitError, match="mismatch"): f(bad())
+
+
+def test_trace_is_target_independent_and_folds_weights():
+  w = rnd(8, 4, seed=3)
+  cap = trace(lambda x: (x @ (w.exp() * 2)).relu(), rnd(2, 8))
+  assert [s.name for s, _ in cap.inputs] == ["input_0"] and [s.shape for s, _ in cap.outputs] == [(2, 4)]
+  assert len(cap.weights) == 1 and len(cap.items) == 1
+  from codegen.lower import lower
+  for target in ("c", "opencl"): assert "void" in lower(cap.items[0].ast, target).src
