@@ -34,7 +34,8 @@ def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
   locs = {r.arg[0]: r for r in rs if r.arg[1] == "local"}
   if len(globs) > max_dims:
     fold, keep = globs[:len(globs) - max_dims + 1], globs[len(globs) - max_dims + 1:]
-    if any(r.arg[0] in _local_parents(k_ast).values() for r in fold): raise ValueError("cannot fold a dim with a local split")
+    if any(r.arg[0] in _local_parents(k_ast).values() for r in fold):
+      raise ValueError("cannot fold a launch dimension that has a local split")
     total = math.prod(r.src[0].arg for r in fold)
     merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), (fold[0].arg[0], "global"))
     sub, stride = {}, total

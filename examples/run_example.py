@@ -16,7 +16,7 @@ RTOL, ATOL = 1e-4, 1e-4
 
 
 def main() -> int:
-  model, (x,) = build("numpy")
+  model, (x,) = build("c")
   cap = trace(model, x)
   print(f"example CNN: {len(cap.items)} kernels, {len(cap.weights)} weight tensors, "
         f"{sum(v.nbytes for v in cap.weights.values())} weight bytes")

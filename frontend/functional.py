@@ -110,12 +110,12 @@ def _slice(t, axis: int, sl: slice):
   return _strided(_slice_axis(t, axis, last, start + 1).flip(axis), axis, -step)
 
 
-def _normalize_index(idx) -> tuple:
+def _normalize_index(idx, device: str) -> tuple:
   if not isinstance(idx, tuple): idx = (idx,)
   Tensor = _tensor_cls()
   out = []
   for i in idx:
-    if isinstance(i, list): i = Tensor(i, dtype=dtypes.int32)
+    if isinstance(i, list): i = Tensor(i, device=device, dtype=dtypes.int32)
     if hasattr(i, "__index__") and not isinstance(i, (Tensor, bool)) and not isinstance(i, slice): i = int(i)
     out.append(i)
   return tuple(out)
@@ -127,11 +127,13 @@ def getitem(t, idx):
   Integer Tensor indices are selected with an `arange == index` mask and a sum; negative ones count from
   the end; out-of-range ones give 0 (a lazy graph cannot raise on data)."""
   Tensor = _tensor_cls()
-  idx = _normalize_index(idx)
+  idx = _normalize_index(idx, t.device)
   for i in idx:
     if isinstance(i, Tensor) and (i.dtype.is_bool or i.dtype.is_float):
       raise TypeError(f"getitem: index tensors must be integer, got {i.dtype.name} (boolean masks have a "
                       f"data-dependent shape and are not supported)")
+    if isinstance(i, Tensor) and i.device != t.device:
+      raise ValueError(f"getitem: index tensor on {i.device} but the tensor is on {t.device}")
     if not isinstance(i, (int, slice, Tensor)) and i is not None and i is not Ellipsis:
       raise TypeError(f"getitem: unsupported index {i!r} of type {type(i).__name__}")
   if sum(i is Ellipsis for i in idx) > 1: raise IndexError("getitem: an index can only have a single ellipsis")

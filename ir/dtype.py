@@ -35,7 +35,8 @@ class DType:
   def elem_bits(self) -> int: return self.bits or self.itemsize * 8
 
 
-def _d(name, itemsize, kind, npname, storage_only=False, bits=0): return DType(name, itemsize, kind, npname, storage_only, bits)
+def _d(name, itemsize, kind, npname, storage_only=False, bits=0):
+  return DType(name, itemsize, kind, npname, storage_only, bits)
 
 
 class dtypes:

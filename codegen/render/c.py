@@ -3,7 +3,8 @@ from __future__ import annotations
 from ir import Ops, UOp, DType, dtypes
 from codegen.render.cstyle import CStyleRenderer
 
-_F = (dtypes.float16, dtypes.float32)
+_MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
+         (Ops.POW, "pow"))
 HALF_HELPERS = r"""static float tg_h2f(unsigned short h) {
   unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
   float f;
@@ -43,10 +44,8 @@ class CRenderer(CStyleRenderer):
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
            dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int"}
   storage_types = {dtypes.bool: "unsigned char", dtypes.float16: "unsigned short"}
-  math_fns = {**{(op, d): f + "f" for d in _F for op, f in ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"),
-                                                            (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"), (Ops.POW, "pow"))},
-              **{(op, dtypes.float64): f for op, f in ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"),
-                                                       (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"), (Ops.POW, "pow"))}}
+  math_fns = {(op, d): name + ("f" if d != dtypes.float64 else "")
+              for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
 
   def prefix(self, program: list[UOp]) -> list[str]:
     out = ["#include <math.h>", "#include <string.h>"]

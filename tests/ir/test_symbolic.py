@@ -67,10 +67,22 @@ nonzero = st.integers(-9, 9).filter(lambda v: v != 0)
 
 
 @st.composite
+def linear_expr(draw, ranges: list[UOp]) -> UOp:
+  """k0*r0 + k1*r1 + ... + c with small (possibly negative) coefficients."""
+  out = idx(draw(st.integers(-20, 20)))
+  for r in draw(st.lists(st.sampled_from(ranges), min_size=1, max_size=3)):
+    out = r * draw(small) + out
+  return out
+
+
+@st.composite
 def int_expr(draw, ranges: list[UOp], depth: int) -> UOp:
   """An index expression over `ranges` and constants."""
   if depth == 0 or draw(st.integers(0, 4)) == 0:
-    return draw(st.sampled_from(ranges)) if draw(st.booleans()) else idx(draw(small))
+    leaf = draw(st.integers(0, 2))
+    if leaf == 0: return idx(draw(small))
+    if leaf == 1: return draw(st.sampled_from(ranges))
+    return draw(linear_expr(ranges))
   kind = draw(st.sampled_from(["add", "add", "mul_c", "mul", "div", "mod", "max", "where", "sub"]))
   a = draw(int_expr(ranges, depth - 1))
   if kind == "mul_c": return a * draw(small)
@@ -135,6 +147,28 @@ def test_linear_divmod_identities(sizes, k, c, d):
     assert evaluate(q, env)[q] == c_div(v, d)
     assert evaluate(m, env)[m] == c_mod(v, d)
     assert evaluate(back, env)[back] == v
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_div_mod_cmp_chains_on_linear_forms(data):
+  """A linear form under a chain of //, %, *, + by constants, optionally compared with a constant at the end."""
+  sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
+  ranges = [rng_range(i, n) for i, n in enumerate(sizes)]
+  root = data.draw(linear_expr(ranges))
+  for op in data.draw(st.lists(st.sampled_from(["div", "mod", "mul", "add"]), min_size=1, max_size=3)):
+    if op == "div": root = root // data.draw(nonzero)
+    elif op == "mod": root = root % data.draw(nonzero)
+    elif op == "mul": root = root * data.draw(small)
+    else: root = root + data.draw(small)
+  if data.draw(st.booleans()): root = root.lt(data.draw(st.integers(-30, 30)))
+  try:
+    originals = [evaluate(root, env)[root] for env in assignments(sizes)]
+  except Overflow:
+    assume(False)
+  out = simplify(root)
+  for env, want in zip(assignments(sizes), originals):
+    assert evaluate(out, env)[out] == want, f"{root} -> {out} at {env}"
 
 
 # ---- the named identities ----
