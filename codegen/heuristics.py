@@ -44,7 +44,17 @@ def hand_coded_opts(k: Kernel, target: str) -> list[Opt]:
         if Kernel.size(globals_[ax]) % amt == 0:
           k = _try(k, Opt("UPCAST", ax, amt))
           break
-  if target != "c":
+  if target != "c" and has_reduce:
+    # few outputs and a long reduction: split the reduction across a work-group
+    out_items = 1
+    for r in k.axes(("global",)): out_items *= Kernel.size(r)
+    reduces = k.axes(("reduce",))
+    if out_items < 64 and reduces and Kernel.size(reduces[-1]) >= 256:
+      for amt in (64, 32, 16):
+        if Kernel.size(reduces[-1]) % amt == 0:
+          k = _try(k, Opt("GROUP", len(reduces) - 1, amt))
+          break
+  if target != "c" and not any(o.op == "GROUP" for o in k.opts):
     globals_ = k.axes(("global",))
     if globals_:
       last = len(globals_) - 1

@@ -19,7 +19,9 @@ INDEX = dtypes.index
 @dataclass(frozen=True)
 class KernelProgram:
   name: str
-  src: str
+  src: str                              # a complete translation unit: prefix + function
+  function: str                         # the kernel function alone
+  prefix: tuple[str, ...]               # includes and helpers the function needs
   global_size: tuple[int, int, int]     # total work-items per dimension (C: informative)
   local_size: tuple[int, int, int]
   nbufs: int
@@ -31,7 +33,7 @@ def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
   """Give grid ranges their launch dimension (last global range -> dim 0) and fold extra dims into the first."""
   rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
   globs = [r for r in rs if r.arg[1] == "global"]
-  locs = {r.arg[0]: r for r in rs if r.arg[1] == "local"}
+  locs = {r.arg[0]: r for r in rs if r.arg[1] in ("local", "group")}
   if len(globs) > max_dims:
     fold, keep = globs[:len(globs) - max_dims + 1], globs[len(globs) - max_dims + 1:]
     if any(r.arg[0] in _local_parents(k_ast).values() for r in fold):
@@ -58,15 +60,24 @@ def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
     else:   # the whole axis went local: it gets a launch dimension of its own
       dim, next_dim = next_dim, next_dim + 1
       if dim >= max_dims: raise ValueError("kernel needs more launch dimensions than the target has")
-    sub[locs[lid]] = locs[lid].replace(arg=(lid, "local", dim))
+    sub[locs[lid]] = locs[lid].replace(arg=(lid, locs[lid].arg[1], dim))
     lsize[dim] = locs[lid].src[0].arg
   k_ast = substitute(k_ast, sub)
   return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
 
 
+def _gate_group_stores(ast: UOp) -> UOp:
+  """With a reduction split across a work-group, only the first work-item of the group stores the result."""
+  groups = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "group"}, key=lambda r: r.arg[0])
+  if not groups: return ast
+  gate = groups[0].eq(0)
+  for g in groups[1:]: gate = gate.logical_and(g.eq(0))
+  return ast.replace(src=tuple(st.replace(src=st.src[:3] + (gate,)) for st in ast.src))
+
+
 def _local_parents(ast: UOp) -> dict[int, int]:
-  """local range id -> id of the global range it was split from (recorded by the LOCAL opt)."""
-  return {n.arg[0]: n.arg[2] for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "local"}
+  """local/group range id -> id of the range it was split from (recorded by the LOCAL and GROUP opts)."""
+  return {n.arg[0]: n.arg[2] for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] in ("local", "group")}
 
 
 def count_ops(program: list[UOp]) -> int:
@@ -89,13 +100,15 @@ def lower(ast: UOp, target: str, opts: list[Opt] | None = None, name: str | None
   k = k.apply_all(opts)
   expanded = expand(k.ast)
   if renderer.loops_for_grid: gsz, lsz = _c_sizes(expanded); grid_ast = expanded
-  else: grid_ast, gsz, lsz = _grid(expanded, renderer.max_grid_dims)
-  program = linearize(grid_ast)
+  else: grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), renderer.max_grid_dims)
+  program = linearize(grid_ast, ("global", "local") if renderer.loops_for_grid else ("global", "local", "group"))
   name = name or _default_name(ast, gsz)
-  src = renderer.render(name, program, lsz)
+  function = renderer.render(name, program, lsz)
+  prefix = tuple(renderer.prefix(program))
+  src = "\n".join(prefix + (function,))
   nbufs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   ops = count_ops(program) * math.prod(gsz)
-  return KernelProgram(name, src, gsz, lsz, nbufs, tuple(opts), ops)
+  return KernelProgram(name, src, function, prefix, gsz, lsz, nbufs, tuple(opts), ops)
 
 
 def _c_sizes(ast: UOp):

@@ -57,6 +57,8 @@ class Kernel:
   def apply(self, opt: Opt) -> Kernel:
     """A new Kernel with `opt` applied; raises OptError if it does not fit."""
     if opt.op not in _OPT_KINDS: raise OptError(f"unknown opt {opt.op}")
+    if {opt.op, *(o.op for o in self.opts)} >= {"LOCAL", "GROUP"}:
+      raise OptError(f"{opt}: LOCAL and GROUP cannot share a work-group")
     kinds, inner_kind = _OPT_KINDS[opt.op]
     axes = self.axes(kinds)
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: no axis {opt.axis}")

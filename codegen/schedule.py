@@ -2,9 +2,12 @@
 movement ops become index arithmetic; a kernel break happens only where needed (a reduce that is broadcast,
 shared, or nested in another reduce). Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field
 from ir import Ops, GroupOp, UOp, dtypes
 from ir.symbolic import simplify
+from ir.lowp import per_word
+from codegen.storage import lower_storage_types, pack_store
 
 INDEX = dtypes.index
 
@@ -158,6 +161,20 @@ def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
   return tuple(out)
 
 
+def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
+  """A sub-byte output is written a whole byte per work-item: each byte gathers its elements."""
+  k, numel = per_word(n.dtype), math.prod(n.shape)
+  nbytes = -(-numel // k)
+  byte = kb.new_range(nbytes, "global") if nbytes > 1 else UOp.const(INDEX, 0)
+  vals = []
+  for i in range(k):
+    e = byte * k + i
+    valid = e.lt(numel) if numel % k else None
+    v = kb.value(n, _unflatten(e, n.shape), valid, top=True)
+    vals.append(valid.where(v, UOp.const(n.dtype, 0)) if valid is not None else v)
+  return pack_store(out_arg, byte, vals)
+
+
 def schedule(roots: list[UOp], new_buffer) -> tuple[list[ScheduleItem], list[UOp]]:
   """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes.
   Returns the kernels in execution order and, per root, the BUFFER holding its value."""
@@ -173,13 +190,14 @@ def schedule(roots: list[UOp], new_buffer) -> tuple[list[ScheduleItem], list[UOp
     kb = _KernelBuilder(realized)
     out_arg = kb.buffer_arg(out_buf, mutable=True)
     shape = n.shape
-    idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
     if any(s == 0 for s in shape):
       realized[n] = out_buf
       continue
-    val = kb.value(n, idx, None, top=True)
-    store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), val))
-    ast = simplify(UOp(Ops.SINK, dtypes.bool, (store,)))
+    if n.dtype.storage_only and per_word(n.dtype) > 1: store = _packed_store(kb, n, out_arg)
+    else:
+      idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
+      store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), kb.value(n, idx, None, top=True)))
+    ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
     items.append(ScheduleItem(ast, tuple(kb.bufs)))
     realized[n] = out_buf
   outs = []

@@ -2,7 +2,7 @@
 generator, which makes it the independent reference for Tensor-API models (and the "numpy" device)."""
 from __future__ import annotations
 import numpy as np
-from ir import Ops, GroupOp, UOp
+from ir import Ops, GroupOp, UOp, lowp
 from ir.exec import exec_alu, exec_cast
 
 
@@ -16,7 +16,9 @@ def evaluate(roots: list[UOp], buffer_data) -> list[np.ndarray]:
 
 
 def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
+  if n.op is Ops.BUFFER and n.dtype.storage_only: return lowp.unpack(buffer_data(n), n.dtype, n.shape)
   if n.op is Ops.BUFFER: return np.asarray(buffer_data(n)).reshape(n.shape)
+  if n.op is Ops.CONST and n.dtype.storage_only: return lowp.encode_array(np.array([n.arg]), n.dtype)[0]
   if n.op is Ops.CONST: return np.array(n.arg, dtype=n.dtype.numpy)
   x = src[0] if src else None
   if n.op is Ops.RESHAPE: return x.reshape(n.arg)
@@ -26,7 +28,11 @@ def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
   if n.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in n.arg)]
   if n.op is Ops.FLIP: return np.flip(x, n.arg) if n.arg else x
   if n.op is Ops.CONTIGUOUS: return x
-  if n.op is Ops.CAST: return exec_cast(x, n.dtype)
+  if n.op is Ops.CAST:
+    # storage-only values are carried as uint32 bit patterns: decode/encode them with ir.lowp
+    if n.src[0].dtype.storage_only: x = lowp.decode_array(x, n.src[0].dtype)
+    if n.dtype.storage_only: return lowp.encode_array(x, n.dtype, n.arg is not False)
+    return exec_cast(x, n.dtype)
   if n.op is Ops.BITCAST: return np.ascontiguousarray(x).view(n.dtype.numpy)
   if n.op is Ops.REDUCE_AXIS:
     op, axes = n.arg
@@ -34,6 +40,7 @@ def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
     if x.size == 0 and op is Ops.MAX: return np.full(n.shape, _min_value(n.dtype.numpy), n.dtype.numpy)
     with np.errstate(all="ignore"):
       return fn.reduce(x, axis=tuple(axes), keepdims=True).astype(n.dtype.numpy, copy=False)
+  if n.op is Ops.WHERE and n.dtype.storage_only: return np.where(src[0], src[1], src[2]).astype(np.uint32)
   if n.op in GroupOp.ALU: return exec_alu(n.op, n.dtype, *src)
   raise NotImplementedError(f"interpreter: {n.op}")
 

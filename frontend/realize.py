@@ -3,7 +3,7 @@ lower them for the device's language and run them on its runtime. Also the hook 
 from __future__ import annotations
 import time
 import numpy as np
-from ir import Ops, UOp, DType
+from ir import Ops, UOp, DType, dtypes, lowp
 from ir.config import config
 from frontend import buffers
 from frontend.interpreter import evaluate
@@ -18,10 +18,19 @@ def _runtime(device: str):
   return get_runtime(device)
 
 
-def device_supports_fp64(device: str) -> bool:
-  if device != "opencl": return True
-  try: return bool(_runtime(device).device_info().get("fp64", True))
-  except Exception: return False
+def unsupported_dtypes(device: str) -> set[DType]:
+  """Compute dtypes a device cannot run (OpenCL devices without cl_khr_fp64 have no float64)."""
+  if device != "opencl": return set()
+  return set() if _runtime(device).device_info().get("has_fp64", True) else {dtypes.float64}
+
+
+def check_dtypes(roots: list[UOp], device: str) -> None:
+  missing = unsupported_dtypes(device)
+  if not missing: return
+  for r in roots:
+    for n in r.toposort():
+      if n.dtype in missing:
+        raise TypeError(f"dtype {n.dtype.name} is not supported on device {device} (used by {n.op.name})")
 
 
 def from_numpy(arr: np.ndarray, device: str, dtype: DType) -> UOp:
@@ -33,19 +42,36 @@ def from_numpy(arr: np.ndarray, device: str, dtype: DType) -> UOp:
   return buffers.new_buffer(device, arr.shape, dtype, buf)
 
 
+def from_storage(packed: np.ndarray, shape, device: str, dtype: DType) -> UOp:
+  """A BUFFER of a storage-only dtype from its packed storage words."""
+  if device == "numpy": return buffers.new_buffer(device, shape, dtype, packed)
+  rt = _runtime(device)
+  buf = rt.alloc(max(packed.nbytes, 1))
+  if packed.nbytes: rt.copyin(buf, packed.view(np.uint8))
+  return buffers.new_buffer(device, shape, dtype, buf)
+
+
+def raw_storage(u: UOp) -> np.ndarray:
+  """The storage words of a BUFFER (packed for sub-byte types), as its storage numpy type."""
+  dev, shape, dt = buffers.device_of(u), u.arg[1], u.dtype
+  n = lowp.storage_nbytes(dt, int(np.prod(shape))) if dt.storage_only else int(np.prod(shape)) * dt.itemsize
+  if dev == "numpy": return np.ascontiguousarray(buffers.storage(u)).reshape(-1).view(np.uint8)[:n].view(dt.np).copy()
+  return np.frombuffer(_runtime(dev).copyout(buffers.storage(u))[:n].tobytes(), dtype=dt.np).copy()
+
+
 def to_numpy(u: UOp) -> np.ndarray:
-  dev = buffers.device_of(u)
+  """The values of a BUFFER; storage-only types come back decoded (float32 or int32)."""
   shape, dt = u.arg[1], u.dtype
-  if dev == "numpy": return np.array(buffers.storage(u), copy=True).reshape(shape)
-  n = int(np.prod(shape)) * dt.itemsize
-  raw = _runtime(dev).copyout(buffers.storage(u))[:n]
-  return np.frombuffer(raw.tobytes(), dtype=dt.numpy).reshape(shape).copy()
+  raw = raw_storage(u)
+  if dt.storage_only: return lowp.decode_array(lowp.unpack(raw, dt, shape), dt)
+  return raw.reshape(shape)
 
 
 def _alloc(device: str):
   def new_buffer(shape, dtype: DType) -> UOp:
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    store = np.empty(shape, dtype.numpy) if device == "numpy" else _runtime(device).alloc(max(nbytes, 1))
+    if dtype.storage_only: nbytes = lowp.storage_nbytes(dtype, int(np.prod(shape)))
+    store = np.empty(nbytes, np.uint8) if device == "numpy" else _runtime(device).alloc(max(nbytes, 1))
     return buffers.new_buffer(device, shape, dtype, store)
   return new_buffer
 
@@ -82,9 +108,11 @@ def realize(roots: list[UOp], device: str) -> list[UOp]:
   stats["realizes"] += 1
   if device == "numpy":
     vals = evaluate(roots, buffers.storage)
-    return [r if r.op is Ops.BUFFER else buffers.new_buffer("numpy", v.shape, r.dtype, np.ascontiguousarray(v))
-            for r, v in zip(roots, vals)]
+    return [r if r.op is Ops.BUFFER else
+            buffers.new_buffer("numpy", v.shape, r.dtype, lowp.pack(v, r.dtype) if r.dtype.storage_only else
+                               np.ascontiguousarray(v)) for r, v in zip(roots, vals)]
   from codegen.schedule import schedule
+  check_dtypes(roots, device)
   st = time.perf_counter()
   items, outs = schedule(roots, _alloc(device))
   for hook in capture_hooks: hook(items, roots, outs)

@@ -6,6 +6,7 @@ from typing import Sequence
 import numpy as np
 from ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from ir.config import config
+from ir import lowp
 from frontend import buffers, realize as _realize
 
 _DEVICES = ("numpy", "c", "opencl", "webgpu", "cuda", "metal")
@@ -23,12 +24,6 @@ def _prod(xs) -> int:
   out = 1
   for x in xs: out *= x
   return out
-
-
-def _check_dtype_on_device(dtype: DType, device: str):
-  if device == "opencl" and dtype in (dtypes.float64,) and not _realize.device_supports_fp64(device):
-    raise TypeError(f"dtype {dtype.name} is not supported on device {device}")
-  if dtype.storage_only: raise TypeError(f"dtype {dtype.name} is storage-only; use .cast() to convert it")
 
 
 class Tensor:
@@ -49,11 +44,14 @@ class Tensor:
       arr = np.array(data, dtype=dt.numpy)
     else:
       arr = np.asarray(data)
-      if dtype is not None: arr = arr.astype(dtype.numpy)
+      if dtype is not None and not dtype.storage_only: arr = arr.astype(dtype.numpy)
       elif not isinstance(data, np.ndarray) and not isinstance(data, np.generic):
         if arr.dtype == np.float64: arr = arr.astype(np.float32)
         elif arr.dtype == np.int64: arr = arr.astype(np.int32)
     dt = dtype or dtypes.from_numpy(arr.dtype)
+    if dt.storage_only:
+      self.uop = _realize.from_storage(lowp.pack(lowp.encode_array(arr, dt), dt), arr.shape, self.device, dt)
+      return
     self.uop = _realize.from_numpy(np.ascontiguousarray(arr), self.device, dt)
 
   # ---------------------------------------------------------------- basics
@@ -165,6 +163,8 @@ class Tensor:
     return Tensor.full(self.shape, v, dtype or self.dtype, self.device)
 
   def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+    if self.dtype.storage_only or any(o.dtype.storage_only for o in others):
+      return self._compute()._alu(op, *(o._compute() for o in others))
     out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else self.dtype
     return self._new(UOp(op, out_dtype, (self.uop,) + tuple(o.uop for o in others)))
 
@@ -246,7 +246,7 @@ class Tensor:
 
   def where(self, x, y) -> Tensor:
     """self ? x : y (self is cast to bool)."""
-    cond = self if self.dtype.is_bool else self.ne(0)
+    cond = self if self.dtype.is_bool else self._compute().ne(0)
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
       dt = dtypes.float32 if isinstance(x, float) or isinstance(y, float) else dtypes.from_py(x)
       x = Tensor(UOp.const(dt, x), self.device)
@@ -256,10 +256,18 @@ class Tensor:
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._new(UOp(Ops.WHERE, x.dtype, (cond.uop, x.uop, y.uop)))
 
-  def cast(self, dtype: DType) -> Tensor:
+  def cast(self, dtype: DType, saturate: bool = True) -> Tensor:
+    """Convert to `dtype`. Storage-only types (bfloat16, float8, int4, ...) round as ONNX's Cast does;
+    `saturate` only matters for float8 targets."""
     if dtype == self.dtype: return self
-    if dtype.storage_only: raise TypeError(f"cast to storage-only {dtype.name}: use frontend.lowp")
-    return self._new(UOp(Ops.CAST, dtype, (self.uop,)))
+    x = self
+    if dtype.storage_only and not x.dtype.storage_only:
+      x = x.cast(dtypes.float32 if (dtype.is_float or x.dtype.is_float) else dtypes.int32)
+    return x._new(UOp(Ops.CAST, dtype, (x.uop,), None if saturate else False))
+
+  def _compute(self) -> Tensor:
+    """Storage-only tensors are computed on in float32/int32."""
+    return self.cast(self.dtype.compute) if self.dtype.storage_only else self
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
@@ -392,6 +400,7 @@ class Tensor:
     return tuple(sorted(set(out))) if self.ndim else ()
 
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
+    if self.dtype.storage_only: return self._compute()._reduce(op, axis, keepdim)
     axes = self._axes(axis)
     kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: out = self

@@ -201,3 +201,48 @@ def eval_elementwise(root: UOp, env: dict[UOp, np.ndarray]) -> np.ndarray:
     elif u.op in GroupOp.ALU: vals[u] = exec_alu(u.op, u.dtype, *srcs)
     else: raise ValueError(f"eval_elementwise: {u.op} is not elementwise and has no value in env")
   return vals[root]
+
+
+# ---------------------------------------------------------------- host-side storage layout
+
+def per_word(dtype: DType) -> int:
+  """Elements per storage word: 1 for 8/16-bit types, 2 (4-bit) or 4 (2-bit) per byte for packed types."""
+  return 8 // dtype.elem_bits if dtype.elem_bits < 8 else 1
+
+
+def storage_nbytes(dtype: DType, numel: int) -> int:
+  k = per_word(dtype)
+  return -(-numel // k) * dtype.itemsize
+
+
+def pack(bits: np.ndarray, dtype: DType) -> np.ndarray:
+  """Element bit patterns (any int array) -> the flat storage array (sub-byte types packed low nibble first)."""
+  flat = np.asarray(bits).reshape(-1).astype(np.uint32) & ((1 << dtype.elem_bits) - 1)
+  k = per_word(dtype)
+  if k == 1: return flat.astype(dtype.np)
+  flat = np.concatenate([flat, np.zeros((-len(flat)) % k, np.uint32)]).reshape(-1, k)
+  out = np.zeros(len(flat), np.uint32)
+  for i in range(k): out |= flat[:, i] << (i * dtype.elem_bits)
+  return out.astype(np.uint8)
+
+
+def unpack(storage: np.ndarray, dtype: DType, shape) -> np.ndarray:
+  """The flat storage array -> uint32 element bit patterns of `shape`."""
+  n = int(np.prod(shape))
+  raw = np.asarray(storage).reshape(-1).view(dtype.np).astype(np.uint32)
+  k = per_word(dtype)
+  if k > 1:
+    raw = np.stack([(raw >> (i * dtype.elem_bits)) & ((1 << dtype.elem_bits) - 1) for i in range(k)], 1).reshape(-1)
+  return raw[:n].reshape(shape)
+
+
+def encode_array(values: np.ndarray, dtype: DType, saturate: bool = True) -> np.ndarray:
+  """numpy values (floats, or ints for integer types) -> uint32 bit patterns, as `encode` computes them."""
+  src = dtypes.float32 if dtype.is_float or np.asarray(values).dtype.kind == 'f' else dtypes.int32
+  leaf = UOp(Ops.DEFINE_GLOBAL, src, (), ("host", 0))
+  return eval_elementwise(encode(leaf, dtype, saturate), {leaf: np.asarray(values).astype(src.numpy)})
+
+
+def decode_array(bits: np.ndarray, dtype: DType) -> np.ndarray:
+  leaf = UOp(Ops.DEFINE_GLOBAL, dtypes.uint32, (), ("host", 1))
+  return eval_elementwise(decode(leaf, dtype), {leaf: np.asarray(bits).astype(np.uint32)})

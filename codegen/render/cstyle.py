@@ -18,6 +18,8 @@ class CStyleRenderer:
   global_qualifier = ""
   const_qualifier = "const "
   restrict = "restrict "
+  local_qualifier = ""
+  barrier = ""
   loops_for_grid = True          # C: grid ranges are plain loops; GPU languages index by work-item ids
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   types: dict[DType, str] = {}
@@ -28,7 +30,9 @@ class CStyleRenderer:
 
   # ---- spelling hooks ----
   def type_name(self, d: DType) -> str: return self.types[d]
-  def storage_type(self, d: DType) -> str: return self.storage_types.get(d, self.type_name(d))
+  def storage_type(self, d: DType) -> str:
+    if d.storage_only: return self.type_name(dtypes.from_numpy(d.np))
+    return self.storage_types.get(d, self.type_name(d))
   def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg = (id, kind, dim)
   def prefix(self, program: list[UOp]) -> list[str]: return []
   def fn(self, op: Ops, d: DType) -> str: return self.math_fns[(op, d)]
@@ -85,6 +89,7 @@ class CStyleRenderer:
 
   # ---- the walk ----
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+    """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it."""
     names: dict[UOp, str] = {}
     uses: dict[UOp, int] = {}
     for u in program:
@@ -107,11 +112,18 @@ class CStyleRenderer:
       pad = "  " * depth
       if u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype); continue
       if u.op is Ops.DEFINE_GLOBAL: continue
+      if u.op is Ops.DEFINE_LOCAL:
+        names[u] = u.arg[0]
+        lines.append(f"{pad}{self.local_qualifier}{self.storage_type(u.dtype)} {u.arg[0]}[{u.arg[1]}];")
+        continue
+      if u.op is Ops.BARRIER:
+        lines.append(f"{pad}{self.barrier}")
+        continue
       if u.op is Ops.RANGE:
         kind = u.arg[1]
-        nm = {"global": "gidx", "local": "lidx"}.get(kind, "ridx") + str(u.arg[0])
+        nm = {"global": "gidx", "local": "lidx", "group": "lidx"}.get(kind, "ridx") + str(u.arg[0])
         names[u] = nm
-        if kind in ("global", "local") and not self.loops_for_grid:
+        if kind in ("global", "local", "group") and not self.loops_for_grid:
           lines.append(f"{pad}int {nm} = {self.grid_index(u)}; /* {r(u.src[0])} */")
         else:
           lines.append(f"{pad}for (int {nm} = 0; {nm} < {r(u.src[0])}; {nm}++) {{")
@@ -152,6 +164,5 @@ class CStyleRenderer:
     while depth > 1:
       depth -= 1
       lines.append("  " * depth + "}")
-    head = self.prefix(program)
     sig = self.kernel_signature(name, args, local_size)
-    return "\n".join(head + [sig + " {"] + lines + ["}", ""])
+    return "\n".join([sig + " {"] + lines + ["}", ""])

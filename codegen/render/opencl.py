@@ -13,6 +13,8 @@ class OpenCLRenderer(CStyleRenderer):
   kernel_prefix = "__kernel "
   global_qualifier = "__global "
   loops_for_grid = False
+  local_qualifier = "__local "
+  barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
   types = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "long",
            dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.uint64: "ulong",
            dtypes.float16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int"}
@@ -23,7 +25,7 @@ class OpenCLRenderer(CStyleRenderer):
   def inf(self, d): return "INFINITY" if d != dtypes.float64 else "((double)INFINITY)"
 
   def grid_index(self, r: UOp) -> str:
-    return f"get_{'group' if r.arg[1] == 'global' else 'local'}_id({r.arg[2]})"
+    return f"get_{'group' if r.arg[1] == 'global' else 'local'}_id({r.arg[2]})"   # local and group: work-items
 
   def prefix(self, program):
     if any(u.dtype == dtypes.float64 for u in program): return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"]

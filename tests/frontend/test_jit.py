@@ -63,3 +63,12 @@ def test_trace_is_target_independent_and_folds_weights():
   assert len(cap.weights) == 1 and len(cap.items) == 1
   from codegen.lower import lower
   for target in ("c", "opencl"): assert "void" in lower(cap.items[0].ast, target).src
+
+
+def test_dtype_a_device_lacks_is_a_clear_error(monkeypatch):
+  pytest.importorskip("pyopencl")
+  from frontend import realize
+  x = rnd(4, device="opencl")
+  monkeypatch.setattr(realize, "unsupported_dtypes", lambda device: {__import__("ir").dtypes.float64})
+  with pytest.raises(TypeError, match="dtype float64 is not supported on device opencl"):
+    x.cast(__import__("ir").dtypes.float64).numpy()

@@ -79,6 +79,24 @@ def check(t: Tensor, expected, tol=None, dtype=None) -> None:
 
 
 # ---------------------------------------------------------------- unary elementwise
+def check_many(results) -> None:
+  """`check` for several (name, Tensor, expected, tol) results at once. The results of one dtype are flattened
+  and concatenated, which the scheduler fuses into one kernel (one compile instead of one per op); each piece is
+  then compared on its own and named in the failure message."""
+  groups: dict = {}
+  for name, t, expected, tol in results: groups.setdefault(t.dtype, []).append((name, t, np.asarray(expected), tol))
+  for group in groups.values():
+    flat = F.cat([t.reshape(-1) for _, t, _, _ in group]).numpy()
+    offset = 0
+    for name, t, expected, tol in group:
+      out = flat[offset:offset + t.numel()].reshape(t.shape)
+      offset += t.numel()
+      assert out.shape == expected.shape, f"{name}: shape {out.shape} != {expected.shape}"
+      assert out.dtype == expected.dtype, f"{name}: dtype {out.dtype} != {expected.dtype}"
+      if out.dtype.kind == "f": np.testing.assert_allclose(out, expected, err_msg=name, **(tol or ELEMENTWISE))
+      else: np.testing.assert_array_equal(out, expected, err_msg=name)
+
+
 def _np_erf(x): return np.vectorize(math.erf, otypes=[np.float64])(x).astype(np.float32)
 
 
@@ -127,12 +145,20 @@ UNARY = [
 ]
 
 
-@pytest.mark.parametrize("name,op,ref,kw,tol", UNARY, ids=[u[0] for u in UNARY])
-def test_unary(device, name, op, ref, kw, tol):
-  # a transposed (non-contiguous) view of a (33, 7) input
-  a = nonzero((33, 7), seed=len(name), **kw)
-  expected = ref(a.T.astype(np.float64)).astype(np.float32)
-  check(op(tensor(a, device).T), expected, tol)
+UNARY_GROUPS = {"rounding_sign": ["neg", "trunc", "floor", "ceil", "abs", "sign", "relu", "clip", "square"],
+                "exp_log": ["exp2", "log2", "exp", "log", "sqrt", "rsqrt", "reciprocal", "softplus"],
+                "trig": ["sin", "cos", "tan"],
+                "activations": ["sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "leaky_relu", "elu", "silu"]}
+assert sorted(sum(UNARY_GROUPS.values(), [])) == sorted(u[0] for u in UNARY)
+
+
+@pytest.mark.parametrize("group", UNARY_GROUPS)
+def test_unary(device, group):
+  results = []
+  for name, op, ref, kw, tol in (u for u in UNARY if u[0] in UNARY_GROUPS[group]):
+    a = nonzero((33, 7), seed=len(name), **kw)       # used through a transposed (non-contiguous) view
+    results.append((name, op(tensor(a, device).T), ref(a.T.astype(np.float64)).astype(np.float32), tol))
+  check_many(results)
 
 
 def test_round_half_to_even(device):
@@ -179,10 +205,13 @@ BINARY_FLOAT = [
 ]
 
 
-@pytest.mark.parametrize("name,op,ref,kw,tol", BINARY_FLOAT, ids=[b[0] for b in BINARY_FLOAT])
-def test_binary_float_broadcast(device, name, op, ref, kw, tol):
-  a, b = nonzero((7, 33), seed=4, **kw), nonzero((33,), seed=5, high=2.0)
-  check(op(tensor(a, device), tensor(b, device)), ref(a, b), tol)
+@pytest.mark.parametrize("half", [0, 1], ids=["arith", "division_pow"])
+def test_binary_float_broadcast(device, half):
+  results = []
+  for name, op, ref, kw, tol in BINARY_FLOAT[half * 5:half * 5 + 5]:
+    a, b = nonzero((7, 33), seed=4, **kw), nonzero((33,), seed=5, high=2.0)
+    results.append((name, op(tensor(a, device), tensor(b, device)), ref(a, b), tol))
+  check_many(results)
 
 
 BINARY_INT = [
@@ -198,10 +227,9 @@ BINARY_INT = [
 ]
 
 
-@pytest.mark.parametrize("name,op,ref", BINARY_INT, ids=[b[0] for b in BINARY_INT])
-def test_binary_int(device, name, op, ref):
+def test_binary_int(device):
   a, b = ints((5, 7), seed=6, low=-50, high=50), ints((7,), seed=7, low=-6, high=6)
-  check(op(tensor(a, device), tensor(b, device)), ref(a, b))
+  check_many([(name, op(tensor(a, device), tensor(b, device)), ref(a, b), None) for name, op, ref in BINARY_INT])
 
 
 def test_shifts_and_int_pow(device):
@@ -222,20 +250,16 @@ COMPARISONS = [("lt", lambda x, y: x < y, np.less), ("gt", lambda x, y: x > y, n
                ("eq", lambda x, y: x == y, np.equal), ("ne", lambda x, y: x != y, np.not_equal)]
 
 
-@pytest.mark.parametrize("name,op,ref", COMPARISONS, ids=[c[0] for c in COMPARISONS])
-def test_comparisons(device, name, op, ref):
+def test_comparisons_and_logic(device):
   a = nonzero((5, 7), seed=14)
   b = a[2].copy()
   b[::2] = nonzero((4,), seed=15)    # some equal, some different
-  check(op(tensor(a, device), tensor(b, device)), ref(a, b))
-
-
-def test_logical_ops(device):
-  a, b = nonzero((7, 5), seed=16) > 0, nonzero((5,), seed=17) > 0
-  ta, tb = tensor(a, device), tensor(b, device)
-  check(ta.logical_and(tb), a & b)
-  check(ta.logical_or(tb), a | b)
-  check(ta.logical_xor(tb), a ^ b)
+  results = [(name, op(tensor(a, device), tensor(b, device)), ref(a, b), None) for name, op, ref in COMPARISONS]
+  p, q = nonzero((7, 5), seed=16) > 0, nonzero((5,), seed=17) > 0
+  tp, tq = tensor(p, device), tensor(q, device)
+  results += [("logical_and", tp.logical_and(tq), p & q, None), ("logical_or", tp.logical_or(tq), p | q, None),
+              ("logical_xor", tp.logical_xor(tq), p ^ q, None)]
+  check_many(results)
 
 
 def test_scalar_operands_and_reverse_ops(device):
@@ -419,25 +443,37 @@ MOVEMENT = [
   ("flip", lambda t: t.flip((0, 2)), lambda a: a[::-1, :, ::-1]),
   ("transpose_flatten", lambda t: t.transpose(0, 2).flatten(1), lambda a: a.swapaxes(0, 2).reshape(7, -1)),
   ("squeeze_unsqueeze_T", lambda t: t[:, 1:2].unsqueeze(-1).squeeze(1).T.squeeze(),
-   lambda a: a[:, 1, :, None].T.squeeze()),
+   lambda a: np.swapaxes(a[:, 1, :, None], -1, -2).squeeze()),
   ("repeat", lambda t: t.repeat(2, 1, 1, 2), lambda a: np.tile(a, (2, 1, 1, 2))),
   ("movement_chain", lambda t: t.permute(1, 0, 2).flip(1)[1:, ::-2].pad(((0, 1), None, None)).reshape(4, -1),
    lambda a: np.pad(a.transpose(1, 0, 2)[:, ::-1][1:, ::-2], ((0, 1), (0, 0), (0, 0))).reshape(4, -1)),
 ]
 
 
-@pytest.mark.parametrize("name,op,ref", MOVEMENT, ids=[m[0] for m in MOVEMENT])
-def test_movement(device, name, op, ref):
+def test_movement(device):
   a = nonzero((3, 4, 7), seed=39)
-  check(op(tensor(a, device)), ref(a))
+  check_many([(name, op(tensor(a, device)), ref(a), None) for name, op, ref in MOVEMENT])
 
 
-@pytest.mark.parametrize("mode,np_mode", [("reflect", "reflect"), ("symmetric", "symmetric"), ("edge", "edge"),
-                                          ("replicate", "edge"), ("wrap", "wrap"), ("circular", "wrap")])
-def test_pad_modes(device, mode, np_mode):
+def test_movement_alone(device):
+  # the fused test above sees each view through cat's padding; check two on their own, as a kernel's output
+  a = nonzero((3, 4, 7), seed=39)
+  check(tensor(a, device).permute(1, 0, 2).flip(1)[1:, ::-2], a.transpose(1, 0, 2)[:, ::-1][1:, ::-2])
+  check(tensor(a, device)[:, :1].expand(3, 4, 7).pad(((1, 0), None, (2, -1))),
+        np.pad(np.broadcast_to(a[:, :1], (3, 4, 7))[..., :-1], ((1, 0), (0, 0), (2, 0))))
+
+
+PAD_MODES = [("reflect", "reflect"), ("symmetric", "symmetric"), ("edge", "edge"), ("replicate", "edge"),
+             ("wrap", "wrap"), ("circular", "wrap")]
+
+
+def test_pad_modes(device):
   a = nonzero((3, 5), seed=40)
-  pads = ((2, 1), (1, 4)) if mode not in ("wrap", "circular") else ((4, 7), (1, 0))   # wrap: pads > size too
-  check(tensor(a, device).pad(pads, mode=mode), np.pad(a, pads, mode=np_mode))
+  results = []
+  for mode, np_mode in PAD_MODES:
+    pads = ((2, 1), (1, 4)) if np_mode != "wrap" else ((4, 7), (1, 0))   # wrap: pads larger than the size too
+    results.append((mode, tensor(a, device).pad(pads, mode=mode), np.pad(a, pads, mode=np_mode), None))
+  check_many(results)
 
 
 def test_pad_mode_errors(device):
@@ -459,12 +495,16 @@ GETITEM = [
 ]
 
 
-@pytest.mark.parametrize("name,idx", GETITEM, ids=[g[0] for g in GETITEM])
-def test_getitem(device, name, idx):
+@pytest.mark.parametrize("kind", ["basic", "advanced"])
+def test_getitem(device, kind):
   a = nonzero((5, 6, 7), seed=41)
-  tidx = tuple(tensor(i, device) if isinstance(i, np.ndarray) else i for i in idx)
-  np_idx = tuple(np.array(i) if isinstance(i, list) else i for i in idx)
-  check(tensor(a, device)[tidx if len(tidx) > 1 else tidx[0]], a[np_idx])
+  results = []
+  for name, idx in GETITEM:
+    if (kind == "advanced") != any(isinstance(i, (np.ndarray, list)) for i in idx): continue
+    tidx = tuple(tensor(i, device) if isinstance(i, np.ndarray) else i for i in idx)
+    np_idx = tuple(np.array(i) if isinstance(i, list) else i for i in idx)
+    results.append((name, tensor(a, device)[tidx if len(tidx) > 1 else tidx[0]], a[np_idx], None))
+  check_many(results)
 
 
 def test_getitem_0d_and_noncontiguous(device):

@@ -1,0 +1,291 @@
+"""Loading user models for the pipeline: a Tensor-API model given as `path/to/file.py:function`, or an ONNX file.
+
+A Tensor-API model function takes no arguments and returns `(fn, inputs)`: `fn` is called with the input Tensors
+(positionally) and returns a Tensor, a list/tuple of Tensors or a dict of Tensors; `inputs` is a list of example
+Tensors (named `input_0`, `input_1`, ...) or a dict name -> Tensor (named by its keys, passed in dict order).
+Outputs are named `output_0`, `output_1`, ... or by the keys when `fn` returns a dict. Tensors that `fn` uses but
+does not take as inputs are the weights; they are named by their state-dict path in `fn` (an object such as an
+`nn` model, or the closure variables and globals of a plain function), others `weight_N`.
+
+Everything the user's code raises is reported as a `UserError` naming the model."""
+from __future__ import annotations
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+import numpy as np
+from ir import DType, Ops, UOp, dtypes
+from frontend.tensor import Tensor
+from frontend.jit import Capture, JitError, TensorSpec, trace, _flatten_tensors
+from frontend.nn import get_state_dict
+from aot.errors import UserError, describe
+
+MODEL_FORMS = "path/to/file.py:function (Tensor API) or path/to/model.onnx"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+  """Where a model comes from: `text` as the user wrote it, the absolute `path`, the `function` (Tensor API)."""
+  text: str
+  path: str
+  kind: str                   # "tensor" | "onnx"
+  function: str | None = None
+
+  @property
+  def stem(self) -> str: return os.path.splitext(os.path.basename(self.path))[0]
+
+
+def parse_model_spec(text: str) -> ModelSpec:
+  """`file.py:function` or `model.onnx`; the file must exist."""
+  text = str(text).strip()
+  if text.lower().endswith(".onnx"):
+    path, kind, function = text, "onnx", None
+  else:
+    path, sep, function = text.rpartition(":")
+    if not sep or not path.endswith(".py"):
+      if os.path.isfile(os.path.join(text, "manifest.json")):
+        raise UserError(f"{text!r} is an artifact folder, not a model; expected {MODEL_FORMS}")
+      if text.endswith(".py"):
+        raise UserError(f"model {text!r} names no function; write {text}:function (a function that returns "
+                        f"(fn, inputs))")
+      raise UserError(f"model {text!r}: expected {MODEL_FORMS}")
+    kind = "tensor"
+    if not function.isidentifier():
+      raise UserError(f"model {text!r}: {function!r} is not a Python function name")
+  if not os.path.exists(path): raise UserError(f"model file not found: {path}")
+  if not os.path.isfile(path): raise UserError(f"model file {path} is not a file")
+  return ModelSpec(text, os.path.abspath(path), kind, function)
+
+
+def file_sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""): digest.update(chunk)
+  return digest.hexdigest()
+
+
+@dataclass
+class LoadedModel:
+  """A model ready to trace: `fn(*input tensors)`, the named example inputs, names for weight BUFFER nodes."""
+  spec: ModelSpec
+  fn: Callable
+  inputs: list[tuple[str, Tensor]]
+  weight_names: dict[UOp, str] = field(default_factory=dict)
+  output_names: list[str] | None = None       # fixed by the model (ONNX); None: derived from what fn returns
+  options: dict = field(default_factory=dict)  # input_shapes / consts (ONNX), recorded in the artifact
+
+  def call(self, tensors: list[Tensor]) -> list[tuple[str, Tensor]]:
+    """Run the model function on `tensors` (lazily) and name its outputs."""
+    try: ret = self.fn(*tensors)
+    except UserError: raise
+    except Exception as error:
+      raise UserError(f"{self.spec.text}: the model raised {describe(error)}") from error
+    outs = _flatten_tensors(ret)
+    return list(zip(self._names_for(ret, len(outs)), outs))
+
+  def _names_for(self, ret, count: int) -> list[str]:
+    if self.output_names is not None and len(self.output_names) == count: return list(self.output_names)
+    if isinstance(ret, dict) and ret and all(isinstance(v, Tensor) for v in ret.values()):
+      return [str(k) for k in ret]
+    return [f"output_{i}" for i in range(count)]
+
+  def source_info(self) -> dict:
+    """What `tgc validate` needs to rebuild the model: recorded in the artifact's manifest."""
+    info: dict[str, Any] = {"kind": self.spec.kind, "model": self.spec.text, "path": self.spec.path,
+                            "sha256": file_sha256(self.spec.path)}
+    if self.spec.function: info["function"] = self.spec.function
+    if self.options.get("input_shapes"):
+      info["input_shapes"] = {k: list(v) for k, v in sorted(self.options["input_shapes"].items())}
+    if self.options.get("const_files"): info["consts"] = dict(sorted(self.options["const_files"].items()))
+    return info
+
+
+def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: dict | None = None,
+               const_files: dict | None = None, name_weights: bool = True) -> LoadedModel:
+  """Build the model. `consts` maps ONNX input names to arrays baked in as constants (`const_files` their
+  paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them."""
+  if isinstance(spec, str): spec = parse_model_spec(spec)
+  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {})
+  if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
+  if consts: raise UserError(f"--const applies to .onnx models only, not to {spec.text}")
+  build = load_function(spec)
+  try: result = build()
+  except UserError: raise
+  except Exception as error:
+    raise UserError(f"{spec.text}: the model function raised {describe(error)}") from error
+  fn, inputs = _check_build_result(spec, result)
+  loaded = LoadedModel(spec, fn, inputs)
+  if name_weights: loaded.weight_names = _weight_names(fn)
+  return loaded
+
+
+def load_function(spec: ModelSpec) -> Callable:
+  """Import the model file as a fresh module (its folder first on sys.path while it loads) and get the function."""
+  digest = hashlib.sha256(spec.path.encode()).hexdigest()[:12]
+  module_name = f"tgc_model_{digest}"
+  module_spec = importlib.util.spec_from_file_location(module_name, spec.path)
+  if module_spec is None or module_spec.loader is None:
+    raise UserError(f"{spec.path}: cannot be imported as a Python module")
+  module = importlib.util.module_from_spec(module_spec)
+  sys.modules[module_name] = module
+  folder = os.path.dirname(spec.path)
+  sys.path.insert(0, folder)
+  try: module_spec.loader.exec_module(module)
+  except SyntaxError as error:
+    raise UserError(f"{spec.path}:{error.lineno}: syntax error: {error.msg}") from error
+  except Exception as error:
+    raise UserError(f"{spec.path}: loading the model file raised {describe(error)}") from error
+  finally:
+    if sys.path and sys.path[0] == folder: sys.path.pop(0)
+  fn = getattr(module, spec.function, None)
+  if fn is None or not callable(fn):
+    defined = sorted(k for k, v in vars(module).items()
+                     if inspect.isfunction(v) and v.__module__ == module_name and not k.startswith("_"))
+    what = "no function" if fn is None else "no callable"
+    raise UserError(f"{spec.text}: {what} {spec.function!r} in {spec.path}"
+                    + (f" (functions there: {', '.join(defined)})" if defined else ""))
+  return fn
+
+
+def _check_build_result(spec: ModelSpec, result) -> tuple[Callable, list[tuple[str, Tensor]]]:
+  shape = "must return (fn, inputs) with inputs a list of example Tensors or a dict name -> Tensor"
+  if not isinstance(result, (tuple, list)) or len(result) != 2:
+    raise UserError(f"{spec.text}: the model function {shape}; it returned {type(result).__name__}")
+  fn, inputs = result
+  if not callable(fn): raise UserError(f"{spec.text}: the model function {shape}; fn is a {type(fn).__name__}")
+  if isinstance(inputs, Tensor): inputs = [inputs]
+  if isinstance(inputs, dict):
+    named = list(inputs.items())
+    for key, _ in named:
+      if not isinstance(key, str) or not key:
+        raise UserError(f"{spec.text}: input names must be non-empty strings, got {key!r}")
+  elif isinstance(inputs, (list, tuple)): named = [(f"input_{i}", t) for i, t in enumerate(inputs)]
+  else: raise UserError(f"{spec.text}: the model function {shape}; inputs is a {type(inputs).__name__}")
+  for key, t in named:
+    if not isinstance(t, Tensor):
+      raise UserError(f"{spec.text}: input {key!r} is a {type(t).__name__}, not a Tensor")
+  return fn, named
+
+
+def _weight_sources(fn) -> dict[str, Any]:
+  """The objects whose Tensors are `fn`'s named weights: fn itself when it is an object (an nn model), the
+  instance of a bound method, or the closure variables and referenced globals of a plain function."""
+  if isinstance(fn, types.MethodType): return {"": fn.__self__}
+  if not isinstance(fn, types.FunctionType): return {"": fn}
+  out: dict[str, Any] = {}
+  for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+    try: out[var] = cell.cell_contents
+    except ValueError: pass   # an empty cell
+  for var in fn.__code__.co_names:
+    if var in fn.__globals__ and var not in out: out[var] = fn.__globals__[var]
+  return {k: v for k, v in out.items() if _may_hold_weights(v)}
+
+
+def _may_hold_weights(value) -> bool:
+  if isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+    return False
+  return isinstance(value, (Tensor, list, tuple, dict)) or hasattr(value, "__dict__")
+
+
+def _weight_names(fn) -> dict[UOp, str]:
+  """BUFFER node -> state-dict name, after realizing those tensors (so the capture binds these very buffers)."""
+  state: dict[str, Tensor] = {}
+  for prefix, obj in _weight_sources(fn).items():
+    try: found = get_state_dict(obj, f"{prefix}." if prefix else "")
+    except RecursionError: continue
+    for key, t in found.items(): state.setdefault(key, t)
+  Tensor.realize_all(*state.values())
+  names: dict[UOp, str] = {}
+  for key, t in state.items():
+    if t.uop.op is Ops.BUFFER and key: names.setdefault(t.uop, key)
+  return names
+
+
+def trace_model(loaded: LoadedModel) -> Capture:
+  """The target-independent capture of the model on its example inputs, inputs and outputs named."""
+  returned: list = []
+
+  def run(*tensors):
+    named = loaded.call(list(tensors))
+    returned.append([n for n, _ in named])
+    return [t for _, t in named]
+  input_names = [n for n, _ in loaded.inputs]
+  try: capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names)
+  except JitError as error:
+    if "didn't JIT anything" in str(error):
+      raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
+    raise UserError(f"{loaded.spec.text}: {error}") from error
+  names = returned[-1]
+  capture.outputs = [(TensorSpec(n, s.shape, s.dtype), b) for n, (s, b) in zip(names, capture.outputs)]
+  return capture
+
+
+def named_weights(capture: Capture, names: dict[UOp, str]) -> list[tuple[str, UOp, np.ndarray]]:
+  """The capture's weights in order with unique names: the state-dict name, else `weight_N`."""
+  taken = {names[b] for b in capture.weights if b in names}
+  out, counter = [], 0
+  for b, data in capture.weights.items():
+    name = names.get(b)
+    if name is None:
+      while f"weight_{counter}" in taken: counter += 1
+      name = f"weight_{counter}"
+      taken.add(name)
+    out.append((name, b, data))
+  return out
+
+
+# ---------------------------------------------------------------- ONNX
+def onnx_importer():
+  """frontend.onnx.importer, or a UserError when this build has none."""
+  if importlib.util.find_spec("frontend.onnx") is None or importlib.util.find_spec("frontend.onnx.importer") is None:
+    raise UserError("ONNX models are not supported by this build of tgc yet (no ONNX importer)")
+  from frontend.onnx import importer
+  return importer
+
+
+def _as_dtype(dtype) -> DType:
+  return dtype if isinstance(dtype, DType) else dtypes.from_numpy(np.dtype(dtype))
+
+
+def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict) -> LoadedModel:
+  importer = onnx_importer()
+  from frontend.onnx.registry import OnnxError
+  try: graph = importer.load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None)
+  except OnnxError as error: raise UserError(f"{spec.path}: {error}") from error
+  rng = np.random.default_rng(0)
+  inputs: list[tuple[str, Tensor]] = []
+  for name, shape, dtype in graph.inputs:
+    dims = tuple(shape)
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+      raise UserError(f"{spec.path}: input {name!r} has shape {list(dims)} with a dynamic dimension; "
+                      f"give it with --input-shape {name}=d0,d1,...")
+    dt = _as_dtype(dtype)
+    inputs.append((name, Tensor(example_array(dims, dt.numpy, rng), dtype=dt)))
+  names: dict[UOp, str] = {}
+  weights = getattr(graph, "weights", None) or {}
+  items = weights.items() if isinstance(weights, dict) else enumerate(weights)
+  tensors = [(str(k), t) for k, t in items if isinstance(t, Tensor)]
+  Tensor.realize_all(*[t for _, t in tensors])
+  for key, t in tensors:
+    if t.uop.op is Ops.BUFFER: names.setdefault(t.uop, key)
+  outputs = getattr(graph, "outputs", None)
+  output_names = [o if isinstance(o, str) else o[0] for o in outputs] if outputs else None
+  options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files)}
+
+  def run(*tensors):
+    try: return graph(*tensors)
+    except OnnxError as error: raise UserError(f"{spec.path}: {error}") from error
+  return LoadedModel(spec, run, inputs, names, output_names, options)
+
+
+def example_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+  """Seeded random data of `dtype`: normal floats, small non-negative integers, random booleans."""
+  dtype = np.dtype(dtype)
+  if dtype.kind == "f": return rng.standard_normal(shape).astype(dtype)
+  if dtype.kind in "iu": return rng.integers(0, 4, shape).astype(dtype)
+  if dtype.kind == "b": return rng.random(shape) < 0.5
+  raise UserError(f"no random data for dtype {dtype.name}")

@@ -1,0 +1,106 @@
+"""Independent references for `tgc validate`.
+
+Tensor-API models are rebuilt from their source and evaluated by the numpy interpreter on the un-scheduled graph
+(`frontend.interpreter.evaluate`, the "numpy" device): no scheduler, lowering or renderer is involved. ONNX models
+run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) for large models."""
+from __future__ import annotations
+import os
+import numpy as np
+from frontend.tensor import Tensor
+from frontend.interpreter import evaluate
+from frontend import realize as _realize
+from aot.errors import UserError, describe
+from aot import models
+
+ONNXRUNTIME_MIN_BYTES = 32 << 20   # ONNX files at least this big run on onnxruntime when it is installed
+ONNXRUNTIME_MIN_NODES = 2000
+
+
+def spec_from_source(source: dict | None, model: str | None) -> tuple[models.ModelSpec, dict]:
+  """The model to rebuild: `model` (the --model option) when given, else the artifact's recorded source.
+  Returns the spec and the recorded options (input shapes and const files for ONNX)."""
+  source = source or {}
+  if model:
+    options = source if _same_file(source.get("path"), model) else {}
+    return models.parse_model_spec(model), options
+  if not source.get("path"):
+    raise UserError("the artifact does not record its model; give it with --model path/to/file.py:function or "
+                    "--model model.onnx")
+  path = source["path"]
+  if not os.path.isfile(path):
+    raise UserError(f"the artifact's model file {path} is gone; give the model with --model")
+  text = f"{path}:{source['function']}" if source.get("kind") == "tensor" else path
+  spec = models.parse_model_spec(text)
+  recorded = source.get("sha256")
+  if recorded and recorded != models.file_sha256(path):
+    raise UserError(f"the model file {path} changed since the artifact was compiled (sha256 differs); compile "
+                    f"again, or pass --model to validate against it anyway")
+  return spec, source
+
+
+def _same_file(recorded: str | None, model: str) -> bool:
+  if not recorded: return False
+  path = model if model.lower().endswith(".onnx") else model.rpartition(":")[0]
+  return bool(path) and os.path.abspath(path) == recorded
+
+
+def reference_outputs(spec: models.ModelSpec, feeds: dict[str, np.ndarray], options: dict | None = None
+                      ) -> dict[str, np.ndarray]:
+  """The model's outputs (by original name) on `feeds` (by original input name)."""
+  options = options or {}
+  if spec.kind == "onnx": return onnx_reference(spec.path, feeds, options)
+  return tensor_reference(spec, feeds)
+
+
+def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  loaded = models.load_model(spec, name_weights=False)
+  names = [n for n, _ in loaded.inputs]
+  _check_names(spec.text, names, feeds)
+  tensors = [Tensor(np.ascontiguousarray(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]
+  outs = loaded.call(tensors)
+  values = evaluate([t.uop for _, t in outs], lambda b: _realize.to_numpy(b))
+  return {n: np.asarray(v).reshape(t.shape) for (n, t), v in zip(outs, values)}
+
+
+def _check_names(model: str, names: list[str], feeds: dict) -> None:
+  if sorted(names) != sorted(feeds):
+    raise UserError(f"model {model} has inputs {names} but the artifact has inputs {sorted(feeds)}; is --model the "
+                    f"model this artifact was compiled from?")
+
+
+def _const_feeds(options: dict) -> dict[str, np.ndarray]:
+  out = {}
+  for name, path in (options.get("consts") or {}).items():
+    try: out[name] = np.load(path, allow_pickle=False)
+    except OSError as error:
+      raise UserError(f"const {name!r}: cannot read {path} ({error.strerror or error})") from error
+  return out
+
+
+def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> dict[str, np.ndarray]:
+  import onnx
+  try: model = onnx.load(path)
+  except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
+  feeds = {**feeds, **_const_feeds(options)}
+  output_names = [o.name for o in model.graph.output]
+  if _large(path, model):
+    try: return dict(zip(output_names, _onnxruntime_run(model, feeds, output_names)))
+    except ImportError: pass
+  from onnx.reference import ReferenceEvaluator
+  try: values = ReferenceEvaluator(model).run(None, feeds)
+  except Exception as error:
+    raise UserError(f"{path}: onnx.reference cannot run the model ({describe(error)})") from error
+  return {n: np.asarray(v) for n, v in zip(output_names, values)}
+
+
+def _large(path: str, model) -> bool:
+  return os.path.getsize(path) >= ONNXRUNTIME_MIN_BYTES or len(model.graph.node) >= ONNXRUNTIME_MIN_NODES
+
+
+def _onnxruntime_run(model, feeds: dict, output_names: list[str]) -> list[np.ndarray]:
+  import onnxruntime
+  options = onnxruntime.SessionOptions()
+  options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+  session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+  wanted = {i.name for i in session.get_inputs()}
+  return session.run(output_names, {k: v for k, v in feeds.items() if k in wanted})

@@ -1,0 +1,91 @@
+"""`CompiledModel`: everything an artifact needs, for one target. Kernels (source, launch sizes), the call order
+with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import numpy as np
+from ir import UOp, DType
+from codegen.lower import lower, KernelProgram
+from codegen.memory import plan_memory
+from codegen.names import symbol
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+  kind: str                 # "input" | "output" | "weight" | "arena"
+  index: int                # position within its kind (arena: slot number)
+  name: str                 # original name (inputs/outputs/weights) or "" for intermediates
+  symbol: str               # sanitized identifier
+  shape: tuple[int, ...]
+  dtype: DType
+  nbytes: int
+  offset: int = 0           # arena offset for intermediates
+
+
+@dataclass
+class Call:
+  kernel: str
+  buffers: list[int]        # indices into CompiledModel.buffers, in kernel argument order
+
+
+@dataclass
+class CompiledModel:
+  name: str
+  target: str
+  kernels: dict[str, KernelProgram]
+  calls: list[Call]
+  buffers: list[BufferInfo]
+  weights: dict[str, np.ndarray]   # by original weight name, in buffer order
+  arena_bytes: int
+  meta: dict = field(default_factory=dict)
+
+  def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
+  @property
+  def inputs(self) -> list[BufferInfo]: return self.of_kind("input")
+  @property
+  def outputs(self) -> list[BufferInfo]: return self.of_kind("output")
+
+
+def _nbytes(b: UOp) -> int:
+  n = 1
+  for s in b.arg[1]: n *= s
+  return n * b.dtype.itemsize
+
+
+def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str, UOp]],
+                     outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
+                     opts_for=None, progress=None) -> CompiledModel:
+  """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
+  `opts_for(ast)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel."""
+  used: set[str] = set()
+  buffers: list[BufferInfo] = []
+  index: dict[UOp, int] = {}
+  for kind, group in (("input", inputs), ("output", outputs)):
+    for i, (nm, b) in enumerate(group):
+      if b in index: continue
+      index[b] = len(buffers)
+      buffers.append(BufferInfo(kind, i, nm, symbol(nm, used, kind[:2]), tuple(b.arg[1]), b.dtype, _nbytes(b)))
+  weight_data: dict[str, np.ndarray] = {}
+  for i, (nm, b, data) in enumerate(weights):
+    index[b] = len(buffers)
+    buffers.append(BufferInfo("weight", i, nm, symbol(nm, used, "w"), tuple(b.arg[1]), b.dtype, _nbytes(b)))
+    weight_data[nm] = np.ascontiguousarray(data).reshape(b.arg[1])
+  kernels: dict[str, KernelProgram] = {}
+  by_ast: dict[str, str] = {}
+  calls_bufs: list[list[UOp]] = []
+  calls: list[Call] = []
+  for i, it in enumerate(items):
+    if progress: progress(i, len(items))
+    if it.ast.key not in by_ast:
+      kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
+      opts = opts_for(it.ast) if opts_for else None
+      kernels[kname] = lower(it.ast, target, opts, name=kname)
+      by_ast[it.ast.key] = kname
+    calls_bufs.append(list(it.bufs))
+  inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
+  slots, arena = plan_memory(calls_bufs, inter)
+  for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
+    index[s.key] = len(buffers)
+    buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
+  for it, bufs in zip(items, calls_bufs):
+    calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena)

@@ -1,0 +1,49 @@
+"""The memory plan: every intermediate buffer gets an offset in one arena. Buffers whose lifetimes (first to last
+kernel that touches them, inclusive) overlap never overlap in memory; others reuse it. Offsets are aligned."""
+from __future__ import annotations
+from dataclasses import dataclass
+
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Slot:
+  key: object          # whatever identifies the buffer for the caller
+  nbytes: int
+  first: int           # index of the first call using it
+  last: int            # index of the last call using it
+  offset: int
+
+
+def _align(n: int, a: int = ALIGN) -> int: return (n + a - 1) // a * a
+
+
+def plan_memory(calls: list[list], sizes: dict) -> tuple[list[Slot], int]:
+  """`calls[i]` lists the buffers call i touches; `sizes[b]` their byte sizes (only these are planned).
+  Returns the slots and the arena size. Greedy: in order of first use, place each buffer at the lowest offset
+  that does not collide with a live buffer (best fit among gaps)."""
+  first, last = {}, {}
+  for i, bufs in enumerate(calls):
+    for b in bufs:
+      if b not in sizes: continue
+      first.setdefault(b, i)
+      last[b] = i
+  order = sorted(first, key=lambda b: (first[b], -sizes[b]))
+  live: list[Slot] = []
+  out: list[Slot] = []
+  arena = 0
+  for b in order:
+    live = [s for s in live if s.last >= first[b]]
+    need = _align(max(sizes[b], 1))
+    spans = sorted((s.offset, s.offset + _align(max(s.nbytes, 1))) for s in live)
+    best, best_gap, cursor = None, None, 0
+    for start, end in spans:
+      gap = start - cursor
+      if gap >= need and (best_gap is None or gap < best_gap): best, best_gap = cursor, gap
+      cursor = max(cursor, end)
+    offset = best if best is not None else cursor
+    slot = Slot(b, sizes[b], first[b], last[b], offset)
+    live.append(slot)
+    out.append(slot)
+    arena = max(arena, offset + need)
+  return out, arena

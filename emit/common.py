@@ -1,0 +1,56 @@
+"""Pieces every artifact writer shares: the tgc version, sha256 of bytes, dtype names, reading and filling the
+target templates (`{{name}}` placeholders, one pass, every placeholder must be given) and writing the bundle's
+files into an existing empty folder in a fixed order."""
+from __future__ import annotations
+import hashlib
+import importlib.metadata
+import importlib.resources
+import os
+import re
+
+from ir import DType
+
+PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+
+def tgc_version() -> str:
+  """The installed distribution's version (part of the manifest, so no build metadata or dates)."""
+  try:
+    return importlib.metadata.version("tgc")
+  except importlib.metadata.PackageNotFoundError:
+    return "0+unknown"
+
+
+def sha256(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
+
+
+def numpy_name(d: DType) -> str:
+  """The numpy dtype name of the storage of `d` (storage-only types are held in unsigned integers)."""
+  return d.np
+
+
+def read_template(target: str, filename: str) -> str:
+  """The text of templates/<target>/<filename> (package data of the `templates` package)."""
+  return (importlib.resources.files("templates") / target / filename).read_text(encoding="utf-8")
+
+
+def fill(template: str, values: dict[str, str], where: str = "template") -> str:
+  """Replace every `{{name}}` by values[name] in one pass (inserted text is never scanned again)."""
+  missing = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - set(values))
+  if missing: raise KeyError(f"{where}: no value for placeholder(s) {', '.join(missing)}")
+  return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def check_empty_dir(out_dir: str) -> None:
+  if not os.path.isdir(out_dir): raise ValueError(f"output folder {out_dir!r} does not exist")
+  if os.listdir(out_dir): raise ValueError(f"output folder {out_dir!r} is not empty")
+
+
+def write_files(out_dir: str, files: dict[str, bytes]) -> list[str]:
+  """Write `files` (name -> content) in sorted name order; returns the paths written."""
+  paths = []
+  for name in sorted(files):
+    path = os.path.join(out_dir, name)
+    with open(path, "wb") as f: f.write(files[name])
+    paths.append(path)
+  return paths

@@ -1,0 +1,68 @@
+"""`manifest.json`: the description of an artifact that tools read instead of the sources (format version, model,
+inputs/outputs with original names and symbols, weights file and per-tensor layout, arena, kernels, call order
+and the sha256 of every other file). The JSON Schema it follows ships next to this module
+(`emit/manifest.schema.json`); `validate_manifest` checks a manifest against it. Serialization is deterministic:
+sorted keys, two-space indent, ASCII only, one trailing newline."""
+from __future__ import annotations
+import importlib.resources
+import json
+
+from codegen.compiled import BufferInfo, CompiledModel
+from emit.common import numpy_name, sha256, tgc_version
+from emit.weights import ALIGN, WeightsFile
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SCHEMA = "manifest.schema.json"
+
+
+def _tensor(b: BufferInfo) -> dict:
+  return {"name": b.name, "symbol": b.symbol, "shape": list(b.shape), "dtype": numpy_name(b.dtype),
+          "tgc_dtype": b.dtype.name, "nbytes": b.nbytes}
+
+
+def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, weights_file: str, embedded: bool,
+                   kernel_args: dict[str, list[dict]], files: dict[str, bytes], target_info: dict) -> dict:
+  """The manifest of a bundle whose other files are `files` (name -> content, the weights file included)."""
+  kinds = {i: (b.kind, b.index) for i, b in enumerate(cm.buffers)}
+  return {
+    "format_version": FORMAT_VERSION,
+    "tgc_version": tgc_version(),
+    "target": cm.target,
+    "model": {"name": cm.name, "symbol": model_symbol},
+    "inputs": [_tensor(b) for b in cm.inputs],
+    "outputs": [_tensor(b) for b in cm.outputs],
+    "weights": {
+      "file": weights_file, "sha256": sha256(weights.data), "nbytes": len(weights.data), "alignment": ALIGN,
+      "header_bytes": len(weights.header), "embedded": embedded,
+      "tensors": [{"name": t.name, "symbol": t.symbol, "dtype": t.dtype, "tgc_dtype": t.tgc_dtype,
+                   "shape": list(t.shape), "offset": t.offset, "nbytes": t.nbytes} for t in weights.tensors]},
+    "arena_bytes": cm.arena_bytes,
+    "arena_buffers": [{"index": b.index, "symbol": b.symbol, "offset": b.offset, "nbytes": b.nbytes,
+                       "shape": list(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
+                      for b in cm.of_kind("arena")],
+    "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size),
+                 "ops": k.ops, "args": kernel_args[name]} for name, k in cm.kernels.items()],
+    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers]}
+              for c in cm.calls],
+    "files": {name: sha256(data) for name, data in sorted(files.items())},
+    "target_info": target_info,
+  }
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+  return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def load_schema() -> dict:
+  return json.loads((importlib.resources.files("emit") / SCHEMA).read_text(encoding="utf-8"))
+
+
+def validate_manifest(manifest: dict) -> None:
+  """Raise ValueError naming the first place where `manifest` breaks the schema."""
+  import jsonschema
+  try:
+    jsonschema.validate(manifest, load_schema())
+  except jsonschema.ValidationError as error:
+    where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+    raise ValueError(f"manifest.json: {where}: {error.message}") from None

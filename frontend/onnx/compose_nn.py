@@ -1,0 +1,444 @@
+"""Tensor compositions behind the ONNX neural-network operators: padding rules, N-d pooling (with argmax
+indices), transposed convolution with asymmetric pads, selection by data-dependent indices, per-axis
+interpolation tables for Resize, top-k, cumulative sums, einsum and a discrete Fourier transform.
+
+Everything that touches tensor data is a lazy Tensor op. The only numpy here builds compile-time tables that
+depend on shapes and attributes alone (Resize's interpolation weights), which become constant tensors."""
+from __future__ import annotations
+import math
+from typing import Sequence
+import numpy as np
+from ir import dtypes, promote
+from frontend.tensor import Tensor
+from frontend import functional
+
+
+def prod(xs) -> int:
+  out = 1
+  for x in xs: out *= int(x)
+  return out
+
+
+def lowest(dt):
+  """The smallest value of a dtype (what max pooling pads with)."""
+  if dt.is_float: return -math.inf
+  if dt.is_bool: return False
+  return 0 if dt.is_unsigned else -(1 << (8 * dt.itemsize - 1))
+
+
+def arange(n: int, device: str, dtype=dtypes.int32) -> Tensor:
+  return Tensor.arange(n, dtype=dtype, device=device)
+
+
+def move_axis(x: Tensor, src: int, dst: int) -> Tensor:
+  order = list(range(x.ndim))
+  order.insert(dst % x.ndim, order.pop(src % x.ndim))
+  return x.permute(order)
+
+
+# ---------------------------------------------------------------- padding rules
+def resolve_pads(auto_pad: str, pads, in_shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                 dilations: Sequence[int]) -> list[tuple[int, int]]:
+  """ONNX conv/pool padding as (before, after) per spatial axis. SAME_* pads so that out = ceil(in / stride);
+  SAME_UPPER puts the odd extra pad at the end, SAME_LOWER at the beginning."""
+  n = len(in_shape)
+  if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    out = []
+    for i, k, s, d in zip(in_shape, kernel, strides, dilations):
+      total = max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+      small, big = total // 2, total - total // 2
+      out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+    return out
+  if auto_pad == "VALID" or not pads: return [(0, 0)] * n
+  pads = [int(p) for p in pads]
+  return [(pads[a], pads[a + n]) for a in range(n)]
+
+
+# ---------------------------------------------------------------- pooling
+def pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode: bool):
+  """Output sizes of an ONNX pool and the pads to apply, with the ceil_mode overhang added at the end of each
+  axis (the last window must start inside the input or the leading pad, as the reference)."""
+  outs, full = [], []
+  for i, k, s, d, (b, e) in zip(in_shape, kernel, strides, dilations, pads):
+    span = (k - 1) * d + 1
+    if ceil_mode:
+      o = -(-(i + b + e - span) // s) + 1
+      if (o - 1) * s >= i + b: o -= 1
+    else: o = (i + b + e - span) // s + 1
+    if o < 1: raise ValueError(f"pool window {tuple(kernel)} (dilations {tuple(dilations)}) does not fit the "
+                               f"padded input {tuple(in_shape)} with pads {pads}")
+    outs.append(o)
+    full.append((b, max(e, (o - 1) * s + span - i - b)))
+  return outs, full
+
+
+def windows(x: Tensor, kernel, strides, dilations, pads, value=0.0) -> Tensor:
+  """Sliding windows over the trailing len(kernel) axes: (..., *in) -> (..., *out, *kernel). `pads` are
+  (before, after) per spatial axis, filled with `value`; negative entries crop."""
+  lead = ((0, 0),) * (x.ndim - len(kernel))
+  xp = x.pad(lead + tuple(pads), value=value) if any(b or e for b, e in pads) else x
+  return functional._pool(xp, tuple(kernel), tuple(strides), tuple(dilations))
+
+
+def _reduce_kernel_axes(nd: int) -> tuple[int, ...]: return tuple(range(-nd, 0))
+
+
+def max_pool(x: Tensor, kernel, strides, dilations, pads, ceil_mode=False) -> Tensor:
+  nd = len(kernel)
+  outs, full = pool_geometry(x.shape[-nd:], kernel, strides, dilations, pads, ceil_mode)
+  return windows(x, kernel, strides, dilations, full, lowest(x.dtype)).max(_reduce_kernel_axes(nd))
+
+
+def _valid_counts(in_shape, kernel, strides, dilations, pads, full, count_include_pad: bool, device: str) -> Tensor:
+  """How many elements each window averages over: the input elements only, or the input plus the explicit pads
+  (never the ceil_mode overhang)."""
+  if count_include_pad:
+    ones = Tensor.ones(*[i + b + e for i, (b, e) in zip(in_shape, pads)], device=device)
+    counted = ones.pad(tuple((0, fe - e) for (_, e), (_, fe) in zip(pads, full)))
+  else: counted = Tensor.ones(*in_shape, device=device).pad(tuple(full))
+  return functional._pool(counted, tuple(kernel), tuple(strides), tuple(dilations)).sum(_reduce_kernel_axes(len(kernel)))
+
+
+def avg_pool(x: Tensor, kernel, strides, dilations, pads, ceil_mode=False, count_include_pad=False) -> Tensor:
+  nd = len(kernel)
+  in_shape = x.shape[-nd:]
+  outs, full = pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode)
+  xf = x._float()
+  sums = windows(xf, kernel, strides, dilations, full).sum(_reduce_kernel_axes(nd))
+  no_overhang = all(fe == e for (_, e), (_, fe) in zip(pads, full))
+  if (count_include_pad or all(b == 0 and e == 0 for b, e in full)) and no_overhang:
+    out = sums * (1.0 / prod(kernel))
+  else: out = sums / _valid_counts(in_shape, kernel, strides, dilations, pads, full, count_include_pad, x.device)
+  return out.cast(x.dtype)
+
+
+def lp_pool(x: Tensor, kernel, strides, dilations, pads, p: float, ceil_mode=False) -> Tensor:
+  """(prod(kernel) * mean over the window's input elements of |x|^p) ^ (1/p), as the ONNX reference (equal to
+  the plain p-norm of the window when nothing is padded)."""
+  nd = len(kernel)
+  in_shape = x.shape[-nd:]
+  outs, full = pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode)
+  xf = x._float().abs()
+  powered = xf * xf if p == 2 else xf.pow(float(p))
+  sums = windows(powered, kernel, strides, dilations, full).sum(_reduce_kernel_axes(nd))
+  if any(b or e for b, e in full):
+    sums = sums * (prod(kernel) / _valid_counts(in_shape, kernel, strides, dilations, pads, full, False, x.device))
+  out = sums.sqrt() if p == 2 else sums.pow(1.0 / p)
+  return out.cast(x.dtype)
+
+
+def max_pool_with_indices(x: Tensor, kernel, strides, dilations, pads, ceil_mode=False, storage_order=0):
+  """Max pooling plus, per output, the flat index (over N, C and the spatial axes) of the first maximum in the
+  window (row-major spatial order; storage_order=1 numbers the spatial axes column-major)."""
+  nd = len(kernel)
+  n, c = x.shape[0], x.shape[1]
+  in_shape = x.shape[2:]
+  outs, full = pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode)
+  k = prod(kernel)
+  vals = windows(x, kernel, strides, dilations, full, lowest(x.dtype)).reshape(n, c, *outs, k)
+  spatial = prod(in_shape)
+  flat = arange(spatial, x.device)
+  if storage_order: flat = flat.reshape(tuple(reversed(in_shape))).permute(tuple(reversed(range(nd))))
+  else: flat = flat.reshape(tuple(in_shape))
+  flat_windows = windows(flat, kernel, strides, dilations, full, -1).reshape(*outs, k)
+  best = vals.argmax(-1, keepdim=True)                               # (n, c, *outs, 1)
+  pick = best == arange(k, x.device)
+  index = pick.where(flat_windows, 0).sum(-1, dtype=dtypes.int32).cast(dtypes.int64)
+  base = arange(n * c, x.device, dtypes.int64).reshape((n, c) + (1,) * nd) * spatial
+  return vals.max(-1), index + base
+
+
+# ---------------------------------------------------------------- transposed convolution
+def conv_transpose(x: Tensor, w: Tensor, bias, strides, pads, dilations, group: int) -> Tensor:
+  """ONNX ConvTranspose: x (N, Cin, *in), w (Cin, Cout/group, *k); `pads` (before, after) per axis, where a
+  negative `after` extends the output at the end (output_padding, output_shape).
+  out = stride*(in-1) + (k-1)*dilation + 1 - before - after."""
+  nd = w.ndim - 2
+  cin, cout_g = w.shape[:2]
+  kernel = w.shape[2:]
+  cin_g = cin // group
+  wt = w.reshape((group, cin_g, cout_g) + kernel).transpose(1, 2)
+  wt = wt.flip(tuple(range(3, 3 + nd))).reshape((group * cout_g, cin_g) + kernel)
+  if any(s > 1 for s in strides):
+    ins = x.shape[2:]
+    x = x.reshape(x.shape[:2] + tuple(v for i in ins for v in (i, 1)))
+    x = x.pad(((0, 0), (0, 0)) + tuple(p for s in strides for p in ((0, 0), (0, s - 1))))
+    x = x.reshape(x.shape[:2] + tuple(i * s for i, s in zip(ins, strides)))
+    x = x.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(ins, strides)))
+  conv_pads = [((k - 1) * d - b, (k - 1) * d - e) for k, d, (b, e) in zip(kernel, dilations, pads)]
+  return functional.conv(x, wt, bias, 1, conv_pads, tuple(dilations), group)
+
+
+# ---------------------------------------------------------------- selection by index
+def one_hot(index: Tensor, n: int) -> Tensor:
+  """index (...) -> bool (..., n): True where the last axis position equals the index (no hit when out of range)."""
+  if index.dtype.itemsize > 4 or index.dtype.is_unsigned: index = index.cast(dtypes.int32)
+  return index.unsqueeze(-1) == arange(n, index.device)
+
+
+def masked_select_sum(mask: Tensor, x: Tensor, axis: int) -> Tensor:
+  """sum over `axis` of where(mask, x, 0): an exact pick when the mask has at most one hit along the axis."""
+  if x.dtype.is_bool: return masked_select_sum(mask, x.cast(dtypes.uint8), axis).cast(dtypes.bool)
+  return mask.where(x, 0).sum(axis, dtype=x.dtype)
+
+
+def gather_last(x: Tensor, index: Tensor) -> Tensor:
+  """x (..., n), index (..., m) broadcastable in the leading axes -> (..., m): x[..., index]."""
+  n = x.shape[-1]
+  return masked_select_sum(one_hot(index, n), x.unsqueeze(-2), -1)
+
+
+# ---------------------------------------------------------------- per-axis tables (Resize)
+def apply_axis_table(x: Tensor, axis: int, table: np.ndarray, extra: np.ndarray | None = None,
+                     extra_value: float = 0.0) -> Tensor:
+  """out[..., o, ...] = sum_i table[o, i] * x[..., i, ...] along `axis` (float math; a 0/1 table with one hit per
+  row is an exact selection), plus `extra_value` where the bool row mask `extra` is set."""
+  out_n, in_n = table.shape
+  selection = bool(np.all((table == 0) | (table == 1)) and np.all(table.sum(1) <= 1))
+  xt = move_axis(x, axis, -1)
+  if selection and out_n % in_n == 0 and in_n > 0:
+    r = out_n // in_n
+    repeat = np.zeros_like(table)
+    repeat[np.arange(out_n), np.arange(out_n) // r] = 1
+    if np.array_equal(repeat, table):      # nearest upsampling by an integer factor: repeat each element
+      y = xt.unsqueeze(-1).expand(xt.shape + (r,)).reshape(xt.shape[:-1] + (out_n,))
+      return move_axis(apply_extra(y, extra, extra_value), -1, axis)
+  if selection:
+    mask = Tensor(table.astype(bool), device=x.device)
+    y = masked_select_sum(mask, xt.unsqueeze(-2), -1)
+  else:
+    w = Tensor(table.astype(np.float32), device=x.device)
+    y = (xt._float().unsqueeze(-2) * w).sum(-1)
+    if y.dtype != x.dtype: y = y.cast(x.dtype) if x.dtype.is_float else _saturating_round(y, x.dtype)
+  return move_axis(apply_extra(y, extra, extra_value), -1, axis)
+
+
+def apply_extra(y: Tensor, extra, value: float) -> Tensor:
+  if extra is None or not extra.any(): return y
+  return Tensor(extra, device=y.device).where(Tensor.full((), value, y.dtype, y.device), y)
+
+
+def _saturating_round(y: Tensor, dt) -> Tensor:
+  if dt.is_bool: return y.ne(0)
+  info = np.iinfo(dt.numpy)
+  return y.round().clip(float(info.min), float(info.max)).cast(dt)
+
+
+def resize_table(in_n: int, out_n: int, scale: float, mode: str, coord_mode: str, nearest_mode: str,
+                 cubic_a: float, exclude_outside: bool, antialias: bool, roi=None):
+  """The (out_n, in_n) interpolation weights of one axis and the rows that are extrapolated (tf_crop_and_resize),
+  following onnx.reference's Resize coordinate by coordinate (computed in float64)."""
+  out_w = scale * in_n
+  y = np.arange(out_n, dtype=np.float64)
+  extrap = None
+  if coord_mode == "align_corners":
+    x = np.zeros(out_n) if out_w == 1 else y * (in_n - 1) / (out_w - 1)
+  elif coord_mode == "asymmetric": x = y / scale
+  elif coord_mode == "tf_crop_and_resize":
+    lo, hi = float(roi[0]), float(roi[1])
+    x = np.full(out_n, (hi - lo) * (in_n - 1) / 2) if out_w == 1 else y * (hi - lo) * (in_n - 1) / (out_w - 1)
+    x = x + lo * (in_n - 1)
+    extrap = (x < 0) | (x > in_n - 1)
+  elif coord_mode == "pytorch_half_pixel": x = np.full(out_n, -0.5) if out_w == 1 else (y + 0.5) / scale - 0.5
+  elif coord_mode == "half_pixel": x = (y + 0.5) / scale - 0.5
+  elif coord_mode == "half_pixel_symmetric":
+    offset = in_n / 2 * (1 - out_n / out_w)
+    x = offset + (y + 0.5) / scale - 0.5
+  else: raise ValueError(f"unknown coordinate_transformation_mode {coord_mode!r}")
+  xi = np.floor(x).astype(np.int64)
+  ratios = np.where(x == xi, 1.0, x - xi)
+  coeffs = np.stack([_resize_coeffs(float(r), scale, mode, nearest_mode, cubic_a, antialias) for r in ratios]) \
+    if out_n else np.zeros((0, 2))
+  taps = coeffs.shape[1]
+  pad = int(np.ceil(taps / 2))
+  xp = x + pad
+  pp = np.floor(xp).astype(np.int64)
+  frac = xp - pp
+  if taps % 2 == 0: start = pp + np.where(frac == 0, -(taps // 2), -(taps // 2) + 1)
+  else: start = pp + np.where(frac <= 0.5, -((taps - 1) // 2), -((taps - 1) // 2) + 1)
+  idx = start[:, None] + np.arange(taps)[None, :] - pad
+  if exclude_outside:
+    coeffs = np.where((idx < 0) | (idx >= in_n), 0.0, coeffs)
+    total = coeffs.sum(-1, keepdims=True)
+    coeffs = coeffs / np.where(total == 0, 1.0, total)
+  table = np.zeros((out_n, in_n), dtype=np.float64)
+  rows = np.repeat(np.arange(out_n), taps)
+  np.add.at(table, (rows, np.clip(idx, 0, in_n - 1).reshape(-1)), coeffs.reshape(-1))
+  if extrap is not None: table[extrap] = 0.0
+  return table, extrap
+
+
+def _resize_coeffs(ratio: float, scale: float, mode: str, nearest_mode: str, a: float, antialias: bool):
+  if mode == "nearest":
+    if float(ratio).is_integer(): return np.array([0.0, 1.0])
+    rule = {"round_prefer_floor": [ratio <= 0.5, ratio > 0.5], "round_prefer_ceil": [ratio < 0.5, ratio >= 0.5],
+            "floor": [1, 0], "ceil": [0, 1]}
+    if nearest_mode not in rule: raise ValueError(f"unknown nearest_mode {nearest_mode!r}")
+    return np.array(rule[nearest_mode], dtype=np.float64)
+  if mode == "linear":
+    if not antialias: return np.array([1 - ratio, ratio])
+    s = min(scale, 1.0)
+    start = int(np.floor(-1 / s) + 1)
+    args = (np.arange(start, start + 2 - 2 * start) - ratio) * s
+    c = np.clip(1 - np.abs(args), 0, 1)
+    return c / c.sum()
+  if mode == "cubic":
+    if not antialias:
+      return np.array([((a * (ratio + 1) - 5 * a) * (ratio + 1) + 8 * a) * (ratio + 1) - 4 * a,
+                       ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                       ((a + 2) * (1 - ratio) - (a + 3)) * (1 - ratio) * (1 - ratio) + 1,
+                       ((a * (2 - ratio) - 5 * a) * (2 - ratio) + 8 * a) * (2 - ratio) - 4 * a])
+    s = min(scale, 1.0)
+    i_start = int(np.floor(-2 / s) + 1)
+    args = np.abs(np.array([s * (i - ratio) for i in range(i_start, 2 - i_start)]))
+    c = np.where(args <= 1, (a + 2) * args ** 3 - (a + 3) * args ** 2 + 1,
+                 np.where(args < 2, a * args ** 3 - 5 * a * args ** 2 + 8 * a * args - 4 * a, 0.0))
+    return c / c.sum()
+  raise ValueError(f"unknown mode {mode!r}")
+
+
+# ---------------------------------------------------------------- top-k, cumulative sum
+def topk(x: Tensor, k: int, axis: int, largest: bool = True) -> tuple[Tensor, Tensor]:
+  """The k largest (smallest) elements along `axis`, sorted, ties in index order, with their int64 indices.
+  Each element's rank is the count of elements that come before it; output slot r picks the rank-r element."""
+  xt = move_axis(x, axis, -1)
+  n = xt.shape[-1]
+  xi, xj = xt.unsqueeze(-1), xt.unsqueeze(-2)                       # (..., n, 1) and (..., 1, n)
+  ar = arange(n, x.device)
+  earlier = ar.reshape(1, n) < ar.reshape(n, 1)                      # [i, j]: j < i
+  beats = (xj > xi) if largest else (xj < xi)
+  rank = beats.logical_or((xj == xi).logical_and(earlier)).sum(-1, dtype=dtypes.int32)   # (..., n)
+  pick = rank.unsqueeze(-2) == arange(k, x.device).reshape(k, 1)      # (..., k, n)
+  values = masked_select_sum(pick, xj, -1)
+  indices = pick.where(ar.cast(dtypes.int64), 0).sum(-1, dtype=dtypes.int64)
+  return move_axis(values, -1, axis), move_axis(indices, -1, axis)
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+  xt = move_axis(x, axis, -1)
+  n = xt.shape[-1]
+  ar = arange(n, x.device)
+  i, j = ar.reshape(n, 1), ar.reshape(1, n)
+  if reverse: mask = (j > i) if exclusive else (j >= i)
+  else: mask = (j < i) if exclusive else (j <= i)
+  acc = x.dtype if not x.dtype.is_bool else dtypes.int32
+  out = mask.where(xt.unsqueeze(-2).cast(acc), 0).sum(-1, dtype=acc)
+  return move_axis(out, -1, axis)
+
+
+# ---------------------------------------------------------------- einsum
+def _diagonal(x: Tensor, a: int, b: int) -> Tensor:
+  """The diagonal of axes a < b (equal sizes), kept at position a; axis b is removed."""
+  n = x.shape[a]
+  order = [i for i in range(x.ndim) if i not in (a, b)] + [a, b]
+  xt = x.permute(order)
+  lead = xt.shape[:-2]
+  flat = xt.reshape(lead + (n * n,)).pad(((0, 0),) * len(lead) + ((0, n),))
+  diag = flat.reshape(lead + (n, n + 1)).shrink(tuple([None] * len(lead) + [None, (0, 1)])).reshape(lead + (n,))
+  return move_axis(diag, -1, a)
+
+
+def einsum(equation: str, operands: list[Tensor]) -> Tensor:
+  """numpy.einsum semantics: explicit or implicit output, ellipsis broadcasting, repeated labels (diagonals)."""
+  eq = equation.replace(" ", "")
+  lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
+  terms = lhs.split(",")
+  if len(terms) != len(operands): raise ValueError(f"einsum {equation!r}: {len(terms)} terms, {len(operands)} inputs")
+  ell = max((t.ndim - len(term.replace("...", "")) for term, t in zip(terms, operands) if "..." in term), default=0)
+  ell_labels = [f"...{i}" for i in range(ell)]
+
+  def labels_of(term: str, ndim: int) -> list[str]:
+    if "..." not in term: return list(term)
+    before, after = term.split("...")
+    count = ndim - len(before) - len(after)
+    return list(before) + ell_labels[ell - count:] + list(after)
+
+  parsed = [labels_of(term, t.ndim) for term, t in zip(terms, operands)]
+  for labels, t in zip(parsed, operands):
+    if len(labels) != t.ndim: raise ValueError(f"einsum {equation!r}: operand of shape {t.shape} does not fit")
+  if rhs is None:
+    counts: dict[str, int] = {}
+    for labels in parsed:
+      for lb in labels: counts[lb] = counts.get(lb, 0) + 1
+    out_labels = [lb for lb in ell_labels if lb in counts] + sorted(lb for lb, c in counts.items()
+                                                                   if c == 1 and not lb.startswith("..."))
+  else: out_labels = labels_of(rhs, len(rhs.replace("...", "")) + ell)
+  # take diagonals so that every operand has distinct labels
+  tensors = []
+  for labels, t in zip(parsed, operands):
+    labels = list(labels)
+    while len(set(labels)) != len(labels):
+      lb = next(lb for lb in labels if labels.count(lb) > 1)
+      a = labels.index(lb)
+      b = labels.index(lb, a + 1)
+      t = _diagonal(t, a, b)
+      labels.pop(b)
+    tensors.append((labels, t))
+  all_labels = list(out_labels) + [lb for labels, _ in tensors for lb in labels if lb not in out_labels]
+  all_labels = list(dict.fromkeys(all_labels))
+  sizes: dict[str, int] = {}
+  for labels, t in tensors:
+    for lb, s in zip(labels, t.shape):
+      if s != 1: sizes[lb] = s
+  dt = operands[0].dtype
+  for t in operands[1:]: dt = promote(dt, t.dtype)
+  acc = None
+  for labels, t in tensors:
+    order = [labels.index(lb) for lb in all_labels if lb in labels]
+    t = t.cast(dt).permute(order) if order else t.cast(dt)
+    present = [lb for lb in all_labels if lb in labels]
+    shape = tuple(t.shape[present.index(lb)] if lb in present else 1 for lb in all_labels)
+    t = t.reshape(shape)
+    acc = t if acc is None else acc * t
+  full = tuple(sizes.get(lb, 1) for lb in all_labels)
+  acc = acc.expand(full) if acc.shape != full else acc
+  reduce_axes = tuple(range(len(out_labels), len(all_labels)))
+  if reduce_axes: acc = acc.sum(reduce_axes, dtype=dt)
+  return acc
+
+
+# ---------------------------------------------------------------- discrete Fourier transform
+def dft_last(re: Tensor, im: Tensor | None, length: int, inverse: bool, onesided: bool) -> tuple[Tensor, Tensor]:
+  """DFT along the last axis of a complex signal given as real and imaginary parts (im None: real signal),
+  zero-padded or cut to `length`. Forward: X_k = sum_n x_n e^(-2 pi i k n / L) (onesided keeps k <= L/2);
+  inverse: (1/L) sum_k X_k e^(+2 pi i k n / L)."""
+  def fit(t: Tensor, n: int) -> Tensor:
+    m = t.shape[-1]
+    if m == n: return t
+    if m > n: return t.shrink(tuple([None] * (t.ndim - 1) + [(0, n)]))
+    return t.pad(((0, 0),) * (t.ndim - 1) + ((0, n - m),))
+  re = fit(re, length)
+  im = fit(im, length) if im is not None else None
+  n_out = length // 2 + 1 if onesided and not inverse else length
+  dev = re.device
+  k = arange(n_out, dev).reshape(n_out, 1)
+  n = arange(length, dev).reshape(1, length)
+  angle = ((k * n) % length).cast(dtypes.float32) * (2 * math.pi / length)
+  cos, sin = angle.cos(), angle.sin()
+  sign = 1.0 if inverse else -1.0
+  rx = re._float().unsqueeze(-2)
+  out_re = (rx * cos).sum(-1)
+  out_im = (rx * (sign * sin)).sum(-1)
+  if im is not None:
+    ix = im._float().unsqueeze(-2)
+    out_re = out_re - (ix * (sign * sin)).sum(-1)
+    out_im = out_im + (ix * cos).sum(-1)
+  if inverse: out_re, out_im = out_re * (1.0 / length), out_im * (1.0 / length)
+  return out_re, out_im
+
+
+def hermitian_extend(re: Tensor, im: Tensor, length: int) -> tuple[Tensor, Tensor]:
+  """A one-sided spectrum (last axis, length//2 + 1 bins after padding or cutting) extended to all `length`
+  bins with X[L-k] = conj(X[k])."""
+  half = length // 2 + 1
+  def fit(t: Tensor) -> Tensor:
+    m = t.shape[-1]
+    if m >= half: return t.shrink(tuple([None] * (t.ndim - 1) + [(0, half)]))
+    return t.pad(((0, 0),) * (t.ndim - 1) + ((0, half - m),))
+  re, im = fit(re), fit(im)
+  tail = length - half
+  if tail <= 0: return re, im
+  lead = [None] * (re.ndim - 1)
+  mirror_re = re.shrink(tuple(lead + [(1, 1 + tail)])).flip(-1)
+  mirror_im = im.shrink(tuple(lead + [(1, 1 + tail)])).flip(-1)
+  return functional.cat([re, mirror_re], -1), functional.cat([im, -mirror_im], -1)

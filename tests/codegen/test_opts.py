@@ -1,0 +1,46 @@
+"""Opt actions change the loop nest, never the result: every opt on C and OpenCL against the numpy reference."""
+import numpy as np
+import pytest
+from frontend import Tensor, buffers
+from frontend.realize import _alloc, get_kernel, to_numpy
+from codegen.schedule import schedule
+from codegen.lower import lower
+from codegen.opts import Opt, Kernel, OptError
+from runtimes import get_runtime
+
+A = np.random.default_rng(0).standard_normal((16, 48), dtype=np.float32)
+B = np.random.default_rng(1).standard_normal((48, 24), dtype=np.float32)
+
+
+def run_with(t: Tensor, device: str, opts) -> np.ndarray:
+  items, outs = schedule([t.uop], _alloc(device))
+  assert len(items) == 1
+  prg = lower(items[0].ast, device, opts)
+  fn = get_runtime(device).compile(prg.src, prg.name)
+  fn(*[buffers.storage(b) for b in items[0].bufs], global_size=prg.global_size, local_size=prg.local_size)
+  get_runtime(device).synchronize()
+  return to_numpy(outs[0])
+
+
+CASES = [
+  ("matmul", [Opt("UPCAST", 0, 4)]), ("matmul", [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 2)]),
+  ("matmul", [Opt("UNROLL", 0, 4)]), ("matmul", [Opt("UPCAST", 1, 4), Opt("UNROLL", 0, 3)]),
+  ("matmul", [Opt("LOCAL", 1, 8)]), ("matmul", [Opt("LOCAL", 0, 16)]), ("matmul", [Opt("GROUP", 0, 16)]),
+  ("sum", [Opt("GROUP", 0, 48)]), ("sum", [Opt("UNROLL", 0, 2), Opt("GROUP", 0, 8)]), ("sum", [Opt("UPCAST", 0, 16)]),
+]
+
+
+@pytest.mark.parametrize("device", ["c", "opencl"])
+@pytest.mark.parametrize("what,opts", CASES, ids=[f"{w}-{o}" for w, o in CASES])
+def test_opt_keeps_result(device, what, opts):
+  a, b = Tensor(A, device=device), Tensor(B, device=device)
+  t, ref = ((a @ b), A @ B) if what == "matmul" else (a.sum(axis=1), A.sum(axis=1))
+  np.testing.assert_allclose(run_with(t, device, opts), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_opts_raise():
+  items, _ = schedule([(Tensor(A, device="numpy") @ Tensor(B, device="numpy")).uop], _alloc("numpy"))
+  k = Kernel(items[0].ast)
+  with pytest.raises(OptError): k.apply(Opt("UPCAST", 0, 5))     # 5 does not divide 16
+  with pytest.raises(OptError): k.apply(Opt("UNROLL", 3, 2))     # no such reduce axis
+  with pytest.raises(OptError): k.apply(Opt("LOCAL", 0, 4)).apply(Opt("GROUP", 0, 4))
