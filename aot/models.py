@@ -77,12 +77,15 @@ class LoadedModel:
   weight_names: dict[UOp, str] = field(default_factory=dict)
   output_names: list[str] | None = None       # fixed by the model (ONNX); None: derived from what fn returns
   options: dict = field(default_factory=dict)  # input_shapes / consts (ONNX), recorded in the artifact
+  content_names: dict = field(default_factory=dict)  # (shape, dtype, sha256 of bytes) -> name (ONNX initializers)
+  user_code: bool = True    # fn is the user's code: whatever it raises is a user error
 
   def call(self, tensors: list[Tensor]) -> list[tuple[str, Tensor]]:
     """Run the model function on `tensors` (lazily) and name its outputs."""
     try: ret = self.fn(*tensors)
     except UserError: raise
     except Exception as error:
+      if not self.user_code: raise
       raise UserError(f"{self.spec.text}: the model raised {describe(error)}") from error
     outs = _flatten_tensors(ret)
     return list(zip(self._names_for(ret, len(outs)), outs))
@@ -224,9 +227,20 @@ def trace_model(loaded: LoadedModel) -> Capture:
   return capture
 
 
-def named_weights(capture: Capture, names: dict[UOp, str]) -> list[tuple[str, UOp, np.ndarray]]:
-  """The capture's weights in order with unique names: the state-dict name, else `weight_N`."""
-  taken = {names[b] for b in capture.weights if b in names}
+def _content_key(arr: np.ndarray) -> tuple:
+  arr = np.ascontiguousarray(arr)
+  return tuple(arr.shape), arr.dtype.str, hashlib.sha256(arr.tobytes()).hexdigest()
+
+
+def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp, np.ndarray]]:
+  """The capture's weights in order with unique names: the state-dict name (Tensor API) or the initializer with
+  the same content (ONNX), else `weight_N`."""
+  names: dict[UOp, str] = {}
+  for b, data in capture.weights.items():
+    name = loaded.weight_names.get(b)
+    if name is None and loaded.content_names: name = loaded.content_names.get(_content_key(data))
+    if name is not None and name not in names.values(): names[b] = name
+  taken = set(names.values())
   out, counter = [], 0
   for b, data in capture.weights.items():
     name = names.get(b)
@@ -239,9 +253,15 @@ def named_weights(capture: Capture, names: dict[UOp, str]) -> list[tuple[str, UO
 
 
 # ---------------------------------------------------------------- ONNX
+def has_onnx_importer() -> bool:
+  """Whether this build has frontend/onnx/importer.py (checked without importing anything)."""
+  import frontend
+  return os.path.isfile(os.path.join(os.path.dirname(frontend.__file__), "onnx", "importer.py"))
+
+
 def onnx_importer():
   """frontend.onnx.importer, or a UserError when this build has none."""
-  if importlib.util.find_spec("frontend.onnx") is None or importlib.util.find_spec("frontend.onnx.importer") is None:
+  if not has_onnx_importer():
     raise UserError("ONNX models are not supported by this build of tgc yet (no ONNX importer)")
   from frontend.onnx import importer
   return importer
@@ -265,13 +285,6 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
                       f"give it with --input-shape {name}=d0,d1,...")
     dt = _as_dtype(dtype)
     inputs.append((name, Tensor(example_array(dims, dt.numpy, rng), dtype=dt)))
-  names: dict[UOp, str] = {}
-  weights = getattr(graph, "weights", None) or {}
-  items = weights.items() if isinstance(weights, dict) else enumerate(weights)
-  tensors = [(str(k), t) for k, t in items if isinstance(t, Tensor)]
-  Tensor.realize_all(*[t for _, t in tensors])
-  for key, t in tensors:
-    if t.uop.op is Ops.BUFFER: names.setdefault(t.uop, key)
   outputs = getattr(graph, "outputs", None)
   output_names = [o if isinstance(o, str) else o[0] for o in outputs] if outputs else None
   options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files)}
@@ -279,7 +292,17 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
   def run(*tensors):
     try: return graph(*tensors)
     except OnnxError as error: raise UserError(f"{spec.path}: {error}") from error
-  return LoadedModel(spec, run, inputs, names, output_names, options)
+  return LoadedModel(spec, run, inputs, {}, output_names, options, content_names=_content_index(graph),
+                     user_code=False)
+
+
+def _content_index(graph) -> dict[tuple, str]:
+  """Initializer content -> its name (the first one, in model order, when several are equal)."""
+  out: dict[tuple, str] = {}
+  weights = getattr(graph, "weights", None) or {}
+  for name, arr in weights.items():
+    if isinstance(arr, np.ndarray): out.setdefault(_content_key(arr), str(name))
+  return out
 
 
 def example_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:

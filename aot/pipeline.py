@@ -106,7 +106,7 @@ def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None,
   name = model_name(name or spec.stem)
   progress = _Progress(name)
   cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                        [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded.weight_names),
+                        [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
                         progress=progress)
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
@@ -186,3 +186,288 @@ def _move_into_place(staging: str, final: str) -> None:
     raise
   if os.path.isdir(old) and not os.path.islink(old): shutil.rmtree(old, ignore_errors=True)
   else: os.unlink(old)
+
+
+# ---------------------------------------------------------------- artifacts
+@dataclass
+class Artifact:
+  """An artifact folder and its manifest."""
+  folder: str
+  manifest: dict
+
+  @property
+  def target(self) -> str: return str(self.manifest.get("target", ""))
+  @property
+  def name(self) -> str:
+    model = self.manifest.get("model")
+    return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
+  @property
+  def inputs(self) -> list[dict]: return list(self.manifest.get("inputs", []))
+  @property
+  def outputs(self) -> list[dict]: return list(self.manifest.get("outputs", []))
+  @property
+  def weights_bytes(self) -> int:
+    return sum(int(t.get("nbytes", 0)) for t in self.manifest.get("weights", {}).get("tensors", []))
+  @property
+  def source(self) -> dict | None:
+    source = self.manifest.get("source")
+    return source if isinstance(source, dict) else None
+
+  def code_bytes(self) -> int:
+    """Bytes of generated source (the files the manifest lists with a source-code suffix)."""
+    total = 0
+    for name in self.manifest.get("files", {}):
+      if name.lower().endswith(SOURCE_SUFFIXES): total += os.path.getsize(os.path.join(self.folder, name))
+    return total
+
+
+def open_artifact(folder: str, check_files: bool = True) -> Artifact:
+  """Read and check an artifact folder; every problem is a UserError naming the folder or file."""
+  if not os.path.lexists(folder): raise UserError(f"artifact folder not found: {folder}")
+  if not os.path.isdir(folder): raise UserError(f"{folder} is not a folder (expected a tgc artifact folder)")
+  path = os.path.join(folder, MANIFEST)
+  if not os.path.isfile(path): raise UserError(f"{folder} is not a tgc artifact (no {MANIFEST})")
+  try:
+    with open(path, encoding="utf-8") as f: manifest = json.load(f)
+  except ValueError as error: raise UserError(f"{path} is not valid JSON ({error})") from error
+  except OSError as error: raise UserError(f"cannot read {path}: {error.strerror}") from error
+  if not isinstance(manifest, dict) or "format_version" not in manifest:
+    raise UserError(f"{folder} is not a tgc artifact ({MANIFEST} has no format_version)")
+  from emit import manifest as emitted
+  if manifest["format_version"] != emitted.FORMAT_VERSION:
+    raise UserError(f"{path}: format_version {manifest['format_version']} is not the one this tgc reads "
+                    f"({emitted.FORMAT_VERSION}); compile the model again")
+  try: emitted.validate_manifest(manifest)
+  except ValueError as error: raise UserError(f"{folder}: {error}") from error
+  art = Artifact(folder, manifest)
+  if check_files: verify_files(art)
+  return art
+
+
+def verify_files(art: Artifact) -> None:
+  """Every file the manifest lists is there, whole and unchanged (sha256); the weights file is checked first so a
+  truncated one is reported as such."""
+  weights = art.manifest.get("weights", {})
+  wfile = weights.get("file")
+  if wfile and not weights.get("embedded"):
+    path = os.path.join(art.folder, wfile)
+    if not os.path.isfile(path): raise UserError(f"weights file {path} is missing")
+    size, want = os.path.getsize(path), int(weights.get("nbytes", -1))
+    if 0 <= size < want: raise UserError(f"weights file {path} is truncated ({size} of {want} bytes)")
+    if want >= 0 and size != want: raise UserError(f"weights file {path} has {size} bytes, the manifest says {want}")
+  for name, digest in sorted(art.manifest.get("files", {}).items()):
+    path = os.path.join(art.folder, name)
+    if not os.path.isfile(path): raise UserError(f"{path} is missing (listed in {MANIFEST})")
+    if models.file_sha256(path) != digest:
+      what = "weights file" if name == wfile else "file"
+      raise UserError(f"{what} {path} differs from the one compiled (sha256 mismatch with {MANIFEST})")
+
+
+def artifact_runtime(art: Artifact):
+  """The Python runtime that loads this artifact (the caller closes it)."""
+  if art.target != "c":
+    raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: c")
+  from runtimes.artifact_c import ArtifactError, CArtifact
+  try: return CArtifact(art.folder)
+  except ArtifactError as error:
+    # the folder was checked against its manifest already: only a missing C compiler is the user's to fix
+    if "C compiler" in str(error): raise UserError(f"cannot load {art.folder}: {error}") from error
+    raise
+
+
+def check_feeds(art: Artifact, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Inputs by original name: every name known, none missing, shapes and dtypes exactly the model's."""
+  expected = {i["name"]: i for i in art.inputs}
+  for name in arrays:
+    if name not in expected:
+      known = ", ".join(repr(n) for n in expected) or "none"
+      raise UserError(f"unknown input {name!r}; the model's inputs are: {known}")
+  for name in expected:
+    if name not in arrays: raise UserError(f"missing input {name!r} (give it with --input {name}=file.npy)")
+  out = {}
+  for name, spec in expected.items():
+    arr = np.asarray(arrays[name])
+    shape, dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
+    if arr.shape != shape:
+      raise UserError(f"input {name!r} has shape {list(arr.shape)}; the model takes {list(shape)}")
+    if arr.dtype != dtype:
+      raise UserError(f"input {name!r} has dtype {arr.dtype.name}; the model takes {dtype.name}")
+    out[name] = np.ascontiguousarray(arr)
+  return out
+
+
+def run_artifact(folder: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Run the artifact once; outputs by original name, in manifest order."""
+  art = open_artifact(folder)
+  feeds = check_feeds(art, arrays)
+  runtime = artifact_runtime(art)
+  try: got = runtime.run(feeds)
+  finally: runtime.close()
+  return {o["name"]: np.asarray(got[o["name"]]) for o in art.outputs}
+
+
+def random_inputs(art: Artifact, seed: int) -> dict[str, np.ndarray]:
+  """Fresh seeded inputs: normal floats (never all zeros), small non-negative integers, random booleans."""
+  rng = np.random.default_rng(seed)
+  return {i["name"]: models.example_array(tuple(i["shape"]), np.dtype(i["dtype"]), rng) for i in art.inputs}
+
+
+def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
+  """(rtol, atol) for an output dtype when none is given."""
+  dtype = np.dtype(dtype)
+  if dtype.kind == "f": return (1e-2, 1e-2) if dtype.itemsize <= 2 else (1e-4, 1e-4)
+  return (0.0, 0.0)
+
+
+@dataclass
+class OutputCheck:
+  name: str
+  shape: tuple[int, ...]
+  dtype: str
+  max_abs: float
+  max_rel: float
+  rtol: float
+  atol: float
+  ok: bool
+  note: str = ""
+
+
+@dataclass
+class ValidateReport:
+  folder: str
+  model: str
+  reference: str
+  seed: int
+  checks: list[OutputCheck] = field(default_factory=list)
+
+  @property
+  def ok(self) -> bool: return all(c.ok for c in self.checks)
+
+
+def compare(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool, str]:
+  """(max abs error, max rel error over elements with |ref| >= atol (> 0 when atol is 0), within tolerance,
+  note). NaN must match NaN and infinities must match exactly."""
+  got, ref = np.asarray(got), np.asarray(ref)
+  if got.shape != ref.shape:
+    return float("inf"), float("inf"), False, f"shape {list(got.shape)}, reference {list(ref.shape)}"
+  g, r = got.astype(np.float64), ref.astype(np.float64)
+  same = (g == r) | (np.isnan(g) & np.isnan(r))
+  with np.errstate(invalid="ignore", over="ignore"):
+    diff = np.where(same, 0.0, np.abs(g - r))
+  diff = np.where(np.isnan(diff), np.inf, diff)
+  max_abs = float(diff.max()) if diff.size else 0.0
+  scale = np.abs(r)
+  mask = (scale >= atol) & (scale > 0) & np.isfinite(scale)
+  max_rel = float((diff[mask] / scale[mask]).max()) if mask.any() else 0.0
+  ok = bool(np.all(diff <= atol + rtol * np.where(np.isfinite(scale), scale, 0.0)))
+  note = ""
+  if not ok: note = f"{int(np.count_nonzero(diff > atol + rtol * np.nan_to_num(scale)))} of {diff.size} off"
+  return max_abs, max_rel, ok, note
+
+
+def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol: float | None = None,
+                      atol: float | None = None) -> ValidateReport:
+  """Run the artifact and an independent reference on the same fresh seeded inputs; compare every output."""
+  from aot import reference
+  art = open_artifact(folder)
+  spec, options = reference.spec_from_source(art.source, model)
+  feeds = random_inputs(art, seed)
+  runtime = artifact_runtime(art)
+  try: got = runtime.run(feeds)
+  finally: runtime.close()
+  ref = reference.reference_outputs(spec, feeds, options)
+  kind = "onnx" if spec.kind == "onnx" else "numpy interpreter"
+  report = ValidateReport(folder, spec.text, kind, seed)
+  for o in art.outputs:
+    name = o["name"]
+    default = default_tolerance(np.dtype(o["dtype"]))
+    rt = default[0] if rtol is None else rtol
+    at = default[1] if atol is None else atol
+    if name not in ref:
+      raise UserError(f"the reference model has no output {name!r} (its outputs: {', '.join(map(repr, ref))}); is "
+                      f"--model the model this artifact was compiled from?")
+    max_abs, max_rel, ok, note = compare(got[name], ref[name], rt, at)
+    report.checks.append(OutputCheck(name, tuple(o["shape"]), o["dtype"], max_abs, max_rel, rt, at, ok, note))
+  return report
+
+
+@dataclass
+class BenchReport:
+  folder: str
+  runs: int
+  warmup: int
+  median_s: float
+  p90_s: float
+  min_s: float
+  arena_bytes: int
+  weights_bytes: int
+  code_bytes: int
+
+
+def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0) -> BenchReport:
+  """Time whole runs of the artifact itself (its own loader, not tgc's kernels)."""
+  if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
+  if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
+  art = open_artifact(folder)
+  feeds = random_inputs(art, seed)
+  runtime = artifact_runtime(art)
+  try: times = [float(t) for t in runtime.time(feeds, runs, warmup)]
+  finally: runtime.close()
+  if not times: raise RuntimeError("the artifact runtime returned no timings")
+  return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
+                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes())
+
+
+# ---------------------------------------------------------------- inspect
+def inspect_model(model: str, target: str = "c", input_shapes: dict | None = None, consts: dict | None = None
+                  ) -> CompiledModel:
+  """Trace and lower a Tensor-API model without writing anything (for `tgc inspect`)."""
+  target = check_target(target)
+  spec = models.parse_model_spec(model)
+  cm, _ = build_compiled(spec, target, None, input_shapes, consts)
+  return cm
+
+
+@dataclass
+class OnnxNodeInfo:
+  index: int
+  name: str
+  op: str
+  supported: bool
+  inputs: list[tuple[str, list | None]]
+  outputs: list[tuple[str, list | None]]
+
+
+def inspect_onnx(path: str) -> tuple[list[tuple[str, list | None, str]], list[OnnxNodeInfo]]:
+  """The graph inputs (name, shape, dtype) and every node with the shapes ONNX shape inference gives and
+  whether tgc's importer has a handler for its operator."""
+  models.onnx_importer()
+  import onnx
+  from onnx import shape_inference
+  from frontend.onnx.registry import OPS
+  try: model = onnx.load(path)
+  except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
+  try: model = shape_inference.infer_shapes(model)
+  except Exception: pass   # shapes are then shown as unknown
+  shapes: dict[str, tuple[list | None, str]] = {}
+  for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+    shapes[vi.name] = _value_info_shape(vi)
+  for init in model.graph.initializer:
+    shapes[init.name] = (list(init.dims), onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name)
+  initialized = {i.name for i in model.graph.initializer}
+  graph_inputs = [(i.name, *shapes[i.name]) for i in model.graph.input if i.name not in initialized]
+  nodes = []
+  for k, node in enumerate(model.graph.node):
+    key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+    nodes.append(OnnxNodeInfo(k, node.name or f"#{k}", key, key in OPS or node.op_type in OPS and not node.domain,
+                              [(n, shapes.get(n, (None, ""))[0]) for n in node.input if n],
+                              [(n, shapes.get(n, (None, ""))[0]) for n in node.output if n]))
+  return graph_inputs, nodes
+
+
+def _value_info_shape(vi) -> tuple[list | None, str]:
+  import onnx
+  t = vi.type.tensor_type
+  dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else ""
+  if not t.HasField("shape"): return None, dtype
+  return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim], dtype

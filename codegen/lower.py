@@ -29,8 +29,9 @@ class KernelProgram:
   ops: int                              # arithmetic ops per launch (estimate, for reports)
 
 
-def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
-  """Give grid ranges their launch dimension (last global range -> dim 0) and fold extra dims into the first."""
+def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | None = None) -> tuple[UOp, tuple, tuple]:
+  """Give grid ranges their launch dimension (last global range -> dim 0) and fold extra dims into the first.
+  With `max_per_dim`, a global range of more work-groups than that is split over free launch dimensions."""
   rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
   globs = [r for r in rs if r.arg[1] == "global"]
   locs = {r.arg[0]: r for r in rs if r.arg[1] in ("local", "group")}
@@ -46,6 +47,7 @@ def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
       sub[r] = (merged // stride) % r.src[0].arg if stride > 1 else merged % r.src[0].arg
     k_ast = simplify(substitute(k_ast, sub))
     globs = [merged] + keep
+  if max_per_dim: k_ast, globs = _split_wide(k_ast, globs, locs, max_dims, max_per_dim)
   parents = _local_parents(k_ast)
   gsize, lsize, sub = [1, 1, 1], [1, 1, 1], {}
   dim_of = {}
@@ -64,6 +66,35 @@ def _grid(k_ast: UOp, max_dims: int) -> tuple[UOp, tuple, tuple]:
     lsize[dim] = locs[lid].src[0].arg
   k_ast = substitute(k_ast, sub)
   return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
+
+
+def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int, limit: int) -> tuple[UOp, list[UOp]]:
+  """Split each global range of more than `limit` work-groups as hi*n + lo over a free launch dimension. `lo`
+  keeps the range's id, so a LOCAL split of it stays on lo's dimension. n is the largest divisor that makes both
+  parts fit; when none does, the parts are rounded up and every store is gated by the original range. Ranges
+  that still do not fit (no free dimension) are left for the renderer to report."""
+  parents = _local_parents(k_ast)
+  free = max_dims - len(globs) - sum(1 for lid in locs if parents.get(lid) not in {g.arg[0] for g in globs})
+  while free > 0 and any(g.src[0].arg > limit for g in globs):
+    g = max(globs, key=lambda r: r.src[0].arg)
+    total = g.src[0].arg
+    lo_n = next((d for d in range(min(limit, total), -(-total // limit) - 1, -1) if total % d == 0), None)
+    if lo_n is None: lo_n = -(-total // -(-total // limit))
+    hi_n = -(-total // lo_n)
+    new_id = 1 + max(n.arg[0] for n in k_ast.toposort() if n.op is Ops.RANGE)
+    lo = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, lo_n),), g.arg)
+    hi = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, hi_n),), (new_id, "global"))
+    flat = hi * lo_n + lo
+    k_ast = substitute(k_ast, {g: flat})
+    if hi_n * lo_n != total:
+      inside = flat.lt(total)
+      k_ast = k_ast.replace(src=tuple(st.replace(src=st.src[:3] + ((st.src[3].logical_and(inside),) if len(st.src) > 3
+                                                                   else (inside,))) for st in k_ast.src))
+    k_ast = simplify(k_ast)
+    i = globs.index(g)
+    globs = globs[:i] + [hi, lo] + globs[i + 1:]
+    free -= 1
+  return k_ast, globs
 
 
 def _gate_group_stores(ast: UOp) -> UOp:
@@ -100,7 +131,9 @@ def lower(ast: UOp, target: str, opts: list[Opt] | None = None, name: str | None
   k = k.apply_all(opts)
   expanded = expand(k.ast)
   if renderer.loops_for_grid: gsz, lsz = _c_sizes(expanded); grid_ast = expanded
-  else: grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), renderer.max_grid_dims)
+  else:
+    grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), renderer.max_grid_dims, renderer.max_workgroups_per_dim)
+  grid_ast = renderer.prepare(grid_ast)
   program = linearize(grid_ast, ("global", "local") if renderer.loops_for_grid else ("global", "local", "group"))
   name = name or _default_name(ast, gsz)
   function = renderer.render(name, program, lsz)

@@ -175,10 +175,43 @@ def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
   return pack_store(out_arg, byte, vals)
 
 
-def schedule(roots: list[UOp], new_buffer) -> tuple[list[ScheduleItem], list[UOp]]:
-  """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes.
+class ScheduleError(ValueError):
+  """The graph cannot be split to fit a target limit."""
+
+
+def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> None:
+  """Add realize points until no kernel binds more than `max_buffers` buffers (its inputs and its output): the
+  fused node reading the most inputs that still fits in a kernel of its own is split off first."""
+  while True:
+    leaves: dict[UOp, frozenset] = {}
+    for r in roots:
+      for n in r.toposort():
+        if n in leaves: continue
+        if n.op is Ops.BUFFER: leaves[n] = frozenset([n])
+        else: leaves[n] = frozenset().union(*(frozenset([s]) if s in realize else leaves[s] for s in n.src)) \
+          if n.src else frozenset()
+    over = [n for n in realize if len(leaves.get(n, ())) + 1 > max_buffers]
+    if not over: return
+    root = over[0]
+    region, stack = [], [root]
+    while stack:
+      n = stack.pop()
+      for src in n.src:
+        if src not in realize and src.op not in (Ops.BUFFER, Ops.CONST) and src not in region:
+          region.append(src); stack.append(src)
+    fits = [m for m in region if 2 <= len(leaves[m]) <= max_buffers - 1]
+    if not fits:
+      raise ScheduleError(f"a kernel computing a tensor of shape {root.shape} reads {len(leaves[root])} buffers; "
+                          f"the target allows {max_buffers} storage buffers per kernel")
+    realize.add(max(fits, key=lambda m: (len(leaves[m]), m.key)))
+
+
+def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tuple[list[ScheduleItem], list[UOp]]:
+  """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes;
+  `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default).
   Returns the kernels in execution order and, per root, the BUFFER holding its value."""
   realize = find_realize_points(roots)
+  if max_buffers is not None: _limit_buffers(roots, realize, max_buffers)
   realized: dict[UOp, UOp] = {}
   items: list[ScheduleItem] = []
   order = [n for r in roots for n in r.toposort()]

@@ -1,1 +1,13 @@
-"""emit layer."""
+"""emit layer: artifact writers, one per target. `write_artifact(cm, out_dir)` writes the bundle of a
+`CompiledModel` into an existing empty folder and returns the paths written (manifest.json last)."""
+from __future__ import annotations
+from codegen.compiled import CompiledModel
+
+
+def write_artifact(cm: CompiledModel, out_dir: str, embed_weights: bool = False) -> list[str]:
+  """Write the artifact for `cm.target`. `embed_weights` (C only): the weights also become read-only data of the
+  library (weights.S, `<name>_init_embedded`). Raises ValueError for an unsupported target or bad folder."""
+  if cm.target == "c":
+    from emit.c import write_c_bundle
+    return write_c_bundle(cm, out_dir, embed_weights)
+  raise ValueError(f"no artifact writer for target {cm.target!r} (available: c)")

@@ -35,6 +35,9 @@ def set_storage(u: UOp, s) -> None: _storage[u.arg[0]] = s
 def nbytes(u: UOp) -> int:
   n = 1
   for s in u.arg[1]: n *= s
+  if u.dtype.storage_only:
+    from ir.lowp import storage_nbytes
+    return storage_nbytes(u.dtype, n)
   return n * u.dtype.itemsize
 
 

@@ -135,10 +135,14 @@ class TinyJit:
 jit = TinyJit
 
 
+PORTABLE_MAX_BUFFERS = 8    # WebGPU's default storage-buffer limit, the smallest of all targets
+
+
 def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
-          output_names: list[str] | None = None) -> Capture:
+          output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS) -> Capture:
   """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
-  do not depend on an input are evaluated now (constant folding) and become weights."""
+  do not depend on an input are evaluated now (constant folding) and become weights. Kernels bind at most
+  `max_buffers` buffers, so the capture fits every target."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
@@ -158,7 +162,7 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     b = buffers.new_buffer("capture", shape, dtype)
     placeholders.append(b)
     return b
-  items, out_bufs = schedule(roots, new_buffer)
+  items, out_bufs = schedule(roots, new_buffer, max_buffers)
   # an output that is an input or a weight still gets its own buffer (a copy kernel)
   fixed = [b if b not in input_bufs and buffers.device_of(b) == "capture" else None for b in out_bufs]
   if any(f is None for f in fixed):

@@ -67,6 +67,12 @@ def to_numpy(u: UOp) -> np.ndarray:
   return raw.reshape(shape)
 
 
+def max_buffers(device: str) -> int | None:
+  """The most buffers one kernel may bind on `device` (None: no limit)."""
+  from codegen.render import RENDERERS
+  return getattr(RENDERERS[device], "max_storage_buffers", None) if device in RENDERERS else None
+
+
 def _alloc(device: str):
   def new_buffer(shape, dtype: DType) -> UOp:
     nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -76,12 +82,20 @@ def _alloc(device: str):
   return new_buffer
 
 
-def get_kernel(ast: UOp, device: str):
-  """Lower and compile (cached by AST content and device)."""
+def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
+  """Lower and compile (cached by AST content and device). With BEAM=n the opts come from a beam search timed
+  on scratch buffers of the kernel's buffer sizes."""
   from codegen.lower import lower
   key = (ast.key, device)
   if key not in _kernel_cache:
-    prg = lower(ast, device)
+    opts = None
+    if config.beam and bufs:
+      from codegen.search import beam_search
+      from runtimes.timing import kernel_timer
+      rt = _runtime(device)
+      timer = kernel_timer(rt, [buffers.nbytes(b) for b in bufs])
+      opts = beam_search(ast, device, timer, config.beam, getattr(rt, "device_name", device))
+    prg = lower(ast, device, opts)
     if config.debug >= 3: print(f"--- {prg.name} opts={list(prg.opts)}\n{ast!r}")
     if config.debug >= 4: print(prg.src)
     _kernel_cache[key] = (prg, _runtime(device).compile(prg.src, prg.name))
@@ -92,7 +106,7 @@ def run_items(items, device: str, timing: bool = False) -> float:
   total = 0.0
   rt = _runtime(device) if device != "numpy" else None
   for it in items:
-    prg, fn = get_kernel(it.ast, device)
+    prg, fn = get_kernel(it.ast, device, it.bufs)
     t = fn(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size, local_size=prg.local_size,
            wait=timing)
     if config.debug >= 2: print(f"  {prg.name:<40} global={prg.global_size} local={prg.local_size}" +
@@ -114,7 +128,7 @@ def realize(roots: list[UOp], device: str) -> list[UOp]:
   from codegen.schedule import schedule
   check_dtypes(roots, device)
   st = time.perf_counter()
-  items, outs = schedule(roots, _alloc(device))
+  items, outs = schedule(roots, _alloc(device), max_buffers=max_buffers(device))
   for hook in capture_hooks: hook(items, roots, outs)
   run_items(items, device, timing=config.debug >= 2)
   if config.debug >= 1:

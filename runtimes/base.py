@@ -20,6 +20,8 @@ import numpy as np
 RUNTIME_CLASSES: dict[str, str] = {
   "c": "runtimes.c:CRuntime",
   "opencl": "runtimes.opencl:OpenCLRuntime",
+  "cuda": "runtimes.cuda:CUDARuntime",
+  "metal": "runtimes.metal:MetalRuntime",
 }
 
 CACHE_DIR_ENV = "TGC_CACHE_DIR"

@@ -2,8 +2,10 @@
 from codegen.render.cstyle import CStyleRenderer
 from codegen.render.c import CRenderer
 from codegen.render.opencl import OpenCLRenderer
+from codegen.render.cuda import CUDARenderer
+from codegen.render.metal import MetalRenderer
 
-RENDERERS = {"c": CRenderer, "opencl": OpenCLRenderer}
+RENDERERS = {"c": CRenderer, "opencl": OpenCLRenderer, "cuda": CUDARenderer, "metal": MetalRenderer}
 
 
 def get_renderer(target: str) -> CStyleRenderer:

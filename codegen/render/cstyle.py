@@ -27,6 +27,7 @@ class CStyleRenderer:
   math_fns: dict[tuple[Ops, DType], str] = {}
   has_half = False
   max_grid_dims = 3
+  max_workgroups_per_dim: int | None = None   # launch limit per grid dimension; wider ranges are split by lowering
 
   # ---- spelling hooks ----
   def type_name(self, d: DType) -> str: return self.types[d]
@@ -36,6 +37,23 @@ class CStyleRenderer:
   def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg = (id, kind, dim)
   def prefix(self, program: list[UOp]) -> list[str]: return []
   def fn(self, op: Ops, d: DType) -> str: return self.math_fns[(op, d)]
+  def prepare(self, ast: UOp) -> UOp:
+    """Target-specific graph rewrites of a kernel after launch dimensions are assigned, before linearizing."""
+    return ast
+
+  # ---- statement spelling hooks (C syntax by default) ----
+  def render_decl(self, name: str, d: DType, expr: str, mutable: bool = False) -> str:
+    """A new variable; `mutable` for accumulators, which are assigned again later."""
+    return f"{self.type_name(d)} {name} = {expr};"
+  def render_for(self, name: str, end: str) -> str: return f"for (int {name} = 0; {name} < {end}; {name}++) {{"
+  def render_grid_decl(self, name: str, r: UOp, size: str) -> str:
+    return f"int {name} = {self.grid_index(r)}; /* {size} */"
+  def render_local(self, name: str, d: DType, size: int) -> str | None:
+    """A work-group buffer declared inside the kernel; None when the language declares it elsewhere (prefix)."""
+    return f"{self.local_qualifier}{self.storage_type(d)} {name}[{size}];"
+  def render_gated_load(self, gate: str, load: str, d: DType) -> str:
+    return f"(({gate})?{load}:{self.render_const(0, d)})"
+  def render_if(self, cond: str, stmt: str) -> str: return f"if ({cond}) {stmt}"
 
   def render_const(self, v, d: DType) -> str:
     if d.is_bool: return "1" if v else "0"
@@ -114,7 +132,7 @@ class CStyleRenderer:
       if u.op is Ops.DEFINE_GLOBAL: continue
       if u.op is Ops.DEFINE_LOCAL:
         names[u] = u.arg[0]
-        lines.append(f"{pad}{self.local_qualifier}{self.storage_type(u.dtype)} {u.arg[0]}[{u.arg[1]}];")
+        if (decl := self.render_local(u.arg[0], u.dtype, u.arg[1])) is not None: lines.append(f"{pad}{decl}")
         continue
       if u.op is Ops.BARRIER:
         lines.append(f"{pad}{self.barrier}")
@@ -124,9 +142,9 @@ class CStyleRenderer:
         nm = {"global": "gidx", "local": "lidx", "group": "lidx"}.get(kind, "ridx") + str(u.arg[0])
         names[u] = nm
         if kind in ("global", "local", "group") and not self.loops_for_grid:
-          lines.append(f"{pad}int {nm} = {self.grid_index(u)}; /* {r(u.src[0])} */")
+          lines.append(f"{pad}{self.render_grid_decl(nm, u, r(u.src[0]))}")
         else:
-          lines.append(f"{pad}for (int {nm} = 0; {nm} < {r(u.src[0])}; {nm}++) {{")
+          lines.append(f"{pad}{self.render_for(nm, r(u.src[0]))}")
           depth += 1
         continue
       if u.op is Ops.ENDRANGE:
@@ -135,7 +153,7 @@ class CStyleRenderer:
         continue
       if u.op is Ops.DEFINE_ACC:
         names[u] = new_name("acc")
-        lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {r(u.src[0])};")
+        lines.append(f"{pad}{self.render_decl(names[u], u.dtype, r(u.src[0]), mutable=True)}")
         continue
       if u.op is Ops.ASSIGN:
         acc, val, red = u.src[0], u.src[1], u.arg
@@ -147,12 +165,12 @@ class CStyleRenderer:
       if u.op is Ops.STORE:
         buf, idx, val = u.src[:3]
         st = self.render_store(r(buf), r(idx), r(val), buf.dtype)
-        lines.append(f"{pad}if ({r(u.src[3])}) {st}" if len(u.src) > 3 else f"{pad}{st}")
+        lines.append(f"{pad}{self.render_if(r(u.src[3]), st)}" if len(u.src) > 3 else f"{pad}{st}")
         continue
       if u.op is Ops.LOAD:
         buf, idx = u.src[:2]
         ld = self.render_load(r(buf), r(idx), buf.dtype)
-        expr = f"(({r(u.src[2])})?{ld}:{self.render_const(0, u.dtype)})" if len(u.src) > 2 else ld
+        expr = self.render_gated_load(r(u.src[2]), ld, u.dtype) if len(u.src) > 2 else ld
       elif u.op is Ops.CAST: expr = self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
       elif u.op is Ops.BITCAST: expr = self.render_bitcast(r(u.src[0]), u.src[0].dtype, u.dtype)
       else: expr = self.render_alu(u, [r(s) for s in u.src])
@@ -160,7 +178,7 @@ class CStyleRenderer:
         names[u] = expr      # single-use index math is inlined
         continue
       names[u] = new_name("alu" if u.op is not Ops.LOAD else "val")
-      lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {expr};")
+      lines.append(f"{pad}{self.render_decl(names[u], u.dtype, expr)}")
     while depth > 1:
       depth -= 1
       lines.append("  " * depth + "}")

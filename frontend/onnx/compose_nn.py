@@ -113,16 +113,12 @@ def avg_pool(x: Tensor, kernel, strides, dilations, pads, ceil_mode=False, count
 
 
 def lp_pool(x: Tensor, kernel, strides, dilations, pads, p: float, ceil_mode=False) -> Tensor:
-  """(prod(kernel) * mean over the window's input elements of |x|^p) ^ (1/p), as the ONNX reference (equal to
-  the plain p-norm of the window when nothing is padded)."""
+  """(sum over the window of |x|^p) ^ (1/p), padding counting as zeros (what the ONNX node tests expect)."""
   nd = len(kernel)
-  in_shape = x.shape[-nd:]
-  outs, full = pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode)
+  outs, full = pool_geometry(x.shape[-nd:], kernel, strides, dilations, pads, ceil_mode)
   xf = x._float().abs()
   powered = xf * xf if p == 2 else xf.pow(float(p))
   sums = windows(powered, kernel, strides, dilations, full).sum(_reduce_kernel_axes(nd))
-  if any(b or e for b, e in full):
-    sums = sums * (prod(kernel) / _valid_counts(in_shape, kernel, strides, dilations, pads, full, False, x.device))
   out = sums.sqrt() if p == 2 else sums.pow(1.0 / p)
   return out.cast(x.dtype)
 
@@ -410,11 +406,7 @@ def dft_last(re: Tensor, im: Tensor | None, length: int, inverse: bool, onesided
   re = fit(re, length)
   im = fit(im, length) if im is not None else None
   n_out = length // 2 + 1 if onesided and not inverse else length
-  dev = re.device
-  k = arange(n_out, dev).reshape(n_out, 1)
-  n = arange(length, dev).reshape(1, length)
-  angle = ((k * n) % length).cast(dtypes.float32) * (2 * math.pi / length)
-  cos, sin = angle.cos(), angle.sin()
+  cos, sin = (Tensor(t, device=re.device) for t in twiddles(n_out, length))
   sign = 1.0 if inverse else -1.0
   rx = re._float().unsqueeze(-2)
   out_re = (rx * cos).sum(-1)
@@ -425,6 +417,17 @@ def dft_last(re: Tensor, im: Tensor | None, length: int, inverse: bool, onesided
     out_im = out_im + (ix * cos).sum(-1)
   if inverse: out_re, out_im = out_re * (1.0 / length), out_im * (1.0 / length)
   return out_re, out_im
+
+
+def twiddles(n_out: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+  """cos and sin of 2 pi k n / L for k < n_out, n < L as float32 tables (a compile-time constant of the shapes);
+  computed in float64 from k*n mod L so that the exact zeros and ones of the unit circle stay exact."""
+  m = (np.arange(n_out)[:, None] * np.arange(length)[None, :]) % length
+  angle = 2 * np.pi * m / length
+  cos, sin = np.cos(angle), np.sin(angle)
+  cos[np.abs(cos) < 1e-12] = 0.0
+  sin[np.abs(sin) < 1e-12] = 0.0
+  return cos.astype(np.float32), sin.astype(np.float32)
 
 
 def hermitian_extend(re: Tensor, im: Tensor, length: int) -> tuple[Tensor, Tensor]:

@@ -57,3 +57,22 @@ def test_no_large_kernel_with_global_size_one():
   x = rnd(64, 64)
   for k in kernels((x * 3).sum(axis=0)) + kernels(x.exp()):
     assert k.global_size[0] > 1
+
+
+def test_buffer_limit_splits_kernels():
+  xs = [np.random.default_rng(i).standard_normal((5, 3), dtype=np.float32) for i in range(20)]
+  out, ref = Tensor(xs[0], device="c"), xs[0]
+  for x in xs[1:]:
+    out, ref = out * 0.5 + Tensor(x, device="c"), ref * 0.5 + x
+  items, outs = schedule([out.uop], _alloc("c"), max_buffers=8)
+  assert all(len(it.bufs) <= 8 for it in items) and len(items) >= 3
+  from frontend.realize import run_items, to_numpy
+  run_items(items, "c")
+  np.testing.assert_allclose(to_numpy(outs[0]), ref, rtol=1e-6)
+
+
+def test_buffer_limit_impossible_is_a_clear_error():
+  from codegen.schedule import ScheduleError
+  xs = [rnd(4, seed=i) for i in range(4)]
+  with pytest.raises(ScheduleError, match="allows 2 storage buffers"):
+    schedule([(xs[0] + xs[1] + xs[2]).uop], _alloc("numpy"), max_buffers=2)

@@ -292,13 +292,14 @@ def test_mixed_dtype_promotion(device):
 def test_casts_and_bitcast(device):
   f = nonzero((33,), seed=24, high=100.0)
   t = tensor(f, device)
-  check(t.int(), f.astype(np.int32))
-  check(t.abs().cast(dtypes.uint8), np.abs(f).astype(np.uint8))
-  check(t.half(), f.astype(np.float16), dict(rtol=1e-3, atol=1e-3))
-  check((t > 10).float(), (f > 10).astype(np.float32))
-  check(t.bool(), f.astype(bool))
-  check(t.bitcast(dtypes.int32), f.view(np.int32))
-  check(tensor(ints((7,), seed=25), device).float(), ints((7,), seed=25).astype(np.float32))
+  i = ints((7,), seed=25)
+  check_many([("int", t.int(), f.astype(np.int32), None),
+              ("uint8", t.abs().cast(dtypes.uint8), np.abs(f).astype(np.uint8), None),
+              ("half", t.half(), f.astype(np.float16), dict(rtol=1e-3, atol=1e-3)),
+              ("bool_to_float", (t > 10).float(), (f > 10).astype(np.float32), None),
+              ("bool", t.bool(), f.astype(bool), None),
+              ("bitcast", t.bitcast(dtypes.int32), f.view(np.int32), None),
+              ("int_to_float", tensor(i, device).float(), i.astype(np.float32), None)])
 
 
 # ---------------------------------------------------------------- shapes: 0-d, size-0, size-1, odd sizes
@@ -558,7 +559,7 @@ def test_split_and_chunk(device):
   assert [p.shape for p in parts] == [(3, 3), (3, 3), (1, 3)]
   for p, e in zip(parts, np.split(a, [3, 6])): check(p, e)
   parts = t.split([1, 0, 2], dim=1)
-  for p, e in zip(parts, np.split(a, [1, 1], axis=1)): check(p, e)
+  check_many([(f"part{k}", p, e, None) for k, p in enumerate(parts) for e in [np.split(a, [1, 1], axis=1)[k]]])
   assert [p.shape for p in t.chunk(3, 0)] == [(3, 3), (3, 3), (1, 3)]
   with pytest.raises(ValueError, match=r"do not add up to 3"): t.split([1, 1], dim=1)
 

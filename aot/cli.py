@@ -1,0 +1,317 @@
+"""The `tgc` command line: compile, run, validate, bench and inspect.
+
+Exit codes: 0 success, 1 `validate` over tolerance, 2 user or input error (one line on stderr naming the culprit),
+3 internal error (a bug in tgc; the traceback is printed with DEBUG>=1)."""
+from __future__ import annotations
+import os
+import sys
+import traceback
+import click
+import numpy as np
+from ir.config import config
+from aot.errors import (EXIT_INTERNAL, EXIT_OK, EXIT_TOLERANCE, EXIT_USER, UserError, describe, internal_error_message,
+                        one_line)
+
+MODEL_HELP = """MODEL is either an ONNX file (model.onnx) or path/to/file.py:function for the Tensor API: the function
+takes no arguments and returns (fn, inputs), where inputs is a list of example Tensors (named input_0, input_1,
+...) or a dict name -> Tensor (passed to fn positionally, in dict order). fn returns a Tensor, a list of Tensors
+(named output_0, output_1, ...) or a dict name -> Tensor. Tensors fn uses that are not inputs are the weights,
+named by their state-dict path (e.g. fc1.weight) when fn is an nn-style object."""
+
+
+class TgcGroup(click.Group):
+  """A click group that maps every failure onto tgc's exit codes and one-line messages."""
+
+  def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    argv = list(sys.argv[1:] if args is None else args)
+    command = next((a for a in argv if not a.startswith("-")), "")
+    try:
+      rv = super().main(argv, prog_name or "tgc", complete_var, standalone_mode=False, **extra)
+      code = rv if isinstance(rv, int) else EXIT_OK
+    except click.exceptions.NoArgsIsHelpError as error:
+      click.echo(error.ctx.get_help() if error.ctx else error.format_message())
+      code = EXIT_OK
+    except click.ClickException as error:
+      where = error.ctx.command_path if getattr(error, "ctx", None) else "tgc"
+      hint = f" (see '{where} --help')" if isinstance(error, click.UsageError) else ""
+      _error_line(f"{where}: error: {one_line(error.format_message())}{hint}")
+      code = EXIT_USER
+    except UserError as error:
+      _error_line(f"tgc: error: {error}")
+      code = EXIT_USER
+    except (click.exceptions.Abort, KeyboardInterrupt):
+      _error_line("tgc: interrupted")
+      code = 130
+    except Exception as error:
+      if config.debug >= 1: traceback.print_exc()
+      _error_line(internal_error_message(error, command))
+      code = EXIT_INTERNAL
+    sys.exit(code)
+
+
+def _error_line(text: str) -> None:
+  click.echo(one_line(text, limit=2000), err=True)
+
+
+def _bytes(n: int) -> str:
+  for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    if n >= size: return f"{n} bytes ({n / size:.1f} {unit})"
+  return f"{n} bytes"
+
+
+def _shape(shape) -> str:
+  return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------- option parsing
+def _split(value: str, option: str, example: str) -> tuple[str, str]:
+  name, sep, rest = value.partition("=")
+  if not sep or not name or not rest: raise UserError(f"{option} {value!r}: expected {example}")
+  return name, rest
+
+
+def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
+  out = {}
+  for value in values:
+    name, _, dims = value.rpartition("=")
+    if not name: raise UserError(f"--input-shape {value!r}: expected name=d0,d1,... (e.g. input=1,3,224,224)")
+    try: shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip() != "")
+    except ValueError: raise UserError(f"--input-shape {value!r}: dimensions must be integers") from None
+    if any(d < 0 for d in shape): raise UserError(f"--input-shape {value!r}: dimensions must not be negative")
+    out[name] = shape
+  return out
+
+
+def load_npy(path: str, what: str) -> np.ndarray:
+  if not os.path.isfile(path): raise UserError(f"{what}: file not found: {path}")
+  try: data = np.load(path, allow_pickle=False)
+  except Exception as error: raise UserError(f"{what}: cannot read {path} as .npy ({describe(error)})") from error
+  if isinstance(data, np.lib.npyio.NpzFile):
+    data.close()
+    raise UserError(f"{what}: {path} is an .npz archive; give a .npy file")
+  return data
+
+
+def parse_arrays(values, option: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+  """name=file.npy pairs (and, for --input, whole .npz archives) -> arrays and their absolute paths."""
+  arrays, paths = {}, {}
+  for value in values:
+    if "=" not in value and value.lower().endswith(".npz") and option == "--input":
+      arrays.update(_load_npz(value))
+      continue
+    name, path = _split(value, option, "name=file.npy")
+    if name in arrays: raise UserError(f"{option}: {name!r} is given twice")
+    arrays[name] = load_npy(path, f"{option} {name}")
+    paths[name] = os.path.abspath(path)
+  return arrays, paths
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+  if not os.path.isfile(path): raise UserError(f"--input: file not found: {path}")
+  try:
+    with np.load(path, allow_pickle=False) as archive: return {k: archive[k] for k in archive.files}
+  except Exception as error: raise UserError(f"--input: cannot read {path} as .npz ({describe(error)})") from error
+
+
+# ---------------------------------------------------------------- commands
+@click.group(cls=TgcGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tgc", prog_name="tgc")
+def cli():
+  """tgc: an ahead-of-time model compiler. It compiles a Tensor-API model or an ONNX file into a standalone
+  artifact folder (sources, weights, manifest.json) and runs, validates, benchmarks and inspects artifacts.
+
+  \b
+    tgc compile examples/mnist_cnn.py:build --target c -o out/mnist
+    tgc validate out/mnist
+    tgc bench out/mnist
+
+  Exit codes: 0 ok, 1 validate over tolerance, 2 bad input (one line naming it), 3 internal error (a bug in tgc).
+  """
+
+
+@cli.command("compile", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--target", "-t", default="c", show_default=True, help="Target language of the artifact (c).")
+@click.option("--out", "-o", "out_dir", required=True, help="Artifact folder to write (replaced if it is one).")
+@click.option("--name", help="Model name used in generated symbols (default: the file name).")
+@click.option("--force", is_flag=True, help="Replace OUT even when it exists and is not a tgc artifact.")
+@click.option("--embed-weights", is_flag=True, help="Embed the weights in the generated source (C).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Fix the shape of an ONNX input with dynamic dimensions (repeatable).")
+@click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
+              help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts):
+  """Compile MODEL into an artifact folder OUT."""
+  from aot.pipeline import compile_model
+  shapes = parse_input_shapes(input_shapes)
+  const_arrays, const_paths = parse_arrays(consts, "--const")
+  report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths)
+  click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
+  click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
+  click.echo(f"  arena         {_bytes(report.arena_bytes)}")
+  click.echo(f"  weights       {_bytes(report.weights_bytes)} in {report.weights} tensors")
+  for kind, specs in (("input", report.inputs), ("output", report.outputs)):
+    for n, shape, dtype in specs: click.echo(f"  {kind:<13} {n} {_shape(shape)} {dtype}")
+  click.echo(f"  output folder {report.out_dir}")
+
+
+@cli.command("run")
+@click.argument("artifact", metavar="OUT")
+@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="An input by its original name (repeatable); a .npz file gives several at once.")
+@click.option("--output", "-o", "output", metavar="FILE.npz", help="Write the outputs here (keys: output names).")
+def run_command(artifact, inputs, output):
+  """Run the artifact OUT once on inputs from .npy files."""
+  from aot.pipeline import run_artifact
+  arrays, _ = parse_arrays(inputs, "--input")
+  outs = run_artifact(artifact, arrays)
+  for name, value in outs.items():
+    finite = value[np.isfinite(value)] if value.dtype.kind == "f" else value
+    stats = f"min {finite.min():.6g} max {finite.max():.6g}" if finite.size else "no finite values"
+    click.echo(f"{name} {_shape(value.shape)} {value.dtype.name} {stats}")
+  if output: _write_npz(output, outs)
+
+
+def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+  """Write atomically, exactly at `path` (numpy would append .npz to a name without it)."""
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder): raise UserError(f"--output: folder {folder} does not exist")
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+  try:
+    with open(tmp, "wb") as f: np.savez(f, **arrays)
+    os.replace(tmp, path)
+  except OSError as error:
+    if os.path.exists(tmp): os.unlink(tmp)
+    raise UserError(f"--output: cannot write {path} ({error.strerror})") from error
+  click.echo(f"wrote {path}")
+
+
+@cli.command("validate", epilog=MODEL_HELP)
+@click.argument("artifact", metavar="OUT")
+@click.option("--model", "-m", help="The model to compare with (default: the one recorded in the artifact).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
+@click.option("--rtol", type=float, help="Relative tolerance (default: 1e-4 for float32, 1e-2 for float16).")
+@click.option("--atol", type=float, help="Absolute tolerance (default: 1e-4 for float32, 1e-2 for float16).")
+def validate_command(artifact, model, seed, rtol, atol):
+  """Run OUT and an independent reference on fresh seeded random inputs and compare every output.
+
+  The reference for a Tensor-API model is the numpy interpreter on the un-scheduled graph; for an ONNX model it is
+  onnx.reference (onnxruntime for large models). Exits with 1 when an output is over tolerance."""
+  from aot.pipeline import validate_artifact
+  report = validate_artifact(artifact, model=model, seed=seed, rtol=rtol, atol=atol)
+  click.echo(f"validate {report.folder} against {report.reference} ({report.model}), seed {report.seed}")
+  width = max([len(c.name) for c in report.checks] + [6])
+  click.echo(f"  {'output':<{width}}  {'shape':<16} {'max abs err':>12} {'max rel err':>12}  tolerance")
+  for c in report.checks:
+    verdict = "ok" if c.ok else f"FAIL {c.note}".rstrip()
+    click.echo(f"  {c.name:<{width}}  {_shape(c.shape):<16} {c.max_abs:12.3e} {c.max_rel:12.3e}  "
+               f"rtol={c.rtol:g} atol={c.atol:g}  {verdict}")
+  click.echo("OK" if report.ok else "FAILED: outputs over tolerance")
+  return EXIT_OK if report.ok else EXIT_TOLERANCE
+
+
+@cli.command("bench")
+@click.argument("artifact", metavar="OUT")
+@click.option("--runs", default=50, show_default=True, type=int, help="Timed runs.")
+@click.option("--warmup", default=5, show_default=True, type=int, help="Untimed runs first.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
+def bench_command(artifact, runs, warmup, seed):
+  """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
+  from aot.pipeline import bench_artifact
+  r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed)
+  click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up")
+  click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
+  click.echo(f"  arena   {_bytes(r.arena_bytes)}")
+  click.echo(f"  weights {_bytes(r.weights_bytes)}")
+  click.echo(f"  code    {_bytes(r.code_bytes)} of generated source")
+
+
+@cli.command("inspect", epilog=MODEL_HELP)
+@click.argument("thing", metavar="MODEL|OUT")
+@click.option("--target", "-t", default="c", show_default=True, help="Target to lower a Tensor-API model for.")
+def inspect_command(thing, target):
+  """Describe an artifact folder (kernels with launch sizes, buffers, arena), a Tensor-API model (traced and
+  lowered, nothing written) or an ONNX file (operators, which tgc supports, shapes)."""
+  if os.path.isdir(thing): _inspect_artifact(thing)
+  elif thing.lower().endswith(".onnx"): _inspect_onnx(thing)
+  else: _inspect_model(thing, target)
+
+
+def _inspect_artifact(folder: str) -> None:
+  from aot.pipeline import open_artifact
+  art = open_artifact(folder, check_files=False)
+  m = art.manifest
+  click.echo(f"artifact {folder}: model {art.name}, target {art.target}, format {m.get('format_version')}, "
+             f"tgc {m.get('tgc_version', '?')}")
+  for kind, specs in (("input", art.inputs), ("output", art.outputs)):
+    for s in specs: click.echo(f"  {kind:<7} {s['name']} -> {s['symbol']} {_shape(s['shape'])} {s['dtype']}")
+  weights = m.get("weights", {})
+  tensors = weights.get("tensors", [])
+  where = "embedded in the source" if weights.get("embedded") else weights.get("file", "?")
+  click.echo(f"weights: {len(tensors)} tensors, {_bytes(art.weights_bytes)} ({where})")
+  for t in tensors: click.echo(f"  {t['name']} -> {t['symbol']} {_shape(t['shape'])} {t['dtype']} @ {t['offset']}")
+  arena = m.get("arena_buffers", [])
+  click.echo(f"arena: {_bytes(int(m.get('arena_bytes', 0)))}, {len(arena)} buffers")
+  for b in arena:
+    click.echo(f"  {b['symbol']:<8} offset {b['offset']:>10} {b['nbytes']:>10} bytes {_shape(b['shape'])} {b['dtype']}")
+  kernels = m.get("kernels", [])
+  click.echo(f"kernels: {len(kernels)}, {len(m.get('calls', []))} calls per run")
+  for k in kernels:
+    args = ", ".join(_arg(a) for a in k.get("args", []))
+    click.echo(f"  {k['name']:<20} global {_shape(k['global_size'])} local {_shape(k['local_size'])} "
+               f"ops {k.get('ops', '?')}  ({args})")
+  click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
+                                   for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
+
+
+def _arg(a) -> str:
+  if isinstance(a, dict):
+    return " ".join(str(a[k]) for k in ("kind", "name", "symbol", "dtype") if a.get(k) not in (None, ""))
+  return str(a)
+
+
+def _inspect_model(model: str, target: str) -> None:
+  from aot.pipeline import inspect_model
+  cm = inspect_model(model, target)
+  click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
+  for b in cm.inputs + cm.outputs:
+    click.echo(f"  {b.kind:<7} {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
+  weights = cm.of_kind("weight")
+  click.echo(f"weights: {len(weights)} tensors, {_bytes(sum(b.nbytes for b in weights))}")
+  for b in weights: click.echo(f"  {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
+  click.echo(f"arena: {_bytes(cm.arena_bytes)}, {len(cm.of_kind('arena'))} buffers")
+  for name, k in cm.kernels.items():
+    click.echo(f"  {name:<20} global {_shape(k.global_size)} local {_shape(k.local_size)} ops {k.ops} "
+               f"opts {[str(o) for o in k.opts]}")
+  click.echo("calls:")
+  for c in cm.calls:
+    click.echo(f"  {c.kernel:<20} (" + ", ".join(_buffer_label(cm.buffers[i]) for i in c.buffers) + ")")
+
+
+def _buffer_label(b) -> str:
+  return f"{b.kind} {b.name}" if b.name else f"{b.symbol}@{b.offset}"
+
+
+def _inspect_onnx(path: str) -> None:
+  from aot.pipeline import inspect_onnx
+  if not os.path.isfile(path): raise UserError(f"model file not found: {path}")
+  graph_inputs, nodes = inspect_onnx(path)
+  unsupported = sorted({n.op for n in nodes if not n.supported})
+  click.echo(f"onnx {path}: {len(nodes)} nodes, {len({n.op for n in nodes})} operators"
+             + (f", unsupported: {', '.join(unsupported)}" if unsupported else ", all supported"))
+  for name, shape, dtype in graph_inputs:
+    click.echo(f"  input  {name} {shape if shape is not None else '?'} {dtype}")
+  for n in nodes:
+    ins = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.inputs)
+    outs = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.outputs)
+    click.echo(f"  {n.index:>4} {n.op:<20} {'ok ' if n.supported else 'NO '} {n.name}: ({ins}) -> ({outs})")
+
+
+def main(argv=None) -> None:
+  """Console-script entry point."""
+  cli.main(args=argv, prog_name="tgc")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,92 @@
+"""CUDA C++ renderer (NVRTC or nvcc): `extern "C" __global__` kernels with `__launch_bounds__`; global ranges
+are block indices and local/group ranges thread indices; float16 is `__half` in memory (cuda_fp16.h) and float in
+registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h."""
+from __future__ import annotations
+import math
+from ir import Ops, UOp, DType, dtypes
+from codegen.render.cstyle import CStyleRenderer
+
+_MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
+         (Ops.POW, "pow"))
+_F64_BITS = {"nan": "0x7ff8000000000000LL", "inf": "0x7ff0000000000000LL"}
+_F32_BITS = {"nan": "0x7fc00000", "inf": "0x7f800000"}
+# (src, dst) -> format: the bit-reinterpreting intrinsics; float16 values live in float registers
+_BITCASTS = {
+  (dtypes.float32, dtypes.int32): "__float_as_int({0})", (dtypes.float32, dtypes.uint32): "__float_as_uint({0})",
+  (dtypes.int32, dtypes.float32): "__int_as_float({0})", (dtypes.uint32, dtypes.float32): "__uint_as_float({0})",
+  (dtypes.float64, dtypes.int64): "__double_as_longlong({0})",
+  (dtypes.float64, dtypes.uint64): "((unsigned long long)__double_as_longlong({0}))",
+  (dtypes.int64, dtypes.float64): "__longlong_as_double({0})",
+  (dtypes.uint64, dtypes.float64): "__longlong_as_double((long long)({0}))",
+  (dtypes.float16, dtypes.int16): "__half_as_short(__float2half_rn({0}))",
+  (dtypes.float16, dtypes.uint16): "__half_as_ushort(__float2half_rn({0}))",
+  (dtypes.int16, dtypes.float16): "__half2float(__short_as_half({0}))",
+  (dtypes.uint16, dtypes.float16): "__half2float(__ushort_as_half({0}))",
+}
+# integer -> half conversions that round once (int -> float -> half could round twice)
+_TO_HALF = {dtypes.int32: "__int2half_rn", dtypes.uint32: "__uint2half_rn", dtypes.int64: "__ll2half_rn",
+            dtypes.uint64: "__ull2half_rn", dtypes.float64: "__double2half"}
+BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__ D tg_bitcast(S s) {
+  union { S s; D d; } u;
+  u.s = s;
+  return u.d;
+}"""
+
+
+class CUDARenderer(CStyleRenderer):
+  target = "cuda"
+  kernel_prefix = 'extern "C" __global__ '
+  restrict = "__restrict__ "
+  loops_for_grid = False
+  local_qualifier = "__shared__ "
+  barrier = "__syncthreads();"
+  types = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
+           dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
+           dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
+           dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int"}
+  storage_types = {dtypes.bool: "unsigned char", dtypes.float16: "__half"}
+  math_fns = {(op, d): name + ("f" if d != dtypes.float64 else "")
+              for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
+
+  def nan(self, d): return f"__longlong_as_double({_F64_BITS['nan']})" if d == dtypes.float64 else \
+    f"__int_as_float({_F32_BITS['nan']})"
+  def inf(self, d): return f"__longlong_as_double({_F64_BITS['inf']})" if d == dtypes.float64 else \
+    f"__int_as_float({_F32_BITS['inf']})"
+
+  def render_const(self, v, d: DType) -> str:
+    out = super().render_const(v, d)
+    return f"({out})" if out.startswith("-") else out   # `x-(-1.5f)`, never `x--1.5f`
+
+  def grid_index(self, r: UOp) -> str:
+    return f"{'blockIdx' if r.arg[1] == 'global' else 'threadIdx'}.{'xyz'[r.arg[2]]}"
+
+  def prefix(self, program):
+    used = {u.dtype for u in program} | {s.dtype for u in program for s in u.src}
+    out = ["#include <cuda_fp16.h>"] if dtypes.float16 in used else []
+    if any(u.op is Ops.BITCAST and (u.src[0].dtype, u.dtype) not in _BITCASTS and
+           not (u.src[0].dtype.is_int and u.dtype.is_int) for u in program):
+      out.append(BITCAST_HELPER)
+    return out
+
+  def kernel_signature(self, name, args, local_size):
+    return f"{self.kernel_prefix}void __launch_bounds__({math.prod(local_size)}) {name}({', '.join(args)})"
+
+  def render_load(self, buf, idx, d):
+    return f"__half2float({buf}[{idx}])" if d == dtypes.float16 else f"{buf}[{idx}]"
+
+  def render_store(self, buf, idx, val, d):
+    if d == dtypes.float16: return f"{buf}[{idx}] = __float2half_rn({val});"
+    if d.is_bool: return f"{buf}[{idx}] = (unsigned char)({val});"
+    return f"{buf}[{idx}] = {val};"
+
+  def render_cast(self, x, src, dst):
+    if dst.is_bool: return f"({x}!=0)"
+    if dst == dtypes.float16:   # round to half, keep computing in float
+      if src in _TO_HALF: return f"__half2float({_TO_HALF[src]}({x}))"
+      return f"__half2float(__float2half_rn((float)({x})))"
+    return f"(({self.type_name(dst)})({x}))"
+
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if (src, dst) in _BITCASTS: return _BITCASTS[(src, dst)].format(x)
+    if src.is_int and dst.is_int: return f"(({self.type_name(dst)})({x}))"   # same size: two's complement
+    return f"tg_bitcast<{self.type_name(dst)}>(({self.type_name(src)})({x}))"

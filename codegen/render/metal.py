@@ -1,0 +1,63 @@
+"""Metal Shading Language renderer: `kernel void` functions whose buffers are `device` pointers bound by index and
+whose grid ranges are the threadgroup position (`gid`) and the thread position in the threadgroup (`lid`); `half`
+is native; Metal has no double, so float64 is refused. Float math uses `metal::precise` so results do not depend
+on the host's fast-math setting."""
+from __future__ import annotations
+from ir import Ops, UOp, DType, dtypes
+from codegen.render.cstyle import CStyleRenderer
+
+_PRECISE = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.POW, "pow"))
+
+
+class MetalRenderer(CStyleRenderer):
+  target = "metal"
+  kernel_prefix = "kernel "
+  global_qualifier = "device "
+  restrict = ""
+  loops_for_grid = False
+  local_qualifier = "threadgroup "
+  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+  float_suffix = {dtypes.float32: "f", dtypes.float16: "f"}
+  types = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "long",
+           dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.uint64: "ulong",
+           dtypes.float16: "half", dtypes.float32: "float", dtypes.index: "int"}
+  storage_types = {dtypes.bool: "uchar"}
+  math_fns = {**{(op, dtypes.float32): f"metal::precise::{name}" for op, name in _PRECISE},
+              **{(op, dtypes.float16): name for op, name in _PRECISE},
+              (Ops.TRUNC, dtypes.float32): "trunc", (Ops.TRUNC, dtypes.float16): "trunc"}
+
+  def type_name(self, d: DType) -> str:
+    if d == dtypes.float64: raise ValueError("metal: float64 is not supported (Metal has no double)")
+    return self.types[d]
+
+  def render_const(self, v, d: DType) -> str:
+    if d == dtypes.float16: return f"((half){self.render_const(v, dtypes.float32)})"
+    if d == dtypes.int64: return f"{v}L" if v >= 0 else f"({v}L)" if v != -(1 << 63) else "(-9223372036854775807L-1)"
+    if d == dtypes.uint64: return f"{v}UL"
+    out = super().render_const(v, d)
+    return f"({out})" if out.startswith("-") else out   # `x-(-1.5f)`, never `x--1.5f`
+
+  def prefix(self, program): return ["#include <metal_stdlib>", "using namespace metal;"]
+
+  def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
+    return f"{'' if mutable else 'const '}device {self.storage_type(d)}* data{i} [[buffer({i})]]"
+
+  def kernel_signature(self, name, args, local_size):
+    ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+    return f"{self.kernel_prefix}void {name}({', '.join(args + ids)})"
+
+  def grid_index(self, r: UOp) -> str: return f"{'gid' if r.arg[1] == 'global' else 'lid'}.{'xyz'[r.arg[2]]}"
+
+  def render_store(self, buf, idx, val, d):
+    return f"{buf}[{idx}] = (uchar)({val});" if d.is_bool else f"{buf}[{idx}] = {val};"
+
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.type_name(dst)}>({x})"
+
+  def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+    for u in program:
+      for n in (u, *u.src):
+        if n.dtype == dtypes.float64:
+          raise ValueError(f"metal: float64 is not supported (Metal has no double): kernel {name}, {n.op.name}")
+    # threadgroup memory must be declared at kernel function scope: declare it first
+    locals_ = [u for u in program if u.op is Ops.DEFINE_LOCAL]
+    return super().render(name, locals_ + [u for u in program if u.op is not Ops.DEFINE_LOCAL], local_size)

@@ -1,0 +1,191 @@
+"""The `c` bundle: `model.h` / `model.c` (the model as a C99 library: static kernels, a run function that calls
+them in order on the caller's buffers, the weights and the arena), `main.c` (an example program on .npy files),
+`Makefile`, `weights.safetensors`, `weights.S` when the weights are embedded, and `manifest.json`.
+
+Generated text comes from the templates in templates/c; model names reach it only through `comment_safe`
+(comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types of the
+rendered kernel signature, which is parsed here (`data<i>` parameters; a parameter the renderer dropped is not
+passed)."""
+from __future__ import annotations
+import re
+from dataclasses import dataclass
+
+from codegen.compiled import BufferInfo, CompiledModel
+from codegen.lower import KernelProgram
+from codegen.names import comment_safe, symbol
+from emit.c_literals import c_bytes, c_string
+from emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
+from emit.manifest import MANIFEST, build_manifest, manifest_bytes
+from emit.weights import WeightSpec, WeightsFile, build_weights_file
+
+WEIGHTS_FILE = "weights.safetensors"
+WEIGHTS_RULE = "weights.o: weights.S weights.safetensors\n\t$(CC) $(CPPFLAGS) $(CFLAGS) -c weights.S -o $@\n\n"
+PARAM = re.compile(r"((?:const )?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:restrict\s+)?data(\d+)\b")
+
+
+@dataclass(frozen=True)
+class Param:
+  index: int          # position in a call's buffer list
+  ctype: str          # element type as spelled in the signature, "const float" for read-only
+  @property
+  def mutable(self) -> bool: return not self.ctype.startswith("const ")
+
+
+def comment(text: str) -> str:
+  """`comment_safe` text that also cannot form a trigraph."""
+  return re.sub(r"\?(?=\?)", "?_", comment_safe(text))
+
+
+def kernel_params(k: KernelProgram) -> list[Param]:
+  """The `data<i>` parameters of a rendered C kernel, in signature order."""
+  head = k.function.split("{", 1)[0]
+  if not head.startswith(f"void {k.name}("):
+    raise ValueError(f"kernel {k.name}: unexpected C signature {head.strip()!r}")
+  return [Param(int(m.group(2)), m.group(1).strip()) for m in PARAM.finditer(head[head.index("("):])]
+
+
+def _check_names(cm: CompiledModel) -> None:
+  for kind in ("input", "output", "weight"):
+    seen: set[str] = set()
+    for b in cm.of_kind(kind):
+      if b.name in seen: raise ValueError(f"model {cm.name!r}: duplicate {kind} name {b.name!r}")
+      seen.add(b.name)
+
+
+def _dims(b: BufferInfo) -> str: return "".join(f"[{s}]" for s in b.shape) or "(scalar)"
+
+
+def _io_doc(cm: CompiledModel) -> str:
+  lines = []
+  for title, bufs in (("Inputs (inputs[i])", cm.inputs), ("Outputs (outputs[i])", cm.outputs)):
+    lines.append(f"   {title}:" if bufs else f"   {title}: none")
+    for i, b in enumerate(bufs):
+      lines.append(f"     {i}: {b.symbol}  {numpy_name(b.dtype)}{_dims(b)}  {b.nbytes} bytes  "
+                   f"original name \"{comment(b.name)}\"")
+  return "\n".join(lines)
+
+
+def _tables(cm: CompiledModel) -> dict[str, str]:
+  dims: list[int] = []
+  out = {}
+  for key, bufs in (("input_table", cm.inputs), ("output_table", cm.outputs)):
+    rows = []
+    for b in bufs:
+      rows.append(f"  {{{c_string(b.name)}, {c_string(b.symbol)}, {c_string(numpy_name(b.dtype))}, {len(b.shape)}, "
+                  f"{len(dims)}, {b.nbytes}, {b.dtype.itemsize}}}")
+      dims.extend(b.shape)
+    out[key] = ",\n".join(rows) if rows else "  {NULL, NULL, NULL, 0, 0, 0, 1}"
+  out["dims"] = ", ".join(str(d) for d in dims + [0])
+  return out
+
+
+def _argument(b: BufferInfo, p: Param) -> str:
+  cast = f"({p.ctype} *)"
+  if b.kind == "input": return f"{cast}inputs[{b.index}]"
+  if b.kind == "output": return f"{cast}outputs[{b.index}]"
+  raise AssertionError(b.kind)
+
+
+def _wrap_call(kernel: str, args: list[str], width: int = 118) -> str:
+  """`  kernel(arg, arg, ...);` broken after commas so that lines stay within `width` characters."""
+  lines, line = [], f"  {kernel}("
+  indent = " " * len(line)
+  for i, arg in enumerate(args):
+    piece = arg + (");" if i == len(args) - 1 else ",")
+    if len(line) + len(piece) + 1 > width and line.strip() and not line.endswith("("):
+      lines.append(line.rstrip())
+      line = indent
+    line += piece + ("" if i == len(args) - 1 else " ")
+  if not args: line += ");"
+  return "\n".join(lines + [line])
+
+
+def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
+  offset = {t.name: t.offset for t in weights.tensors}
+  uses = {cm.buffers[i].kind for c in cm.calls for i in c.buffers}
+  locals_, setup, calls = [], [], []
+  if "weight" in uses: locals_.append("  const unsigned char *w;\n"); setup.append("  w = ctx->weights;\n")
+  if "arena" in uses: locals_.append("  unsigned char *a;\n"); setup.append("  a = ctx->arena;\n")
+  locals_.append("  size_t i;\n")
+  checks = []
+  for what, table in (("inputs", "tg_inputs"), ("outputs", "tg_outputs")):
+    if what == "inputs" and not cm.inputs: continue
+    checks.append(f"  for (i = 0; i < tg_num_{what}; i++) {{\n"
+                  f"    if ({what}[i] == NULL) return {{{{SYM}}}}_ERR_NULL;\n"
+                  f"    if (tg_misaligned({what}[i], {table}[i].align)) return {{{{SYM}}}}_ERR_ALIGN;\n  }}\n")
+  for c in cm.calls:
+    args = []
+    for p in params[c.kernel]:
+      if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
+      b = cm.buffers[c.buffers[p.index]]
+      if b.kind == "weight": args.append(f"({p.ctype} *)(w + {offset[b.name]})")
+      elif b.kind == "arena": args.append(f"({p.ctype} *)(a + {b.offset})")
+      else: args.append(_argument(b, p))
+    calls.append(_wrap_call(c.kernel, args))
+  return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
+          "run_calls": "\n".join(calls)}
+
+
+def _kernels(cm: CompiledModel) -> tuple[str, str]:
+  prefix: list[str] = []
+  functions = []
+  for name, k in cm.kernels.items():
+    for line in k.prefix:
+      if line not in prefix: prefix.append(line)
+    functions.append(f"static {k.function.rstrip()}\n")
+  return "\n".join(prefix), "\n".join(functions)
+
+
+def _embedded(sym: str, embed: bool) -> tuple[str, str]:
+  if not embed: return "", ""
+  decl = (f"/* Use the weights linked into the program by weights.S: no file I/O, no copy (see init_from_memory). */\n"
+          f"{sym}_status {sym}_init_embedded({sym}_ctx *ctx, void *arena);")
+  body = (f"\nextern const unsigned char {sym}_weights_data[];\nextern const size_t {sym}_weights_size;\n\n"
+          f"{sym}_status {sym}_init_embedded({sym}_ctx *ctx, void *arena) {{\n"
+          f"  return {sym}_init_from_memory(ctx, {sym}_weights_data, {sym}_weights_size, arena);\n}}\n")
+  return decl, body
+
+
+def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str, bytes], dict]:
+  """Every file of the bundle but the manifest, and the manifest."""
+  if cm.target != "c": raise ValueError(f"the C bundle needs a model compiled for target 'c', not {cm.target!r}")
+  _check_names(cm)
+  sym = symbol(cm.name, None, "m")
+  weights = build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape, cm.weights[b.name])
+                                for b in cm.of_kind("weight")])
+  params = {name: kernel_params(k) for name, k in cm.kernels.items()}
+  kernel_prefix, kernels = _kernels(cm)
+  embedded_decl, embedded_init = _embedded(sym, embed_weights)
+  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment(cm.name)}\"",
+            "io_doc": _io_doc(cm), "num_inputs": str(len(cm.inputs)), "num_outputs": str(len(cm.outputs)),
+            "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
+            "embedded_decl": embedded_decl, "embedded_init": embedded_init, "kernel_prefix": kernel_prefix,
+            "kernels": kernels, "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header),
+            "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))), "embedded": "1" if embed_weights else "0",
+            "objects": "model.o weights.o" if embed_weights else "model.o",
+            "weights_rule": WEIGHTS_RULE if embed_weights else ""}
+  values.update(_tables(cm))
+  run = _run_body(cm, params, weights)
+  values.update({k: fill(v, values, k) for k, v in run.items()})
+  files = {name: fill(read_template("c", f"{name}.tmpl"), values, f"templates/c/{name}.tmpl").encode("utf-8")
+           for name in ("model.h", "model.c", "main.c", "Makefile") + (("weights.S",) if embed_weights else ())}
+  files[WEIGHTS_FILE] = weights.data
+  kernel_args = {name: [{"index": p.index, "dtype": _arg_dtype(cm, name, p.index), "mutable": p.mutable}
+                        for p in ps] for name, ps in params.items()}
+  info = {"api_prefix": sym, "header": "model.h", "source": "model.c", "c_standard": "c99",
+          "embed_weights": embed_weights}
+  if embed_weights: info["weights_symbol"] = f"{sym}_weights_data"
+  manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, embed_weights, kernel_args, files, info)
+  return files, manifest
+
+
+def _arg_dtype(cm: CompiledModel, kernel: str, index: int) -> str:
+  call = next(c for c in cm.calls if c.kernel == kernel)
+  return numpy_name(cm.buffers[call.buffers[index]].dtype)
+
+
+def write_c_bundle(cm: CompiledModel, out_dir: str, embed_weights: bool = False) -> list[str]:
+  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
+  check_empty_dir(out_dir)
+  files, manifest = c_sources(cm, embed_weights)
+  return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})

@@ -1,0 +1,753 @@
+"""ONNX handlers for elementwise math, comparisons and logic, casts, reductions, and shape/movement operators.
+
+Each handler maps one node onto lazy Tensor ops. Inputs that set shapes (Reshape's shape, Slice's starts, reduce
+axes given as an input, ...) are read with `ctx.const_value`: they must fold to compile-time constants. Ops whose
+output shape depends on data (NonZero, Compress's condition, Unique) work only on constants, i.e. when the
+importer folds them."""
+from __future__ import annotations
+import math
+from functools import reduce
+import numpy as np
+from ir import dtypes
+from frontend.tensor import Tensor, broadcast_shape
+from frontend import functional
+from frontend.onnx.registry import NodeContext, onnx_op
+from frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
+from frontend.onnx import compose as C
+
+
+def _x(ctx: NodeContext) -> Tensor: return ctx.inputs[0]
+def _dev(ctx: NodeContext) -> str: return ctx.extra.get("device", "numpy")
+
+
+def _ints(ctx: NodeContext, i: int) -> list[int]:
+  return [int(v) for v in np.asarray(ctx.const_value(i)).reshape(-1)]
+
+
+def _same_float(x: Tensor) -> Tensor:
+  """Math functions keep the input's float type (float16/float64 included)."""
+  return x if x.dtype.is_float and not x.dtype.storage_only else x.cast(dtypes.float32)
+
+
+# ---------------------------------------------------------------- binary arithmetic
+@onnx_op("Add")
+def _add(ctx): return ctx.inputs[0] + ctx.inputs[1]
+
+
+@onnx_op("Sub")
+def _sub(ctx): return ctx.inputs[0] - ctx.inputs[1]
+
+
+@onnx_op("Mul")
+def _mul(ctx): return ctx.inputs[0] * ctx.inputs[1]
+
+
+@onnx_op("Div")
+def _div(ctx):
+  a, b = ctx.inputs[0], ctx.inputs[1]
+  if a.dtype.is_float: return a / b
+  if a.dtype.is_bool: raise ctx.fail("Div on bool tensors")
+  return a.idiv(b)
+
+
+@onnx_op("Pow")
+def _pow(ctx):
+  x, y = ctx.inputs[0], ctx.inputs[1]
+  if x.dtype.is_float: return x.pow(y.cast(x.dtype))
+  # integer base: compute in double (exact for the values a test can check), convert like numpy's astype
+  r = x.cast(dtypes.float64).pow(y.cast(dtypes.float64))
+  return r.cast(x.dtype)
+
+
+@onnx_op("Mod")
+def _mod(ctx):
+  a, b = ctx.inputs[0], ctx.inputs[1]
+  if ctx.attr("fmod", 0): return a.fmod(b)
+  return a.mod(b)
+
+
+@onnx_op("BitShift")
+def _bitshift(ctx):
+  a, b = ctx.inputs[0], ctx.inputs[1]
+  return a.lshift(b) if ctx.attr("direction") == "LEFT" else a.rshift(b)
+
+
+@onnx_op("BitwiseAnd")
+def _bitwise_and(ctx): return ctx.inputs[0].bitwise_and(ctx.inputs[1])
+
+
+@onnx_op("BitwiseOr")
+def _bitwise_or(ctx): return ctx.inputs[0].bitwise_or(ctx.inputs[1])
+
+
+@onnx_op("BitwiseXor")
+def _bitwise_xor(ctx): return ctx.inputs[0].bitwise_xor(ctx.inputs[1])
+
+
+@onnx_op("BitwiseNot")
+def _bitwise_not(ctx): return _x(ctx).bitwise_not()
+
+
+@onnx_op("Max", "Min", "Sum", "Mean")
+def _variadic(ctx):
+  xs = [t for t in ctx.inputs if t is not None]
+  if ctx.op_type == "Max": return reduce(lambda a, b: a.maximum(b), xs)
+  if ctx.op_type == "Min": return reduce(lambda a, b: a.minimum(b), xs)
+  s = reduce(lambda a, b: a + b, xs)
+  if ctx.op_type == "Sum": return s
+  return (s / len(xs)).cast(s.dtype) if s.dtype.is_float else s.idiv(len(xs))
+
+
+# ---------------------------------------------------------------- comparisons and logic
+@onnx_op("Equal")
+def _equal(ctx): return ctx.inputs[0] == ctx.inputs[1]
+
+
+@onnx_op("Less")
+def _less(ctx): return ctx.inputs[0] < ctx.inputs[1]
+
+
+@onnx_op("LessOrEqual")
+def _less_equal(ctx): return ctx.inputs[0] <= ctx.inputs[1]
+
+
+@onnx_op("Greater")
+def _greater(ctx): return ctx.inputs[0] > ctx.inputs[1]
+
+
+@onnx_op("GreaterOrEqual")
+def _greater_equal(ctx): return ctx.inputs[0] >= ctx.inputs[1]
+
+
+@onnx_op("Not")
+def _not(ctx): return _x(ctx).logical_not()
+
+
+@onnx_op("And")
+def _and(ctx): return ctx.inputs[0].logical_and(ctx.inputs[1])
+
+
+@onnx_op("Or")
+def _or(ctx): return ctx.inputs[0].logical_or(ctx.inputs[1])
+
+
+@onnx_op("Xor")
+def _xor(ctx): return ctx.inputs[0].logical_xor(ctx.inputs[1])
+
+
+@onnx_op("Where")
+def _where(ctx): return ctx.inputs[0].cast(dtypes.bool).where(ctx.inputs[1], ctx.inputs[2])
+
+
+@onnx_op("IsNaN")
+def _isnan(ctx): return _x(ctx).isnan()
+
+
+@onnx_op("IsInf")
+def _isinf(ctx):
+  x = _x(ctx)
+  pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+  if pos and neg: return x.isinf()
+  if pos: return x == math.inf
+  if neg: return x == -math.inf
+  return x.zeros_like(dtypes.bool)
+
+
+# ---------------------------------------------------------------- unary math
+def _unary(name: str, fn):
+  onnx_op(name)(lambda ctx: fn(_x(ctx)))
+
+
+_unary("Neg", lambda x: -x)
+_unary("Abs", lambda x: x.abs())
+_unary("Sign", lambda x: x.sign())
+_unary("Reciprocal", lambda x: x.reciprocal())
+_unary("Sqrt", lambda x: x.sqrt())
+_unary("Exp", lambda x: x.exp())
+_unary("Log", lambda x: x.log())
+_unary("Sin", lambda x: x.sin())
+_unary("Cos", lambda x: x.cos())
+_unary("Tan", lambda x: x.tan())
+_unary("Asin", C.asin)
+_unary("Acos", C.acos)
+_unary("Atan", C.atan)
+_unary("Sinh", C.sinh)
+_unary("Cosh", C.cosh)
+_unary("Asinh", C.asinh)
+_unary("Acosh", C.acosh)
+_unary("Atanh", C.atanh)
+_unary("Erf", lambda x: x.erf() if x.dtype.is_float else x.erf().round().cast(x.dtype))
+_unary("Floor", lambda x: x.floor())
+_unary("Ceil", lambda x: x.ceil())
+_unary("Round", lambda x: x.round())
+_unary("Relu", lambda x: x.relu())
+_unary("Sigmoid", lambda x: x.sigmoid())
+_unary("Tanh", lambda x: x.tanh())
+_unary("Softplus", C.softplus)
+_unary("Softsign", lambda x: x / (1 + x.abs()))
+_unary("Mish", lambda x: x * C.softplus(x).tanh())
+_unary("HardSwish", lambda x: x * (x * (1 / 6) + 0.5).maximum(0).minimum(1))
+_unary("Identity", lambda x: x)
+
+
+@onnx_op("LeakyRelu")
+def _leaky_relu(ctx):
+  x = _x(ctx)
+  return (x < 0).where(x * ctx.attr("alpha", 0.01), x)
+
+
+@onnx_op("PRelu")
+def _prelu(ctx):
+  x, slope = ctx.inputs[0], ctx.inputs[1]
+  return (x < 0).where(x * slope.cast(x.dtype), x)
+
+
+@onnx_op("Elu")
+def _elu(ctx):
+  x, alpha = _x(ctx), ctx.attr("alpha", 1.0)
+  return (x < 0).where((x.exp() - 1) * alpha, x)
+
+
+@onnx_op("Selu")
+def _selu(ctx):
+  x = _x(ctx)
+  alpha, gamma = ctx.attr("alpha", 1.67326319217681884765625), ctx.attr("gamma", 1.05070102214813232421875)
+  return (x > 0).where(x * gamma, (x.exp() * alpha - alpha) * gamma)
+
+
+@onnx_op("Celu")
+def _celu(ctx):
+  x, alpha = _x(ctx), ctx.attr("alpha", 1.0)
+  return x.maximum(0) + ((x / alpha).exp() - 1).minimum(0) * alpha
+
+
+@onnx_op("Gelu")
+def _gelu(ctx):
+  x = _x(ctx)
+  return x.gelu(ctx.attr("approximate", "none")).cast(x.dtype)
+
+
+@onnx_op("HardSigmoid")
+def _hard_sigmoid(ctx):
+  x = _x(ctx)
+  return (x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5)).maximum(0).minimum(1)
+
+
+@onnx_op("ThresholdedRelu")
+def _thresholded_relu(ctx):
+  x = _x(ctx)
+  return (x > ctx.attr("alpha", 1.0)).where(x, x.zeros_like())
+
+
+@onnx_op("Shrink")
+def _shrink(ctx):
+  x = _x(ctx)
+  lambd, bias = ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+  if not x.dtype.is_float:
+    xf = x.cast(dtypes.float32)
+    return (xf < -lambd).where(xf + bias, (xf > lambd).where(xf - bias, xf.zeros_like())).cast(x.dtype)
+  return (x < -lambd).where(x + bias, (x > lambd).where(x - bias, x.zeros_like()))
+
+
+@onnx_op("Swish")
+def _swish(ctx):
+  x = _x(ctx)
+  return x * (x * ctx.attr("alpha", 1.0)).sigmoid()
+
+
+@onnx_op("Clip")
+def _clip(ctx):
+  x = _x(ctx)
+  if ctx.opset < 11:
+    lo, hi = ctx.attr("min", None), ctx.attr("max", None)
+    if lo is not None: x = x.maximum(lo)
+    if hi is not None: x = x.minimum(hi)
+    return x
+  lo, hi = ctx.input(1), ctx.input(2)
+  if lo is not None: x = x.maximum(lo.reshape(()).cast(x.dtype))
+  if hi is not None: x = x.minimum(hi.reshape(()).cast(x.dtype))
+  return x
+
+
+# ---------------------------------------------------------------- casts
+@onnx_op("Cast")
+def _cast(ctx):
+  to = onnx_dtype(ctx.attr("to"), f"node {ctx.name!r} (Cast) attribute 'to'")
+  return _cast_to(ctx, _x(ctx), to)
+
+
+@onnx_op("CastLike")
+def _cast_like(ctx):
+  return _cast_to(ctx, ctx.inputs[0], ctx.inputs[1].dtype)
+
+
+def _cast_to(ctx, x: Tensor, to):
+  if ctx.attr("round_mode", "up") != "up": raise ctx.fail(f"round_mode {ctx.attr('round_mode')!r} is not supported")
+  if to.storage_only and not ctx.attr("saturate", 1): return x.cast(to, saturate=False)
+  if x.dtype.is_float and to.is_int and not to.storage_only and x.dtype.itemsize < to.itemsize and not x.dtype.storage_only:
+    x = x.cast(dtypes.float64 if to.itemsize == 8 else dtypes.float32)
+  return x.cast(to)
+
+
+@onnx_op("BitCast")
+def _bitcast(ctx):
+  to = onnx_dtype(ctx.attr("to"), f"node {ctx.name!r} (BitCast) attribute 'to'")
+  x = _x(ctx)
+  if to.storage_only or x.dtype.storage_only: raise ctx.fail("BitCast of low-precision types is not supported")
+  if x.dtype.itemsize != to.itemsize: raise ctx.fail(f"BitCast {x.dtype.name} -> {to.name} changes the element size")
+  if x.dtype.is_bool or to.is_bool: raise ctx.fail("BitCast from or to bool is not supported")
+  return x.bitcast(to)
+
+
+# ---------------------------------------------------------------- reductions
+_AXES_INPUT_OPSET = {"ReduceSum": 13}
+
+
+def _reduce_axes(ctx: NodeContext, x: Tensor):
+  """None (all axes) or a tuple of axes; () when noop_with_empty_axes and no axes."""
+  if ctx.opset >= _AXES_INPUT_OPSET.get(ctx.op_type, 18) and ctx.input(1) is not None: axes = _ints(ctx, 1)
+  elif ctx.opset < _AXES_INPUT_OPSET.get(ctx.op_type, 18): axes = ctx.attr("axes", None)
+  else: axes = None
+  if not axes: return () if ctx.attr("noop_with_empty_axes", 0) else None
+  return tuple(sorted({a % max(x.ndim, 1) for a in axes}))
+
+
+def _reduce(ctx, pre, red, post=None):
+  x = _x(ctx)
+  axes = _reduce_axes(ctx, x)
+  keep = bool(ctx.attr("keepdims", 1))
+  v = pre(x)
+  if axes == (): out = v
+  else: out = red(v, axes if axes is not None else tuple(range(x.ndim)), keep)
+  if post is not None: out = post(out)
+  return out.cast(x.dtype)
+
+
+def _sum(v, axes, keep): return v.sum(axes, keepdim=keep, dtype=v.dtype)
+
+
+def _sum_f(v, axes, keep):
+  """Sums that are inputs of float math (log, sqrt): accumulate in float."""
+  return v.sum(axes, keepdim=keep, dtype=v.dtype if v.dtype.is_float else dtypes.float32)
+
+
+def _float(v): return v if v.dtype.is_float else v.cast(dtypes.float32)
+
+
+def _logsumexp(v, axes, keep):
+  v = _float(v)
+  m = v.max(axes, keepdim=True)
+  m = m.isinf().where(m.zeros_like(), m)
+  out = (v - m).exp().sum(axes, keepdim=True).log() + m
+  return out if keep else out.reshape(tuple(s for i, s in enumerate(v.shape) if i not in axes))
+
+
+def _mean(v, axes, keep):
+  n = C.prod(v.shape[a] for a in axes)
+  if v.dtype.is_float: return (v.sum(axes, keepdim=keep) * (1.0 / n)) if n else v.sum(axes, keepdim=keep) * math.nan
+  return v.sum(axes, keepdim=keep, dtype=dtypes.int64).idiv(max(n, 1))
+
+
+_REDUCTIONS = {
+  "ReduceSum": (lambda x: x, _sum, None),
+  "ReduceMean": (lambda x: x, _mean, None),
+  "ReduceMax": (lambda x: x, lambda v, a, k: v.max(a, keepdim=k), None),
+  "ReduceMin": (lambda x: x, lambda v, a, k: v.min(a, keepdim=k), None),
+  "ReduceProd": (lambda x: x, lambda v, a, k: v.prod(a, keepdim=k), None),
+  "ReduceL1": (lambda x: x.abs(), _sum, None),
+  "ReduceL2": (lambda x: _float(x) * _float(x), _sum_f, lambda s: s.sqrt()),
+  "ReduceLogSum": (lambda x: x, _sum_f, lambda s: _float(s).log()),
+  "ReduceLogSumExp": (lambda x: x, _logsumexp, None),
+  "ReduceSumSquare": (lambda x: x * x, _sum, None),
+}
+
+
+def _register_reduction(name, parts):
+  pre, red, post = parts
+  onnx_op(name)(lambda ctx: _reduce(ctx, pre, red, post))
+
+
+for _n, _p in _REDUCTIONS.items(): _register_reduction(_n, _p)
+
+
+@onnx_op("ArgMax", "ArgMin")
+def _argmax(ctx):
+  x = _x(ctx)
+  axis = ctx.attr("axis", 0) % max(x.ndim, 1)
+  keep = bool(ctx.attr("keepdims", 1))
+  last = bool(ctx.attr("select_last_index", 0))
+  n = x.shape[axis]
+  v = x.flip(axis) if last else x
+  idx = v.argmax(axis, keepdim=keep) if ctx.op_type == "ArgMax" else v.argmin(axis, keepdim=keep)
+  idx = idx.cast(dtypes.int64)
+  return (n - 1 - idx) if last else idx
+
+
+# ---------------------------------------------------------------- shapes and movement
+@onnx_op("Shape")
+def _shape(ctx):
+  shape = list(_x(ctx).shape)
+  r = len(shape)
+  start = ctx.attr("start", 0)
+  end = ctx.attr("end", r)
+  start = min(max(start + r if start < 0 else start, 0), r)
+  end = min(max(end + r if end < 0 else end, 0), r)
+  return array_to_tensor(np.array(shape[start:end], np.int64).reshape(-1), _dev(ctx))
+
+
+@onnx_op("Size")
+def _size(ctx): return array_to_tensor(np.array(_x(ctx).numel(), np.int64), _dev(ctx))
+
+
+@onnx_op("Constant")
+def _constant(ctx):
+  a = ctx.attrs
+  if "value" in a: return array_to_tensor(a["value"], _dev(ctx))
+  if "sparse_value" in a: return array_to_tensor(a["sparse_value"], _dev(ctx))
+  if "value_float" in a: return array_to_tensor(np.array(a["value_float"], np.float32), _dev(ctx))
+  if "value_floats" in a: return array_to_tensor(np.array(a["value_floats"], np.float32), _dev(ctx))
+  if "value_int" in a: return array_to_tensor(np.array(a["value_int"], np.int64), _dev(ctx))
+  if "value_ints" in a: return array_to_tensor(np.array(a["value_ints"], np.int64).reshape(-1), _dev(ctx))
+  raise ctx.fail("string constants are not supported" if any(k.startswith("value_string") for k in a)
+                 else "no value attribute")
+
+
+@onnx_op("ConstantOfShape")
+def _constant_of_shape(ctx):
+  shape = _ints(ctx, 0)
+  value = ctx.attr("value", None)
+  if value is None: return Tensor.full(tuple(shape), 0.0, dtypes.float32, _dev(ctx))
+  dt = array_dtype(value)
+  v = host_values(value, dt).reshape(-1)[0].item()
+  if dt.storage_only: return Tensor.full(tuple(shape), v, dtypes.float32, _dev(ctx)).cast(dt)
+  return Tensor.full(tuple(shape), v, dt, _dev(ctx))
+
+
+@onnx_op("Reshape")
+def _reshape(ctx):
+  x = _x(ctx)
+  if ctx.opset < 5: shape = list(ctx.attr("shape"))
+  else: shape = _ints(ctx, 1)
+  allowzero = ctx.attr("allowzero", 0)
+  if not allowzero: shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+  return x.reshape(tuple(shape))
+
+
+@onnx_op("Flatten")
+def _flatten(ctx):
+  x = _x(ctx)
+  axis = ctx.attr("axis", 1)
+  if axis < 0: axis += x.ndim
+  return x.reshape(C.prod(x.shape[:axis]), C.prod(x.shape[axis:]))
+
+
+@onnx_op("Transpose")
+def _transpose(ctx):
+  x = _x(ctx)
+  perm = ctx.attr("perm", None)
+  return x.permute(tuple(perm) if perm is not None else tuple(reversed(range(x.ndim))))
+
+
+def _axes_arg(ctx: NodeContext, opset_input: int):
+  if ctx.opset >= opset_input: return _ints(ctx, 1) if ctx.input(1) is not None else None
+  return ctx.attr("axes", None)
+
+
+@onnx_op("Squeeze")
+def _squeeze(ctx):
+  x = _x(ctx)
+  axes = _axes_arg(ctx, 13)
+  if axes is None: return x.reshape(tuple(s for s in x.shape if s != 1))
+  axes = {a % x.ndim for a in axes}
+  for a in axes:
+    if x.shape[a] != 1: raise ctx.fail(f"cannot squeeze axis {a} of size {x.shape[a]} (shape {x.shape})")
+  return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+@onnx_op("Unsqueeze")
+def _unsqueeze(ctx):
+  x = _x(ctx)
+  axes = _axes_arg(ctx, 13) or []
+  r = x.ndim + len(axes)
+  axes = sorted(a % r for a in axes)
+  shape = list(x.shape)
+  for a in axes: shape.insert(a, 1)
+  return x.reshape(tuple(shape))
+
+
+@onnx_op("Expand")
+def _expand(ctx):
+  x = _x(ctx)
+  shape = broadcast_shape(x.shape, tuple(_ints(ctx, 1)), "Expand")
+  return x._broadcast_to(shape)
+
+
+@onnx_op("Concat")
+def _concat(ctx):
+  xs = [t for t in ctx.inputs if t is not None]
+  axis = ctx.attr("axis", 0)
+  if len(xs) == 1: return xs[0]
+  return functional.cat(xs, axis % xs[0].ndim)
+
+
+@onnx_op("Split")
+def _split(ctx):
+  x = _x(ctx)
+  axis = ctx.attr("axis", 0) % x.ndim
+  n = x.shape[axis]
+  if ctx.opset >= 13 and ctx.input(1) is not None: sizes = _ints(ctx, 1)
+  elif ctx.opset < 13 and ctx.attr("split", None): sizes = list(ctx.attr("split"))
+  else:
+    parts = ctx.attr("num_outputs", None) or ctx.num_outputs
+    if ctx.attr("num_outputs", None) is not None:
+      size = -(-n // parts)
+      sizes = [min(size, n - i * size) for i in range(parts)]
+    else:
+      if n % parts: raise ctx.fail(f"cannot split axis of size {n} into {parts} equal parts")
+      sizes = [n // parts] * parts
+  if sum(sizes) != n: raise ctx.fail(f"split sizes {sizes} do not add up to {n}")
+  out, off = [], 0
+  for s in sizes:
+    out.append(x.shrink(tuple((off, off + s) if i == axis else None for i in range(x.ndim))))
+    off += s
+  return out
+
+
+@onnx_op("Slice")
+def _slice(ctx):
+  x = _x(ctx)
+  if ctx.opset < 10:
+    starts, ends = ctx.attr("starts"), ctx.attr("ends")
+    axes = ctx.attr("axes", None)
+    steps = None
+  else:
+    starts, ends = _ints(ctx, 1), _ints(ctx, 2)
+    axes = _ints(ctx, 3) if ctx.input(3) is not None else None
+    steps = _ints(ctx, 4) if ctx.input(4) is not None else None
+  axes = list(range(len(starts))) if axes is None else [a % x.ndim for a in axes]
+  steps = steps or [1] * len(starts)
+  idx = [slice(None)] * x.ndim
+  for a, s, e, st in zip(axes, starts, ends, steps):
+    if st == 0: raise ctx.fail("slice step cannot be 0")
+    idx[a] = slice(s, e, st)
+  return functional.getitem(x, tuple(idx))
+
+
+@onnx_op("Gather")
+def _gather(ctx):
+  x = ctx.inputs[0]
+  axis = ctx.attr("axis", 0) % x.ndim
+  if ctx.is_const(1):
+    idx = np.asarray(ctx.const_value(1))
+    if idx.size <= 64: return C.take_const(x, axis, idx)
+  return C.take(x, axis, ctx.inputs[1])
+
+
+@onnx_op("GatherElements")
+def _gather_elements(ctx):
+  x, idx = ctx.inputs[0], ctx.inputs[1]
+  return functional.gather(x, ctx.attr("axis", 0) % x.ndim, C.index_int(idx))
+
+
+@onnx_op("GatherND")
+def _gather_nd(ctx):
+  return C.gather_nd(ctx.inputs[0], ctx.inputs[1], ctx.attr("batch_dims", 0))
+
+
+@onnx_op("ScatterElements", "Scatter")
+def _scatter_elements(ctx):
+  data, idx, upd = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+  return C.scatter_elements(data, idx, upd.cast(data.dtype), ctx.attr("axis", 0), ctx.attr("reduction", "none"))
+
+
+@onnx_op("ScatterND")
+def _scatter_nd(ctx):
+  data, idx, upd = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+  return C.scatter_nd(data, idx, upd.cast(data.dtype), ctx.attr("reduction", "none"))
+
+
+@onnx_op("Pad")
+def _pad(ctx):
+  x = _x(ctx)
+  mode = ctx.attr("mode", "constant")
+  value = None
+  if ctx.opset < 11:
+    pads = list(ctx.attr("pads", ctx.attr("paddings", [])))
+    v = ctx.attr("value", 0.0)
+    if v: value = C.scalar(v, x.dtype, x.device)
+    axes = list(range(x.ndim))
+  else:
+    pads = _ints(ctx, 1)
+    if ctx.input(2) is not None: value = ctx.inputs[2]
+    axes = [a % x.ndim for a in _ints(ctx, 3)] if ctx.input(3) is not None else list(range(x.ndim))
+  if len(pads) != 2 * len(axes): raise ctx.fail(f"pads {pads} do not match {len(axes)} axes")
+  pairs = [(0, 0)] * x.ndim
+  for k, a in enumerate(axes): pairs[a] = (pads[k], pads[k + len(axes)])
+  if mode == "constant":
+    return C.pad(x, pairs, "constant", value)
+  if mode not in ("reflect", "edge", "wrap"): raise ctx.fail(f"unknown pad mode {mode!r}")
+  return C.pad(x, pairs, mode)
+
+
+@onnx_op("Tile")
+def _tile(ctx):
+  x = _x(ctx)
+  reps = _ints(ctx, 1)
+  if len(reps) != x.ndim: raise ctx.fail(f"repeats {reps} do not match rank {x.ndim}")
+  if any(r == 0 for r in reps):
+    return x.shrink(tuple((0, 0) if r == 0 else None for r in reps)).repeat(tuple(max(r, 1) for r in reps))
+  return x.repeat(tuple(reps))
+
+
+@onnx_op("Range")
+def _range(ctx):
+  start, limit, delta = (np.asarray(ctx.const_value(i)).reshape(()) for i in range(3))
+  dt = ctx.inputs[0].dtype
+  n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0) if float(delta) else 0
+  if n == 0: return Tensor.zeros(0, dtype=dt, device=_dev(ctx))
+  i = Tensor.arange(n, dtype=dt if not dt.is_float else dtypes.float64, device=_dev(ctx))
+  if dt.is_float: return (i * float(delta) + float(start)).cast(dt)
+  return i * int(delta) + int(start)
+
+
+@onnx_op("OneHot")
+def _one_hot(ctx):
+  idx, values = ctx.inputs[0], ctx.inputs[2]
+  depth = int(np.asarray(ctx.const_value(1)).reshape(-1)[0])
+  if idx.dtype.is_float: idx = idx.cast(dtypes.int64)
+  off = values.shrink(((0, 1),)).reshape(())
+  on = values.shrink(((1, 2),)).reshape(())
+  return C.one_hot(idx, depth, ctx.attr("axis", -1), off, on)
+
+
+@onnx_op("DepthToSpace")
+def _depth_to_space(ctx):
+  x = _x(ctx)
+  bs = ctx.attr("blocksize")
+  b, c, h, w = x.shape
+  if ctx.attr("mode", "DCR") == "DCR":
+    y = x.reshape(b, bs, bs, c // (bs * bs), h, w).permute(0, 3, 4, 1, 5, 2)
+  else:
+    y = x.reshape(b, c // (bs * bs), bs, bs, h, w).permute(0, 1, 4, 2, 5, 3)
+  return y.reshape(b, c // (bs * bs), h * bs, w * bs)
+
+
+@onnx_op("SpaceToDepth")
+def _space_to_depth(ctx):
+  x = _x(ctx)
+  bs = ctx.attr("blocksize")
+  b, c, h, w = x.shape
+  y = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4)
+  return y.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+@onnx_op("Trilu")
+def _trilu(ctx):
+  x = _x(ctx)
+  k = 0
+  if ctx.input(1) is not None: k = int(np.asarray(ctx.const_value(1)).reshape(-1)[0]) if ctx.is_const(1) else \
+    ctx.inputs[1]
+  rows, cols = x.shape[-2], x.shape[-1]
+  mask = C.triangle_mask(rows, cols, k, bool(ctx.attr("upper", 1)), x.device)
+  return mask.where(x, x.zeros_like())
+
+
+@onnx_op("EyeLike")
+def _eye_like(ctx):
+  x = _x(ctx)
+  dt = onnx_dtype(ctx.attr("dtype"), f"node {ctx.name!r} (EyeLike)") if ctx.attr("dtype") is not None else x.dtype
+  rows, cols = x.shape
+  k = ctx.attr("k", 0)
+  diff = C.arange(cols, x.device).reshape(1, cols) - C.arange(rows, x.device).reshape(rows, 1)
+  return (diff == k).cast(dt)
+
+
+@onnx_op("Compress")
+def _compress(ctx):
+  x = _x(ctx)
+  cond = np.asarray(ctx.const_value(1)).reshape(-1).astype(bool)
+  axis = ctx.attr("axis", None)
+  if axis is None: x, axis = x.reshape(-1), 0
+  axis %= x.ndim
+  idx = np.nonzero(cond[:x.shape[axis]])[0]
+  return C.take_const(x, axis, idx)
+
+
+@onnx_op("NonZero")
+def _nonzero(ctx):
+  arr = np.asarray(ctx.const_value(0))
+  nz = np.array(np.nonzero(arr if arr.ndim else arr.reshape(1)), np.int64).reshape(max(arr.ndim, 1), -1)
+  return array_to_tensor(nz, _dev(ctx))
+
+
+@onnx_op("Unique")
+def _unique(ctx):
+  arr = np.asarray(ctx.const_value(0))
+  dt = ctx.inputs[0].dtype
+  axis = ctx.attr("axis", None)
+  sorted_ = ctx.attr("sorted", 1)
+  if axis is None:
+    flat = arr.reshape(-1)
+    y, idx, inv, cnt = np.unique(flat, return_index=True, return_inverse=True, return_counts=True)
+  else:
+    y, idx, inv, cnt = np.unique(arr, axis=axis, return_index=True, return_inverse=True, return_counts=True)
+  inv = inv.reshape(-1)
+  if not sorted_:
+    order = np.argsort(idx, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    y = np.take(y, order, axis=0 if axis is None else axis)
+    idx, cnt, inv = idx[order], cnt[order], rank[inv]
+  dev = _dev(ctx)
+  return [array_to_tensor(host_values(y, dt), dev, dt), *(array_to_tensor(v.astype(np.int64), dev) for v in (idx, inv, cnt))]
+
+
+@onnx_op("ReverseSequence")
+def _reverse_sequence(ctx):
+  x, lens = ctx.inputs[0], ctx.inputs[1]
+  bax, tax = ctx.attr("batch_axis", 1) % x.ndim, ctx.attr("time_axis", 0) % x.ndim
+  nb, nt = x.shape[bax], x.shape[tax]
+  t = C.arange(nt, x.device).reshape(1, nt)
+  lens2 = C.index_int(lens).reshape(nb, 1)
+  src = (t < lens2).where(lens2 - 1 - t, t)                     # (nb, nt)
+  shape = [1] * x.ndim
+  shape[bax], shape[tax] = nb, nt
+  src = src if bax < tax else src.permute(1, 0)
+  src = src.reshape(tuple(shape))._broadcast_to(x.shape)
+  return functional.gather(x, tax, src)
+
+
+@onnx_op("CenterCropPad")
+def _center_crop_pad(ctx):
+  x = _x(ctx)
+  shape = _ints(ctx, 1)
+  axes = [a % x.ndim for a in ctx.attr("axes", list(range(x.ndim)))]
+  for a, target in zip(axes, shape):
+    n = x.shape[a]
+    if target < n:
+      start = (n - target) // 2
+      x = x.shrink(tuple((start, start + target) if i == a else None for i in range(x.ndim)))
+    elif target > n:
+      before = (target - n) // 2
+      x = x.pad(tuple((before, target - n - before) if i == a else (0, 0) for i in range(x.ndim)))
+  return x
+
+
+@onnx_op("Det")
+def _det(ctx):
+  x = _x(ctx)
+  return C.det(x).cast(x.dtype)
+
+
+# ---------------------------------------------------------------- ai.onnx.ml
+@onnx_op("ai.onnx.ml:Binarizer")
+def _binarizer(ctx):
+  x = _x(ctx)
+  return (x > ctx.attr("threshold", 0.0)).cast(x.dtype)
+
+
+@onnx_op("ai.onnx.ml:ArrayFeatureExtractor")
+def _array_feature_extractor(ctx):
+  x, idx = ctx.inputs[0], ctx.inputs[1]
+  if ctx.is_const(1): return C.take_const(x, -1, np.asarray(ctx.const_value(1)).reshape(-1))
+  return C.take(x, -1, idx.reshape(-1))

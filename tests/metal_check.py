@@ -1,0 +1,131 @@
+"""Checking Metal kernels on Linux, where Apple's compiler does not exist: clang++ with the `metal_stdlib` shim in
+tests/metal_shim checks syntax, types and address spaces (`syntax_errors`), and the same shim compiled for the host
+runs a kernel on the CPU (`run_on_cpu`): threadgroups one after another, `threadgroup` storage static, and, when
+the kernel has barriers, one thread per work-item with a std::barrier per threadgroup. Real validation needs macOS.
+"""
+from __future__ import annotations
+import ctypes
+import hashlib
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metal_shim")
+# the check command (TOOLCHAINS.md) plus: float math silently promoted to double is an error (Metal has no double)
+SYNTAX_FLAGS = ("--target=arm64-apple-macos13", "-std=c++17", "-fsyntax-only", "-nostdinc++", "-Wno-unknown-attributes",
+                "-Werror=double-promotion")
+RUN_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DTG_METAL_RUN", "-Wno-unknown-attributes",
+             "-ffp-contract=off")
+
+DRIVER = r"""
+#undef thread
+static std::barrier<>* tg_barrier = nullptr;
+void metal::threadgroup_barrier(metal::mem_flags) { if (tg_barrier) tg_barrier->arrive_and_wait(); }
+struct tg_ptr {
+  void* p;
+  template <typename T> operator T*() const { return static_cast<T*>(p); }
+};
+extern "C" void tg_run(void** bufs, const unsigned* groups, const unsigned* ls, int threaded) {
+  const unsigned n = ls[0] * ls[1] * ls[2];
+  for (unsigned gz = 0; gz < groups[2]; gz++)
+  for (unsigned gy = 0; gy < groups[1]; gy++)
+  for (unsigned gx = 0; gx < groups[0]; gx++) {
+    uint3 gid = {gx, gy, gz};
+    auto item = [&](unsigned t) {
+      uint3 lid = {t % ls[0], t / ls[0] % ls[1], t / (ls[0] * ls[1])};
+      KERNEL_NAME(ARGS gid, lid);
+    };
+    if (!threaded || n == 1) { for (unsigned t = 0; t < n; t++) item(t); continue; }
+    std::barrier<> bar(n);
+    tg_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < n; t++) threads.emplace_back(item, t);
+    for (auto& th : threads) th.join();
+    tg_barrier = nullptr;
+  }
+}
+"""
+
+
+def clang() -> str | None:
+  """The clang++ on PATH (apt-get install clang), or None."""
+  return shutil.which("clang++")
+
+
+_cpu_compiler: list[str | None] = []
+
+
+def cpu_compiler() -> str | None:
+  """A clang++ that has _Float16 on this host (the shim's `half`; x86-64 needs clang 15 or newer), or None."""
+  if not _cpu_compiler:
+    names = ["clang++"] + [f"clang++-{v}" for v in range(25, 14, -1)]
+    found = None
+    for cxx in filter(None, map(shutil.which, names)):
+      proc = subprocess.run([cxx, "-x", "c++", "-fsyntax-only", "-"], input="_Float16 h(_Float16 x) { return x; }",
+                            capture_output=True, text=True, timeout=60)
+      if proc.returncode == 0:
+        found = cxx
+        break
+    _cpu_compiler.append(found)
+  return _cpu_compiler[0]
+
+
+def syntax_errors(src: str) -> str:
+  """Compiler diagnostics for Metal source `src` checked against the shim; "" when it is clean."""
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "kernel.metal")
+    with open(path, "w") as f: f.write(src)
+    proc = subprocess.run([clang() or "clang++", *SYNTAX_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", path],
+                          capture_output=True, text=True, timeout=120)
+  return "" if proc.returncode == 0 else (proc.stderr.strip() or f"clang++ exited with {proc.returncode}")
+
+
+def _build_dir() -> str:
+  path = os.path.join(os.environ.get("TGC_CACHE_DIR") or tempfile.gettempdir(), "metal-cpu")
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+_libraries: dict[str, ctypes.CDLL] = {}
+
+
+def build_for_cpu(src: str, name: str, nbufs: int) -> ctypes.CDLL:
+  """A shared library with `tg_run(bufs, groups, local, threaded)` running kernel `name` of Metal source `src`."""
+  args = "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(nbufs))
+  unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", src,
+                    DRIVER.replace("KERNEL_NAME", name).replace("ARGS ", args)])
+  key = hashlib.sha256(unit.encode()).hexdigest()[:24]
+  if key not in _libraries:
+    out = os.path.join(_build_dir(), f"{key}.so")
+    if not os.path.exists(out):
+      fd, tmp_src = tempfile.mkstemp(suffix=".metal", dir=_build_dir())
+      with os.fdopen(fd, "w") as f: f.write(unit)
+      tmp_out = tmp_src + ".so"
+      proc = subprocess.run([cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out],
+                            capture_output=True, text=True, timeout=300)
+      os.unlink(tmp_src)
+      if proc.returncode != 0: raise RuntimeError(f"building {name} for the CPU failed:\n{proc.stderr}")
+      os.replace(tmp_out, out)
+    lib = ctypes.CDLL(out)
+    lib.tg_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                           ctypes.c_int]
+    lib.tg_run.restype = None
+    _libraries[key] = lib
+  return _libraries[key]
+
+
+def run_on_cpu(src: str, name: str, bufs: list[np.ndarray], global_size, local_size) -> None:
+  """Run kernel `name` over the launch (total threads `global_size`, threadgroup `local_size`) on numpy buffers,
+  in place. Kernels with barriers run one OS thread per work-item."""
+  lib = build_for_cpu(src, name, len(bufs))
+  groups = [g // l for g, l in zip(global_size, local_size)]
+  assert all(g * l == t for g, l, t in zip(groups, local_size, global_size)), (global_size, local_size)
+  assert math.prod(local_size) <= 1024, local_size
+  for b in bufs: assert b.flags.c_contiguous and b.flags.writeable
+  pointers = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs])
+  lib.tg_run(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*local_size),
+             int("threadgroup_barrier" in src))

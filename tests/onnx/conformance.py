@@ -1,0 +1,137 @@
+"""The official ONNX node conformance cases (onnx.backend.test.case.node) run through tgc's importer.
+
+`cases()` lists them; `run_case(case, device)` imports the case's model with `load_model`, builds Tensors on
+`device` from the case's inputs, evaluates and compares with the expected outputs. Graph inputs that set shapes
+(a Reshape's target shape, Slice's starts, reduce axes, ...; see SHAPE_INPUTS) are passed as compile-time
+constants (`consts`), as a user would with `--const`; such cases are flagged "needed const"."""
+from __future__ import annotations
+import functools
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+# (op_type, input index) of inputs whose values set output shapes or must otherwise be known at compile time
+SHAPE_INPUTS: set[tuple[str, int]] = {
+  ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("OneHot", 1),
+  ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Pad", 1), ("Pad", 3),
+  ("Squeeze", 1), ("Unsqueeze", 1), ("Split", 1), ("Range", 0), ("Range", 1), ("Range", 2),
+  ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1), ("ReduceMin", 1), ("ReduceProd", 1), ("ReduceL1", 1),
+  ("ReduceL2", 1), ("ReduceLogSum", 1), ("ReduceLogSumExp", 1), ("ReduceSumSquare", 1),
+  ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1), ("TopK", 1), ("CumSum", 1), ("CumProd", 1),
+  ("CenterCropPad", 1), ("NonZero", 0), ("Compress", 1), ("Unique", 0), ("Loop", 0), ("Loop", 1),
+  ("DFT", 1), ("DFT", 2), ("STFT", 1), ("STFT", 3), ("HannWindow", 0), ("HammingWindow", 0),
+  ("BlackmanWindow", 0), ("MelWeightMatrix", 0), ("MelWeightMatrix", 1), ("MelWeightMatrix", 2),
+  ("MelWeightMatrix", 3), ("MelWeightMatrix", 4), ("Col2Im", 1), ("Col2Im", 2), ("MaxUnpool", 2),
+  ("AffineGrid", 1), ("NonMaxSuppression", 2), ("NonMaxSuppression", 3), ("NonMaxSuppression", 4),
+  ("NonMaxSuppression", 0), ("NonMaxSuppression", 1), ("TfIdfVectorizer", 0), ("Dropout", 1), ("Dropout", 2),
+}
+
+FLOAT_TOL = {"float16": (1e-2, 1e-3)}     # dtype name -> (rtol, atol); others: (1e-3, 1e-5)
+
+
+@functools.lru_cache(maxsize=1)
+def cases() -> list:
+  """All node test cases of the installed onnx (collecting them takes some seconds)."""
+  from onnx.backend.test.case.node import collect_testcases
+  with warnings.catch_warnings(), np.errstate(all="ignore"):
+    warnings.simplefilter("ignore")
+    return list(collect_testcases())
+
+
+def case_op(case) -> str:
+  """The operator a case tests: its only node's op type, or the op the test name starts with."""
+  g = case.model.graph
+  if len(g.node) == 1: return g.node[0].op_type
+  name = case.name[len("test_"):]
+  types = {n.op_type for n in g.node}
+  best = ""
+  for t in types:
+    snake = "".join("_" + ch.lower() if ch.isupper() else ch for ch in t).lstrip("_")
+    if name.startswith(snake) or name.startswith(t.lower()):
+      if len(t) > len(best): best = t
+  if best: return best
+  return name.split("_expanded")[0].split("_")[0]
+
+
+def const_inputs(model: onnx.ModelProto) -> list[str]:
+  """Graph inputs that reach a shape-setting node input (directly or through nodes other than Shape/Size)."""
+  g = model.graph
+  inits = {t.name for t in g.initializer}
+  graph_inputs = [i.name for i in g.input if i.name not in inits]
+  producer = {o: n for n in g.node for o in n.output if o}
+  todo = [n.input[i] for n in g.node for i in range(len(n.input)) if (n.op_type, i) in SHAPE_INPUTS and n.input[i]]
+  seen: set[str] = set()
+  while todo:
+    name = todo.pop()
+    if name in seen: continue
+    seen.add(name)
+    node = producer.get(name)
+    if node is None or node.op_type in ("Shape", "Size"): continue
+    todo.extend(i for i in node.input if i)
+  return [n for n in graph_inputs if n in seen]
+
+
+def _to_array(v: Any) -> np.ndarray:
+  if isinstance(v, onnx.TensorProto): return numpy_helper.to_array(v)
+  if v is None or isinstance(v, (list, dict)) or isinstance(v, onnx.SequenceProto):
+    raise TypeError(f"{type(v).__name__} values (sequences, maps, optionals) are not supported")
+  return np.asarray(v)
+
+
+def _decoded(arr: np.ndarray, dtype) -> np.ndarray:
+  from frontend.onnx.importer import host_values
+  return host_values(arr, dtype)
+
+
+def run_case(case, device: str) -> tuple[str, str]:
+  """("pass" | "fail" | "error", detail). "fail": outputs differ; "error": import or build refused the model
+  (the detail is the one-line message); passing cases that needed constant inputs say "needed const: ..."."""
+  from frontend.tensor import Tensor
+  from frontend.onnx import OnnxError, load_model
+  from frontend.onnx.importer import array_dtype, array_to_tensor
+  model = case.model
+  inputs, expected = case.data_sets[0]
+  g = model.graph
+  inits = {t.name for t in g.initializer}
+  names = [i.name for i in g.input if i.name not in inits]
+  try:
+    arrays = [_to_array(v) for v in inputs]
+    want = [_to_array(v) for v in expected]
+  except TypeError as e:
+    return "error", f"test data: {e}"
+  if len(arrays) != len(names): return "error", f"test data has {len(arrays)} inputs for {len(names)} graph inputs"
+  by_name = dict(zip(names, arrays))
+  needed = const_inputs(model)
+  try:
+    graph = load_model(model, input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
+                       consts={n: by_name[n] for n in needed})
+    tensors = [array_to_tensor(by_name[n], device, dt) for n, _, dt in graph.inputs]
+    outs = graph(*tensors)
+    Tensor.realize_all(*outs)
+    got = [(o.numpy(), o.dtype) for o in outs]
+  except OnnxError as e:
+    return "error", str(e)
+  except Exception as e:  # a crash below the importer: report it as a failure of this case
+    return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+  if len(got) != len(want): return "fail", f"{len(got)} outputs, expected {len(want)}"
+  for i, ((arr, dt), exp) in enumerate(zip(got, want)):
+    try: exp_dt = array_dtype(exp)
+    except OnnxError as e: return "error", f"output {i}: {e}"
+    if dt != exp_dt: return "fail", f"output {i}: dtype {dt.name}, expected {exp_dt.name}"
+    if tuple(arr.shape) != tuple(exp.shape): return "fail", f"output {i}: shape {arr.shape}, expected {exp.shape}"
+    ref = _decoded(exp, exp_dt)
+    try:
+      if dt.is_float and not dt.storage_only:
+        rtol, atol = FLOAT_TOL.get(dt.name, (1e-3, 1e-5))
+        np.testing.assert_allclose(arr.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol,
+                                   equal_nan=True)
+      else:
+        np.testing.assert_array_equal(arr, ref)
+    except AssertionError as e:
+      lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+      summary = next((ln for ln in lines if ln.startswith("Mismatched")), lines[0] if lines else "mismatch")
+      return "fail", f"output {i}: {summary}"
+  return "pass", ("needed const: " + ", ".join(needed)) if needed else ""
