@@ -9,6 +9,7 @@ import traceback
 import click
 import numpy as np
 from ir.config import config
+from runtimes import RuntimeUnavailable
 from aot.errors import (EXIT_INTERNAL, EXIT_OK, EXIT_TOLERANCE, EXIT_USER, UserError, describe, internal_error_message,
                         one_line)
 
@@ -37,6 +38,9 @@ class TgcGroup(click.Group):
       _error_line(f"{where}: error: {one_line(error.format_message())}{hint}")
       code = EXIT_USER
     except UserError as error:
+      _error_line(f"tgc: error: {error}")
+      code = EXIT_USER
+    except RuntimeUnavailable as error:   # a compiler or device this machine lacks: the user's to install
       _error_line(f"tgc: error: {error}")
       code = EXIT_USER
     except (click.exceptions.Abort, KeyboardInterrupt):
@@ -131,8 +135,10 @@ def cli():
 
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
-@click.option("--target", "-t", default="c", show_default=True, help="Target language of the artifact (c).")
-@click.option("--out", "-o", "out_dir", required=True, help="Artifact folder to write (replaced if it is one).")
+@click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
+              help="Target language of the artifact (supported: c).")
+@click.option("--out", "-o", "out_dir", required=True, metavar="OUT",
+              help="Artifact folder to write (replaced if it is one).")
 @click.option("--name", help="Model name used in generated symbols (default: the file name).")
 @click.option("--force", is_flag=True, help="Replace OUT even when it exists and is not a tgc artifact.")
 @click.option("--embed-weights", is_flag=True, help="Embed the weights in the generated source (C).")
@@ -256,19 +262,32 @@ def _inspect_artifact(folder: str) -> None:
   for b in arena:
     click.echo(f"  {b['symbol']:<8} offset {b['offset']:>10} {b['nbytes']:>10} bytes {_shape(b['shape'])} {b['dtype']}")
   kernels = m.get("kernels", [])
-  click.echo(f"kernels: {len(kernels)}, {len(m.get('calls', []))} calls per run")
+  click.echo(f"kernels: {len(kernels)}")
   for k in kernels:
     args = ", ".join(_arg(a) for a in k.get("args", []))
     click.echo(f"  {k['name']:<20} global {_shape(k['global_size'])} local {_shape(k['local_size'])} "
                f"ops {k.get('ops', '?')}  ({args})")
+  calls = m.get("calls", [])
+  click.echo(f"calls: {len(calls)} per run")
+  named = {"input": [i["name"] for i in art.inputs], "output": [o["name"] for o in art.outputs],
+           "weight": [t["name"] for t in tensors], "arena": [f"{b['symbol']}@{b['offset']}" for b in arena]}
+  for c in calls:
+    click.echo(f"  {c['kernel']:<20} (" + ", ".join(_call_arg(a, named) for a in c.get("args", [])) + ")")
   click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
                                    for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
 
 
 def _arg(a) -> str:
-  if isinstance(a, dict):
-    return " ".join(str(a[k]) for k in ("kind", "name", "symbol", "dtype") if a.get(k) not in (None, ""))
-  return str(a)
+  if not isinstance(a, dict): return str(a)
+  return ("" if a.get("mutable", True) else "const ") + f"{a.get('dtype', '?')}*"
+
+
+def _call_arg(a, named: dict[str, list[str]]) -> str:
+  if not isinstance(a, dict): return str(a)
+  kind, index = a.get("kind", "?"), a.get("index", -1)
+  names = named.get(kind, [])
+  label = names[index] if isinstance(index, int) and 0 <= index < len(names) else f"#{index}"
+  return label if kind == "arena" else f"{kind} {label}"
 
 
 def _inspect_model(model: str, target: str) -> None:

@@ -5,7 +5,8 @@ A Tensor-API model function takes no arguments and returns `(fn, inputs)`: `fn` 
 Tensors (named `input_0`, `input_1`, ...) or a dict name -> Tensor (named by its keys, passed in dict order).
 Outputs are named `output_0`, `output_1`, ... or by the keys when `fn` returns a dict. Tensors that `fn` uses but
 does not take as inputs are the weights; they are named by their state-dict path in `fn` (an object such as an
-`nn` model, or the closure variables and globals of a plain function), others `weight_N`.
+`nn` model, or the closure variables and globals of a plain function), others `weight_N`. Tensor's random seed
+is reset to 0 before the model function runs, so every build of a model makes the same weights.
 
 Everything the user's code raises is reported as a `UserError` naming the model."""
 from __future__ import annotations
@@ -98,8 +99,7 @@ class LoadedModel:
 
   def source_info(self) -> dict:
     """What `tgc validate` needs to rebuild the model: recorded in the artifact's manifest."""
-    info: dict[str, Any] = {"kind": self.spec.kind, "model": self.spec.text, "path": self.spec.path,
-                            "sha256": file_sha256(self.spec.path)}
+    info: dict[str, Any] = {"kind": self.spec.kind, "path": self.spec.path, "sha256": file_sha256(self.spec.path)}
     if self.spec.function: info["function"] = self.spec.function
     if self.options.get("input_shapes"):
       info["input_shapes"] = {k: list(v) for k, v in sorted(self.options["input_shapes"].items())}
@@ -116,6 +116,7 @@ def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: 
   if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
   if consts: raise UserError(f"--const applies to .onnx models only, not to {spec.text}")
   build = load_function(spec)
+  Tensor.manual_seed(0)   # as in a fresh process: unseeded Tensor.rand weights are the same on every build
   try: result = build()
   except UserError: raise
   except Exception as error:
@@ -275,7 +276,7 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
   importer = onnx_importer()
   from frontend.onnx.registry import OnnxError
   try: graph = importer.load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None)
-  except OnnxError as error: raise UserError(f"{spec.path}: {error}") from error
+  except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   rng = np.random.default_rng(0)
   inputs: list[tuple[str, Tensor]] = []
   for name, shape, dtype in graph.inputs:
@@ -291,9 +292,14 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
 
   def run(*tensors):
     try: return graph(*tensors)
-    except OnnxError as error: raise UserError(f"{spec.path}: {error}") from error
+    except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   return LoadedModel(spec, run, inputs, {}, output_names, options, content_names=_content_index(graph),
                      user_code=False)
+
+
+def _onnx_message(spec: ModelSpec, error: Exception) -> str:
+  text = str(error)
+  return text if spec.path in text or spec.text in text else f"{spec.text}: {text}"
 
 
 def _content_index(graph) -> dict[tuple, str]:

@@ -59,7 +59,8 @@ class _Progress:
 
   def __init__(self, name: str, stream=None):
     self.name, self.stream = name, stream
-    self.start = self.last = time.perf_counter()
+    self.start = time.perf_counter()
+    self.last = float("-inf")
     self.printed = False
 
   def __call__(self, i: int, n: int) -> None:

@@ -39,7 +39,7 @@ def hand_coded_opts(k: Kernel, target: str) -> list[Opt]:
     cand = _broadcast_axes(k)
     globals_ = k.axes(("global",))
     if len(cand) >= 2 or (cand and k.opts == []):
-      ax = cand[-2] if len(cand) >= 2 else cand[-1]
+      ax = cand[0]   # the outermost broadcast axis: matmul's M, a convolution's output channels
       for amt in (4, 2):
         if Kernel.size(globals_[ax]) % amt == 0:
           k = _try(k, Opt("UPCAST", ax, amt))

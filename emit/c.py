@@ -19,6 +19,7 @@ from emit.manifest import MANIFEST, build_manifest, manifest_bytes
 from emit.weights import WeightSpec, WeightsFile, build_weights_file
 
 WEIGHTS_FILE = "weights.safetensors"
+TEMPLATE_INCLUDES = ("#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>")
 WEIGHTS_RULE = "weights.o: weights.S weights.safetensors\n\t$(CC) $(CPPFLAGS) $(CFLAGS) -c weights.S -o $@\n\n"
 PARAM = re.compile(r"((?:const )?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:restrict\s+)?data(\d+)\b")
 
@@ -127,13 +128,14 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
 
 
 def _kernels(cm: CompiledModel) -> tuple[str, str]:
-  prefix: list[str] = []
+  """The kernels' includes and helpers (each once, minus what the template includes) and the static kernels."""
+  prefix: list[str] = list(TEMPLATE_INCLUDES)
   functions = []
   for name, k in cm.kernels.items():
     for line in k.prefix:
       if line not in prefix: prefix.append(line)
     functions.append(f"static {k.function.rstrip()}\n")
-  return "\n".join(prefix), "\n".join(functions)
+  return "\n".join(prefix[len(TEMPLATE_INCLUDES):]), "\n".join(functions)
 
 
 def _embedded(sym: str, embed: bool) -> tuple[str, str]:

@@ -41,5 +41,6 @@ def nbytes(u: UOp) -> int:
   return n * u.dtype.itemsize
 
 
-def host_array(arr: np.ndarray) -> np.ndarray:
-  return np.ascontiguousarray(arr)
+def host_array(arr) -> np.ndarray:
+  """A C-contiguous array with the same shape (np.ascontiguousarray would turn a 0-d array into 1-d)."""
+  return np.require(np.asarray(arr), requirements="C")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from ir import Ops, GroupOp, UOp, lowp
 from ir.exec import exec_alu, exec_cast
+from frontend import buffers
 
 
 def evaluate(roots: list[UOp], buffer_data) -> list[np.ndarray]:
@@ -33,7 +34,7 @@ def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
     if n.src[0].dtype.storage_only: x = lowp.decode_array(x, n.src[0].dtype)
     if n.dtype.storage_only: return lowp.encode_array(x, n.dtype, n.arg is not False)
     return exec_cast(x, n.dtype)
-  if n.op is Ops.BITCAST: return np.ascontiguousarray(x).view(n.dtype.numpy)
+  if n.op is Ops.BITCAST: return buffers.host_array(x).view(n.dtype.numpy)
   if n.op is Ops.REDUCE_AXIS:
     op, axes = n.arg
     fn = {Ops.ADD: np.add, Ops.MAX: np.maximum, Ops.MUL: np.multiply}[op]

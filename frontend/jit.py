@@ -195,5 +195,5 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
   points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER]
   if not points: return roots
   vals = evaluate(points, lambda b: _read(b).reshape(b.arg[1]))
-  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, np.ascontiguousarray(v)) for p, v in zip(points, vals)}
+  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, buffers.host_array(v)) for p, v in zip(points, vals)}
   return [substitute(r, mapping) for r in roots]

@@ -34,7 +34,7 @@ def check_dtypes(roots: list[UOp], device: str) -> None:
 
 
 def from_numpy(arr: np.ndarray, device: str, dtype: DType) -> UOp:
-  arr = np.ascontiguousarray(arr.astype(dtype.numpy, copy=False))
+  arr = buffers.host_array(arr.astype(dtype.numpy, copy=False))
   if device == "numpy": return buffers.new_buffer(device, arr.shape, dtype, arr)
   rt = _runtime(device)
   buf = rt.alloc(max(arr.nbytes, 1))
@@ -55,7 +55,7 @@ def raw_storage(u: UOp) -> np.ndarray:
   """The storage words of a BUFFER (packed for sub-byte types), as its storage numpy type."""
   dev, shape, dt = buffers.device_of(u), u.arg[1], u.dtype
   n = lowp.storage_nbytes(dt, int(np.prod(shape))) if dt.storage_only else int(np.prod(shape)) * dt.itemsize
-  if dev == "numpy": return np.ascontiguousarray(buffers.storage(u)).reshape(-1).view(np.uint8)[:n].view(dt.np).copy()
+  if dev == "numpy": return buffers.host_array(buffers.storage(u)).reshape(-1).view(np.uint8)[:n].view(dt.np).copy()
   return np.frombuffer(_runtime(dev).copyout(buffers.storage(u))[:n].tobytes(), dtype=dt.np).copy()
 
 
@@ -124,7 +124,7 @@ def realize(roots: list[UOp], device: str) -> list[UOp]:
     vals = evaluate(roots, buffers.storage)
     return [r if r.op is Ops.BUFFER else
             buffers.new_buffer("numpy", v.shape, r.dtype, lowp.pack(v, r.dtype) if r.dtype.storage_only else
-                               np.ascontiguousarray(v)) for r, v in zip(roots, vals)]
+                               buffers.host_array(v)) for r, v in zip(roots, vals)]
   from codegen.schedule import schedule
   check_dtypes(roots, device)
   st = time.perf_counter()

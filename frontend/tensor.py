@@ -52,7 +52,7 @@ class Tensor:
     if dt.storage_only:
       self.uop = _realize.from_storage(lowp.pack(lowp.encode_array(arr, dt), dt), arr.shape, self.device, dt)
       return
-    self.uop = _realize.from_numpy(np.ascontiguousarray(arr), self.device, dt)
+    self.uop = _realize.from_numpy(buffers.host_array(arr), self.device, dt)
 
   # ---------------------------------------------------------------- basics
   @property

@@ -22,6 +22,7 @@ RUNTIME_CLASSES: dict[str, str] = {
   "opencl": "runtimes.opencl:OpenCLRuntime",
   "cuda": "runtimes.cuda:CUDARuntime",
   "metal": "runtimes.metal:MetalRuntime",
+  "webgpu": "runtimes.webgpu:WebGPURuntime",
 }
 
 CACHE_DIR_ENV = "TGC_CACHE_DIR"

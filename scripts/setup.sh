@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian 12 machine (run as root) for tgc's tests: installs the Debian packages the
 # tests need only when missing (OpenCL on PoCL, C toolchains incl. aarch64 cross-compiler and qemu), then installs
-# tgc itself in editable mode with its dev extras.
+# tgc itself in editable mode with its dev and cuda extras.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang make gcc-aarch64-linux-gnu qemu-user)
+DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang make gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -34,4 +34,5 @@ PYTHON="$(command -v python || command -v python3)" || { echo "setup.sh: no pyth
 # Debian's own python refuses system-wide pip installs (PEP 668); this machine is dedicated to the tests.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 cd "$REPO_ROOT"
-"$PYTHON" -m pip install -q -e '.[dev]'
+# the cuda extra (cuda-python + NVRTC wheels) installs without a GPU: CUDA kernels are compiled in the tests everywhere
+"$PYTHON" -m pip install -q -e '.[dev,cuda]'

@@ -105,14 +105,14 @@ def build_for_cpu(src: str, name: str, nbufs: int) -> ctypes.CDLL:
       fd, tmp_src = tempfile.mkstemp(suffix=".metal", dir=_build_dir())
       with os.fdopen(fd, "w") as f: f.write(unit)
       tmp_out = tmp_src + ".so"
-      proc = subprocess.run([cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out],
-                            capture_output=True, text=True, timeout=300)
+      cmd = [cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out]
+      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
       os.unlink(tmp_src)
       if proc.returncode != 0: raise RuntimeError(f"building {name} for the CPU failed:\n{proc.stderr}")
       os.replace(tmp_out, out)
     lib = ctypes.CDLL(out)
-    lib.tg_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                           ctypes.c_int]
+    uints = ctypes.POINTER(ctypes.c_uint)
+    lib.tg_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
     lib.tg_run.restype = None
     _libraries[key] = lib
   return _libraries[key]

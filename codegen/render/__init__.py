@@ -4,10 +4,15 @@ from codegen.render.c import CRenderer
 from codegen.render.opencl import OpenCLRenderer
 from codegen.render.cuda import CUDARenderer
 from codegen.render.metal import MetalRenderer
+from codegen.render.wgsl import WGSLRenderer
 
-RENDERERS = {"c": CRenderer, "opencl": OpenCLRenderer, "cuda": CUDARenderer, "metal": MetalRenderer}
+RENDERERS = {"c": CRenderer, "opencl": OpenCLRenderer, "cuda": CUDARenderer, "metal": MetalRenderer,
+             "webgpu": WGSLRenderer}
 
 
-def get_renderer(target: str) -> CStyleRenderer:
+def get_renderer(target) -> CStyleRenderer:
+  """A fresh renderer for the target name; a renderer instance (a target with options, e.g.
+  `WGSLRenderer(narrow_int64=True)`) is used as given."""
+  if isinstance(target, CStyleRenderer): return target
   if target not in RENDERERS: raise ValueError(f"no renderer for target {target!r}; known: {', '.join(RENDERERS)}")
   return RENDERERS[target]()

@@ -3,8 +3,20 @@ whose grid ranges are the threadgroup position (`gid`) and the thread position i
 is native; Metal has no double, so float64 is refused. Float math uses `metal::precise` so results do not depend
 on the host's fast-math setting."""
 from __future__ import annotations
+import math
+import struct
 from ir import Ops, UOp, DType, dtypes
 from codegen.render.cstyle import CStyleRenderer
+
+def _round_to(v: float, d: DType) -> float:
+  """`v` rounded once to float32 or float16 (the repr of the result parses back to exactly that value)."""
+  if not math.isfinite(v): return v
+  fmt = "<e" if d == dtypes.float16 else "<f"
+  try:
+    return struct.unpack(fmt, struct.pack(fmt, v))[0]
+  except OverflowError:
+    return math.copysign(math.inf, v)
+
 
 _PRECISE = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.POW, "pow"))
 
@@ -31,11 +43,15 @@ class MetalRenderer(CStyleRenderer):
     return self.types[d]
 
   def render_const(self, v, d: DType) -> str:
-    if d == dtypes.float16: return f"((half){self.render_const(v, dtypes.float32)})"
+    if d.is_float:   # decimal: hexadecimal float literals are C++17 (MSL is C++14-based)
+      x = _round_to(v, d)
+      out = self.nan(d) if math.isnan(x) else ("-" if x < 0 else "") + self.inf(d) if math.isinf(x) else f"{x!r}f"
+      if out.startswith("-"): out = f"({out})"   # `x-(-1.5f)`, never `x--1.5f`
+      return f"((half){out})" if d == dtypes.float16 else out
     if d == dtypes.int64: return f"{v}L" if v >= 0 else f"({v}L)" if v != -(1 << 63) else "(-9223372036854775807L-1)"
     if d == dtypes.uint64: return f"{v}UL"
     out = super().render_const(v, d)
-    return f"({out})" if out.startswith("-") else out   # `x-(-1.5f)`, never `x--1.5f`
+    return f"({out})" if out.startswith("-") else out
 
   def prefix(self, program): return ["#include <metal_stdlib>", "using namespace metal;"]
 

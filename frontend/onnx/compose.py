@@ -109,6 +109,19 @@ def atanh(x: Tensor) -> Tensor:
   return ((1 + x) / (1 - x)).log() * 0.5
 
 
+def fmod_float(x: Tensor, y: Tensor) -> Tensor:
+  """C fmod (the sign of the dividend); x % +-inf is x for finite x."""
+  r = x - (x / y).trunc() * y
+  return y.isinf().logical_and(x.isinf().logical_not()).where(x, r)
+
+
+def mod_float(x: Tensor, y: Tensor) -> Tensor:
+  """numpy's mod for floats (the sign of the divisor): fmod, then add y when the signs differ."""
+  r = fmod_float(x, y)
+  fix = r.ne(0).logical_and((r < 0).ne(y < 0))
+  return fix.where(r + y, r)
+
+
 def softplus(x: Tensor) -> Tensor:
   """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
   return x.maximum(0) + (1 + (-x.abs()).exp()).log()
@@ -300,13 +313,13 @@ def det(x: Tensor) -> Tensor:
     first = (cand == best).where(rows, rows.full_like(n)).min(-1, keepdim=True)
     piv = first.reshape(batch + (1,))
     is_piv = rows == piv                                           # (batch, n)
-    is_c = rows.reshape((1,) * len(batch) + (n,)) == c
+    is_c = rows.reshape((1,) * len(batch) + (n,)) == c                 # (1.., n)
     prow = masked_sum(is_piv.reshape(batch + (n, 1)), a, (-2,))    # (batch, n)
     crow = a.shrink(tuple([None] * len(batch) + [(c, c + 1), None])).reshape(batch + (n,))
     swapped = piv.reshape(batch) != c
     sign = swapped.where(-sign, sign)
     # swap rows c and piv
-    a = is_c.reshape(batch + (n, 1)).where(prow.reshape(batch + (1, n)),
+    a = is_c.reshape((1,) * len(batch) + (n, 1)).where(prow.reshape(batch + (1, n)),
                                            is_piv.reshape(batch + (n, 1)).where(crow.reshape(batch + (1, n)), a))
     p = prow.shrink(tuple([None] * len(batch) + [(c, c + 1)]))    # (batch, 1)
     result = result * p.reshape(batch)

@@ -378,6 +378,7 @@ def einsum(equation: str, operands: list[Tensor]) -> Tensor:
       if s != 1: sizes[lb] = s
   dt = operands[0].dtype
   for t in operands[1:]: dt = promote(dt, t.dtype)
+  out_dt, dt = dt, dt.compute                 # storage-only types (bfloat16, ...) multiply-add in float32
   acc = None
   for labels, t in tensors:
     order = [labels.index(lb) for lb in all_labels if lb in labels]
@@ -390,7 +391,7 @@ def einsum(equation: str, operands: list[Tensor]) -> Tensor:
   acc = acc.expand(full) if acc.shape != full else acc
   reduce_axes = tuple(range(len(out_labels), len(all_labels)))
   if reduce_axes: acc = acc.sum(reduce_axes, dtype=dt)
-  return acc
+  return acc.cast(out_dt)
 
 
 # ---------------------------------------------------------------- discrete Fourier transform

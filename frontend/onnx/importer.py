@@ -174,12 +174,13 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
   for n in graph.node: defined.update(o for o in n.output if o)
   used: set[str] = set()
   for n in graph.node:
-    used.update(_node_reads(n))
+    used.update(node_reads(n))
   used.update(o.name for o in graph.output)
   return used - defined
 
 
-def _node_reads(node: onnx.NodeProto) -> set[str]:
+def node_reads(node: onnx.NodeProto) -> set[str]:
+  """Every name a node reads: its inputs and what its subgraphs read from outside."""
   names = {i for i in node.input if i}
   for g in _subgraphs(node): names |= _free_names(g)
   return names
@@ -207,7 +208,7 @@ def _toposort(graph: onnx.GraphProto, outer: set[str]) -> list[onnx.NodeProto]:
   deps: list[set[int]] = []
   for i, n in enumerate(nodes):
     d = set()
-    for name in sorted(_node_reads(n)):
+    for name in sorted(node_reads(n)):
       if name in producer: d.add(producer[name])
       elif name not in available:
         raise OnnxError(f"node {node_label(n, i)!r} ({n.op_type}): input {name!r} is not produced by any node, "
@@ -268,8 +269,8 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
   return out
 
 
-def _value_dims(v: onnx.ValueInfoProto) -> list | None:
-  tt = v.type.tensor_type
+def _value_dims(tp: onnx.TypeProto) -> list | None:
+  tt = tp.tensor_type
   if not tt.HasField("shape"): return None
   return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
 
@@ -293,7 +294,9 @@ class OnnxGraph:
       self.weights[sp.values.name] = _sparse(sp)
       self._weight_dtypes[sp.values.name] = onnx_dtype(sp.values.data_type, f"initializer {sp.values.name!r}")
     self._set_inputs(input_shapes or {}, consts or {})
-    self._folded: dict[int, list] = {}
+    self._folded: dict[tuple, list] = {}
+    self._declared: dict[str, int] = {}
+    _collect_types(self.graph, self._declared)
     self._device_consts: dict[tuple[str, str], Tensor] = {}
     bad = self.unsupported()
     if bad: raise OnnxError(_unsupported_message(bad))
@@ -312,11 +315,14 @@ class OnnxGraph:
     self.inputs: list[tuple[str, tuple, DType]] = []
     self.pinned: dict[str, tuple[np.ndarray, DType]] = {}
     for v in graph_inputs:
-      which = v.type.WhichOneof("value")
+      tp = v.type
+      if tp.WhichOneof("value") == "optional_type" and tp.optional_type.elem_type.HasField("tensor_type"):
+        tp = tp.optional_type.elem_type       # an optional tensor that is given is a tensor
+      which = tp.WhichOneof("value")
       if which != "tensor_type":
         raise OnnxError(f"input {v.name!r}: {which or 'unknown'} inputs are not supported (tensors only)")
-      dt = onnx_dtype(v.type.tensor_type.elem_type, f"input {v.name!r}")
-      dims = _value_dims(v)
+      dt = onnx_dtype(tp.tensor_type.elem_type, f"input {v.name!r}")
+      dims = _value_dims(tp)
       if v.name in consts:
         arr = np.asarray(consts[v.name])
         if dims is not None and (len(dims) != arr.ndim or any(isinstance(d, int) and d != s
@@ -350,7 +356,8 @@ class OnnxGraph:
     def walk(graph):
       for i, n in enumerate(graph.node):
         key = _op_key(n)
-        if key not in OPS:
+        dom = "" if n.domain == "ai.onnx" else n.domain
+        if key not in OPS and not has_function(n.op_type, n.domain, self.opsets.get(dom, 0)):
           out.append((key, self.opsets.get("" if n.domain == "ai.onnx" else n.domain, 0), node_label(n, i)))
         for g in _subgraphs(n): walk(g)
     walk(self.graph)
@@ -391,19 +398,49 @@ class OnnxGraph:
 
   def run_nodes(self, nodes, scope: _Scope) -> None:
     for i, node in enumerate(nodes):
+      label = node_label(node, i)
       if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
-        outs = _CONTROL[node.op_type](self, node, node_label(node, i), scope)
+        outs = _CONTROL[node.op_type](self, node, label, scope)
         for name, v in zip(node.output, outs):
           if name: scope.set(name, v)
-        continue
-      self._run_node(node, node_label(node, i), scope)
+      elif _op_key(node) in OPS: self._run_node(node, label, scope, i)
+      else: self._run_function(node, label, scope)
 
-  def _run_node(self, node: onnx.NodeProto, label: str, scope: _Scope) -> None:
+  def _run_function(self, node: onnx.NodeProto, label: str, scope: _Scope) -> None:
+    """An operator without a handler whose ONNX schema defines it as a function: build the function body."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    resolved = onnx.NodeProto()
+    resolved.CopyFrom(node)
+    del resolved.attribute[:]
+    resolved.attribute.extend(_resolved_attrs(node, scope))
+    names = list(node.input)
+    vals = [scope.lookup(n, label, node.op_type) if n and not scope.is_absent(n) else None for n in names]
+    types = []
+    for v in vals:
+      if v is None: types.append(onnx.TypeProto())
+      else:
+        dt, shape = (v[1], np.shape(v[0])) if isinstance(v, tuple) else (v.dtype, v.shape)
+        types.append(onnx.helper.make_tensor_type_proto(to_onnx_type(dt), list(shape)))
+    fn = function_body(resolved, scope.opset(domain), scope.opset(""), types)
+    if fn is None:
+      raise OnnxError(_unsupported_message([(_op_key(node), scope.opset(domain), label)]))
+    child = _Scope(scope, scope.device, self, top=False)
+    child.opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in fn.opset_import}
+    child.ref_attrs = {a.name: a for a in fn.attribute_proto}
+    child.ref_attrs.update({a.name: a for a in resolved.attribute})
+    for k, formal in enumerate(fn.input):
+      if k < len(vals) and vals[k] is not None: child.set(formal, vals[k])
+      else: child.absent.add(formal)
+    self.run_nodes(list(fn.node), child)
+    for name, formal in zip(node.output, fn.output):
+      if name: scope.set(name, child.lookup(formal, label, node.op_type))
+
+  def _run_node(self, node: onnx.NodeProto, label: str, scope: _Scope, index: int) -> None:
     key = _op_key(node)
     fn = OPS[key]
     domain = "" if node.domain == "ai.onnx" else node.domain
-    attrs = {a.name: attribute_value(a) for a in node.attribute}
-    names = list(node.input)
+    attrs = {a.name: attribute_value(a) for a in _resolved_attrs(node, scope)}
+    names = [n if n and not scope.is_absent(n) else "" for n in node.input]
     while names and not names[-1]: names.pop()
     vals = [scope.lookup(n, label, node.op_type) if n else None for n in names]
     fold = all(v is None or isinstance(v, tuple) for v in vals) or node.op_type in ("Shape", "Size")
@@ -419,7 +456,8 @@ class OnnxGraph:
     def is_const(i: int) -> bool: return i < len(consts) and consts[i] is not None
 
     if fold:
-      cache_key = id(node) if scope.top else None
+      # protobuf hands out fresh wrapper objects, so top-level nodes are keyed by position and outputs
+      cache_key = (index, tuple(node.output)) if scope.top else None
       if cache_key is not None and cache_key in self._folded:
         outs = self._folded[cache_key]
       else:
@@ -428,18 +466,28 @@ class OnnxGraph:
           if v is None: tins.append(None)
           elif isinstance(v, tuple): tins.append(array_to_tensor(v[0], "numpy", v[1]))
           else: tins.append(Tensor(buffers.new_buffer("numpy", v.shape, v.dtype), "numpy"))
-        ctx = NodeContext(node.op_type, label, tins, attrs, self.opsets.get(domain, 0), len(node.output),
+        ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                           const_value, is_const, domain, {"device": "numpy", "graph": self})
-        res = _call(fn, ctx, node.op_type, label)
+        res = self._declared_types(node, _call(fn, ctx, node.op_type, label))
         Tensor.realize_all(*[t for t in res if t is not None])
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
       _store(scope, node, label, outs)
       return
     tins = [None if v is None else scope.as_tensor(n, v) for n, v in zip(names, vals)]
-    ctx = NodeContext(node.op_type, label, tins, attrs, self.opsets.get(domain, 0), len(node.output),
+    ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                       const_value, is_const, domain, {"device": scope.device, "graph": self})
-    _store(scope, node, label, _call(fn, ctx, node.op_type, label))
+    _store(scope, node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label)))
+
+  def _declared_types(self, node: onnx.NodeProto, outs: list) -> list:
+    """Storage-only results (bfloat16, float8, ...) are computed in float32 by the Tensor layer: store them back in
+    the type the model declares for them."""
+    out = []
+    for name, t in zip(node.output, outs):
+      want = ONNX_DTYPES.get(self._declared.get(name, 0))
+      if t is not None and want is not None and want.storage_only and t.dtype != want: t = t.cast(want)
+      out.append(t)
+    return out + list(outs[len(out):])
 
   def device_const(self, name: str, value: tuple, device: str, cache: bool) -> Tensor:
     key = (device, name)
@@ -459,6 +507,64 @@ class OnnxGraph:
     order = _toposort(graph, outer.all_names() | {v.name for v in graph.input})
     self.run_nodes(order, scope)
     return [scope.lookup(o.name, graph.name or "subgraph", "output") for o in graph.output]
+
+
+def _resolved_attrs(node: onnx.NodeProto, scope: _Scope) -> list[AttributeProto]:
+  """The node's attributes with references to the enclosing function call's attributes filled in."""
+  out = []
+  call = None
+  for a in node.attribute:
+    if not a.ref_attr_name:
+      out.append(a)
+      continue
+    call = scope.attrs_of_call() if call is None else call
+    if call and a.ref_attr_name in call:
+      b = AttributeProto()
+      b.CopyFrom(call[a.ref_attr_name])
+      b.name = a.name
+      out.append(b)
+  return out
+
+
+def function_body(node: onnx.NodeProto, opset: int, default_opset: int, input_types: list) -> onnx.FunctionProto | None:
+  """The function an ONNX schema defines for `node` (context-dependent ones need the input types), or None."""
+  try: schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+  except Exception: return None
+  data = b""
+  try:
+    if schema.has_function:
+      versions = sorted(schema.function_opset_versions)
+      if versions:
+        v = max([x for x in versions if x <= default_opset] or [versions[0]])
+        data = schema.get_function_with_opset_version(v)
+      else: data = schema.function_body.SerializeToString()
+    elif schema.has_context_dependent_function:
+      versions = sorted(schema.context_dependent_function_opset_versions)
+      types = [t.SerializeToString() for t in input_types]
+      if versions:
+        v = max([x for x in versions if x <= default_opset] or [versions[0]])
+        data = schema.get_context_dependent_function_with_opset_version(v, node.SerializeToString(), types)
+      else: data = schema.get_context_dependent_function(node.SerializeToString(), types)
+  except Exception as e:
+    raise OnnxError(f"node {node.name or node.op_type!r} ({node.op_type}): cannot expand its function: "
+                    f"{_one_line(e)}") from e
+  if not data: return None
+  fn = onnx.FunctionProto()
+  fn.ParseFromString(data)
+  return fn
+
+
+def has_function(op_type: str, domain: str, opset: int) -> bool:
+  try: schema = onnx.defs.get_schema(op_type, opset, domain)
+  except Exception: return False
+  return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def _collect_types(graph: onnx.GraphProto, out: dict[str, int]) -> None:
+  for v in list(graph.value_info) + list(graph.output) + list(graph.input):
+    if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type: out[v.name] = v.type.tensor_type.elem_type
+  for n in graph.node:
+    for g in _subgraphs(n): _collect_types(g, out)
 
 
 def _dims_str(dims) -> str:
@@ -498,6 +604,31 @@ class _Scope:
     self.parent, self.device, self.graph, self.top = parent, device, graph, top
     self.tensors: dict[str, Tensor] = {}
     self.consts: dict[str, tuple] = {}
+    self.opsets: dict[str, int] | None = None            # a function body's own opset imports
+    self.ref_attrs: dict[str, AttributeProto] | None = None   # a function call's attributes
+    self.absent: set[str] = set()                          # a function's formal inputs the call leaves out
+
+  def opset(self, domain: str) -> int:
+    s = self
+    while s is not None:
+      if s.opsets is not None and domain in s.opsets: return s.opsets[domain]
+      s = s.parent
+    return self.graph.opsets.get(domain, 0)
+
+  def attrs_of_call(self) -> dict | None:
+    s = self
+    while s is not None:
+      if s.ref_attrs is not None: return s.ref_attrs
+      s = s.parent
+    return None
+
+  def is_absent(self, name: str) -> bool:
+    s = self
+    while s is not None:
+      if name in s.consts or name in s.tensors: return False
+      if name in s.absent: return True
+      s = s.parent
+    return False
 
   def set(self, name: str, v) -> None:
     if isinstance(v, tuple): self.consts[name] = v
@@ -602,19 +733,35 @@ def _loop(g: OnnxGraph, node, label: str, scope: _Scope) -> list:
 
 
 def _scan(g: OnnxGraph, node, label: str, scope: _Scope) -> list:
-  opset = g.opsets.get("", 0)
-  if opset < 9: raise OnnxError(f"node {label!r} (Scan): Scan-8 (with sequence_lens) is not supported")
+  """Scan unrolled: Scan-9+ as specified; Scan-8 (a leading batch axis, no sequence_lens) once per batch row."""
   body = _attr(node, "body")
   n_scan = _attr(node, "num_scan_inputs")
-  vals = [scope.lookup(n, label, "Scan") for n in node.input]
-  tens = [v if not isinstance(v, tuple) else g.device_const("", v, scope.device, False) for v in vals]
+  names = list(node.input)
+  v8 = g.opsets.get("", 0) < 9
+  if v8:
+    if names and names[0]: raise OnnxError(f"node {label!r} (Scan): sequence_lens is not supported")
+    names = names[1:]
+  tens = [scope.as_tensor(n, scope.lookup(n, label, "Scan")) for n in names]
   n_state = len(tens) - n_scan
-  state, xs = tens[:n_state], tens[n_state:]
-  in_axes = _attr(node, "scan_input_axes") or [0] * n_scan
-  in_dirs = _attr(node, "scan_input_directions") or [0] * n_scan
   n_out = len(body.output) - n_state
-  out_axes = _attr(node, "scan_output_axes") or [0] * n_out
-  out_dirs = _attr(node, "scan_output_directions") or [0] * n_out
+  if not v8:
+    return _scan_core(g, scope, label, body, tens[:n_state], tens[n_state:], _attr(node, "scan_input_axes"),
+                      _attr(node, "scan_input_directions"), _attr(node, "scan_output_axes"),
+                      _attr(node, "scan_output_directions"))
+  rows = []
+  for b in range(tens[0].shape[0]):
+    row = [t.shrink(tuple((b, b + 1) if i == 0 else None for i in range(t.ndim))).squeeze(0) for t in tens]
+    rows.append(_scan_core(g, scope, label, body, row[:n_state], row[n_state:], None, _attr(node, "directions"),
+                           None, None))
+  return [Tensor.stack([r[i] for r in rows], 0) for i in range(n_state + n_out)]
+
+
+def _scan_core(g: OnnxGraph, scope: _Scope, label: str, body, state: list, xs: list, in_axes, in_dirs, out_axes,
+               out_dirs) -> list:
+  n_scan, n_state = len(xs), len(state)
+  n_out = len(body.output) - n_state
+  in_axes, in_dirs = in_axes or [0] * n_scan, in_dirs or [0] * n_scan
+  out_axes, out_dirs = out_axes or [0] * n_out, out_dirs or [0] * n_out
   axes = [a % x.ndim for a, x in zip(in_axes, xs)]
   steps = {x.shape[a] for x, a in zip(xs, axes)}
   if len(steps) != 1: raise OnnxError(f"node {label!r} (Scan): scan inputs disagree on the sequence length")

@@ -62,6 +62,7 @@ def _pow(ctx):
 @onnx_op("Mod")
 def _mod(ctx):
   a, b = ctx.inputs[0], ctx.inputs[1]
+  if a.dtype.is_float: return C.fmod_float(a, b) if ctx.attr("fmod", 0) else C.mod_float(a, b)
   if ctx.attr("fmod", 0): return a.fmod(b)
   return a.mod(b)
 
@@ -69,7 +70,19 @@ def _mod(ctx):
 @onnx_op("BitShift")
 def _bitshift(ctx):
   a, b = ctx.inputs[0], ctx.inputs[1]
-  return a.lshift(b) if ctx.attr("direction") == "LEFT" else a.rshift(b)
+  bits = 8 * a.dtype.itemsize
+  b = b.cast(a.dtype)
+  out_of_range = (b >= bits) if a.dtype.is_unsigned else (b < 0).logical_or(b >= bits)
+  safe = out_of_range.where(b.zeros_like(), b)
+  if ctx.attr("direction") == "LEFT":
+    if a.dtype.is_unsigned: shifted = a.lshift(safe)
+    else:
+      # shift the bit pattern: a left shift of a negative signed value is undefined in C
+      udt = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[a.dtype.itemsize]
+      shifted = a.bitcast(udt).lshift(safe.bitcast(udt)).bitcast(a.dtype)
+    return out_of_range.where(a.zeros_like(), shifted)
+  fill = a.zeros_like() if a.dtype.is_unsigned else (a < 0).where(a.full_like(-1), a.zeros_like())
+  return out_of_range.where(fill, a.rshift(safe))
 
 
 @onnx_op("BitwiseAnd")
@@ -295,7 +308,10 @@ def _bitcast(ctx):
   x = _x(ctx)
   if to.storage_only or x.dtype.storage_only: raise ctx.fail("BitCast of low-precision types is not supported")
   if x.dtype.itemsize != to.itemsize: raise ctx.fail(f"BitCast {x.dtype.name} -> {to.name} changes the element size")
-  if x.dtype.is_bool or to.is_bool: raise ctx.fail("BitCast from or to bool is not supported")
+  if x.dtype.is_bool or to.is_bool:
+    if x.dtype.is_bool and to.is_bool: return x
+    return x.cast(to) if x.dtype.is_bool else x.ne(0)
+  if x.ndim == 0: return x.reshape(1).bitcast(to).reshape(())
   return x.bitcast(to)
 
 
@@ -637,7 +653,8 @@ def _space_to_depth(ctx):
   x = _x(ctx)
   bs = ctx.attr("blocksize")
   b, c, h, w = x.shape
-  y = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4)
+  y = x.reshape(b, c, h // bs, bs, w // bs, bs)
+  y = y.permute(0, 3, 5, 1, 2, 4) if ctx.attr("mode", "DCR") == "DCR" else y.permute(0, 1, 3, 5, 2, 4)
   return y.reshape(b, c * bs * bs, h // bs, w // bs)
 
 
@@ -737,6 +754,96 @@ def _center_crop_pad(ctx):
 def _det(ctx):
   x = _x(ctx)
   return C.det(x).cast(x.dtype)
+
+
+@onnx_op("TensorScatter")
+def _tensor_scatter(ctx):
+  """Write `update` into `past_cache` along `axis` at each batch row's write index (circular: modulo the cache
+  length); positions the update does not cover keep the cache."""
+  past, upd = ctx.inputs[0], ctx.inputs[1]
+  axis = ctx.attr("axis", -2) % past.ndim
+  maxlen, seq = past.shape[axis], upd.shape[axis]
+  nb = past.shape[0]
+  w = C.index_int(ctx.input(2)) if ctx.input(2) is not None else Tensor.zeros(nb, dtype=dtypes.int32,
+                                                                               device=past.device)
+  shape = [1] * past.ndim
+  shape[axis] = maxlen
+  p = C.arange(maxlen, past.device).reshape(tuple(shape))
+  wshape = [1] * past.ndim
+  wshape[0] = nb
+  j = p - w.reshape(tuple(wshape))
+  if ctx.attr("mode", "linear") == "circular": j = j.mod(maxlen)
+  valid = (j >= 0).logical_and(j < seq)
+  idx = valid.where(j, j.zeros_like())._broadcast_to(past.shape)
+  return valid._broadcast_to(past.shape).where(functional.gather(upd, axis, idx), past)
+
+
+@onnx_op("OptionalHasElement")
+def _optional_has_element(ctx):
+  return Tensor.full((), ctx.input(0) is not None, dtypes.bool, _dev(ctx))
+
+
+@onnx_op("OptionalGetElement")
+def _optional_get_element(ctx):
+  if ctx.input(0) is None: raise ctx.fail("the optional input is empty")
+  return ctx.inputs[0]
+
+
+# ---------------------------------------------------------------- ai.onnx.preview.training
+def _optimizer_groups(ctx: NodeContext, per: int) -> list[list[Tensor]]:
+  rest = ctx.inputs[2:]
+  n = len(rest) // per
+  return [[rest[i + k * n] for k in range(per)] for i in range(n)]
+
+
+@onnx_op("ai.onnx.preview.training:Adagrad")
+def _adagrad(ctx):
+  r, t = ctx.inputs[0].reshape(()), ctx.inputs[1].reshape(())
+  decay, eps, norm = ctx.attr("decay_factor", 0.0), ctx.attr("epsilon", 0.0), ctx.attr("norm_coefficient", 0.0)
+  xs, hs = [], []
+  for x, g, h in _optimizer_groups(ctx, 3):
+    rate = r / (t.cast(r.dtype) * decay + 1)
+    g_reg = x * norm + g
+    h_new = h + g_reg * g_reg
+    xs.append((x - rate * g_reg / (h_new.sqrt() + eps)).cast(x.dtype))
+    hs.append(h_new.cast(h.dtype))
+  return xs + hs
+
+
+@onnx_op("ai.onnx.preview.training:Momentum")
+def _momentum(ctx):
+  r, t = ctx.inputs[0].reshape(()), ctx.inputs[1].reshape(())
+  alpha, beta, norm = ctx.attr("alpha"), ctx.attr("beta"), ctx.attr("norm_coefficient")
+  nesterov = ctx.attr("mode", "standard") == "nesterov"
+  xs, vs = [], []
+  for x, g, v in _optimizer_groups(ctx, 3):
+    g_reg = x * norm + g
+    beta_adj = (t > 0).where(C.scalar(beta, g_reg.dtype, x.device), C.scalar(1.0, g_reg.dtype, x.device))
+    v_new = v * alpha + g_reg * beta_adj
+    step = (g_reg + v_new * alpha) if nesterov else v_new
+    xs.append((x - r * step).cast(x.dtype))
+    vs.append(v_new.cast(v.dtype))
+  return xs + vs
+
+
+@onnx_op("ai.onnx.preview.training:Adam")
+def _adam(ctx):
+  r, t = ctx.inputs[0].reshape(()), ctx.inputs[1].reshape(())
+  alpha, beta = ctx.attr("alpha", 0.9), ctx.attr("beta", 0.999)
+  eps, norm, post = ctx.attr("epsilon", 0.0), ctx.attr("norm_coefficient", 0.0), ctx.attr("norm_coefficient_post", 0.0)
+  tf = t.cast(dtypes.float64)
+  corr = ((1 - (tf * math.log(beta)).exp()).sqrt() / (1 - (tf * math.log(alpha)).exp())).cast(r.dtype)
+  r_adj = (t > 0).where(r * corr, r)
+  xs, vs, hs = [], [], []
+  for x, g, v, h in _optimizer_groups(ctx, 4):
+    g_reg = x * norm + g
+    v_new = v * alpha + g_reg * (1 - alpha)
+    h_new = h * beta + g_reg * g_reg * (1 - beta)
+    x_new = (x - r_adj * (v_new / (h_new.sqrt() + eps))) * (1 - post)
+    xs.append(x_new.cast(x.dtype))
+    vs.append(v_new.cast(v.dtype))
+    hs.append(h_new.cast(h.dtype))
+  return xs + vs + hs
 
 
 # ---------------------------------------------------------------- ai.onnx.ml

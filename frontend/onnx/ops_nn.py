@@ -291,6 +291,15 @@ def _quant_param(p: Tensor, shape, axis: int, block_size: int) -> Tensor:
   return rep.shrink(tuple((0, shape[axis]) if a == axis else None for a in range(len(shape))))
 
 
+_INT_RANGES = {dtypes.int4: (-8, 7), dtypes.uint4: (0, 15), dtypes.int2: (-2, 1), dtypes.uint2: (0, 3)}
+
+
+def _int_range(dt) -> tuple[int, int]:
+  if dt in _INT_RANGES: return _INT_RANGES[dt]
+  info = np.iinfo(dt.numpy)
+  return int(info.min), int(info.max)
+
+
 @onnx_op("QuantizeLinear")
 def quantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
@@ -298,13 +307,23 @@ def quantize_linear(ctx: NodeContext):
   if zp is not None: out_dt = zp.dtype
   elif ctx.attr("output_dtype"): out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_dtype")))
   else: out_dt = dtypes.uint8
-  if out_dt is None or out_dt.storage_only or not out_dt.is_int:
+  if out_dt is None or out_dt.is_bool or out_dt in (dtypes.bfloat16, dtypes.float16, dtypes.float32,
+                                                   dtypes.float64) or out_dt.itemsize > 2:
     raise ctx.fail(f"quantizing to {out_dt.name if out_dt else ctx.attr('output_dtype')} is not supported")
-  dt = promote(x.dtype, scale.dtype)
-  v = (x.cast(dt) / _quant_param(scale, x.shape, axis, block).cast(dt)).round().cast(dtypes.float32)
-  if zp is not None: v = v + _quant_param(zp, x.shape, axis, block).cast(dtypes.float32)
-  info = np.iinfo(out_dt.numpy)
-  return v.clip(float(info.min), float(info.max)).cast(out_dt)
+  precision = _ONNX_DTYPES.get(int(ctx.attr("precision", 0) or 0))
+  dt = precision or promote(x.dtype, scale.dtype)
+  if dt.storage_only: dt = dtypes.float32
+  v = x.cast(dt) / _quant_param(scale, x.shape, axis, block).cast(dt)
+  zero = _quant_param(zp, x.shape, axis, block).cast(dtypes.float32) if zp is not None else None
+  if out_dt.is_float:                     # float8: zero point unused, saturate as Cast; float4e2m1 adds it
+    v = v.cast(dtypes.float32)
+    if zero is not None and out_dt == dtypes.float4e2m1: v = v + zero
+    return v.cast(out_dt, saturate=bool(ctx.attr("saturate", 1)))
+  v = v.round().cast(dtypes.float32)
+  if zero is not None: v = v + zero
+  lo, hi = _int_range(out_dt)
+  v = v.clip(float(lo), float(hi))
+  return v.cast(dtypes.int32).cast(out_dt) if out_dt.storage_only else v.cast(out_dt)
 
 
 @onnx_op("DequantizeLinear")
@@ -312,8 +331,8 @@ def dequantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
   axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
   out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_dtype", 0) or 0)) or scale.dtype
-  if x.dtype.storage_only: raise ctx.fail(f"dequantizing {x.dtype.name} is not supported")
-  if x.dtype.itemsize <= 2 and x.dtype.is_int:
+  if x.dtype.is_float: v = x.cast(dtypes.float32)            # float8 / float4e2m1: the zero point must be 0
+  elif x.dtype.storage_only or x.dtype.itemsize <= 2:
     xi = x.cast(dtypes.int32)
     if zp is not None: xi = xi - _quant_param(zp, x.shape, axis, block).cast(dtypes.int32)
     v = xi.cast(dtypes.float32)
@@ -906,6 +925,14 @@ def _reflect(x: Tensor, lo: float, hi: float) -> Tensor:
   return (x < lo).where(below, (x > hi).where(above, x))
 
 
+def _cubic_weights(t: Tensor, a: float) -> list[Tensor]:
+  """Keys' cubic convolution weights of the taps at -1, 0, 1, 2 for a fractional offset t in [0, 1)
+  (constants folded in Python; only additions of them, so no `x - -c` reaches the renderers)."""
+  def far(u: Tensor) -> Tensor: return ((u * a + (-5 * a)) * u + 8 * a) * u + (-4 * a)     # 1 <= |u| < 2
+  def near(u: Tensor) -> Tensor: return (u * (a + 2) + (-(a + 3))) * u * u + 1.0          # |u| < 1
+  return [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
+
+
 @onnx_op("GridSample")
 def grid_sample(ctx: NodeContext):
   x, grid = ctx.input(0), ctx.input(1)
@@ -936,12 +963,7 @@ def grid_sample(ctx: NodeContext):
       t = coord - base
       if mode == "linear": taps = [(base, 1 - t), (base + 1, t)]
       else:
-        a = -0.75
-        ws = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
-              ((a + 2) * t - (a + 3)) * t * t + 1,
-              ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
-              ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
-        taps = [(base + (j - 1), ws[j]) for j in range(4)]
+        taps = [(base + (j - 1), w) for j, w in enumerate(_cubic_weights(t, -0.75))]
     weights = None                                                    # (n, pts, size)
     for pos, wt in taps:
       if padding == "border": pos = pos.clip(0.0, size - 1.0)

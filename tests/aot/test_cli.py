@@ -250,3 +250,64 @@ def test_script_errors_are_one_line(tmp_path):
   proc = script("bench", tmp_path)
   assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "not a tgc artifact" in proc.stderr
   assert script("--help").returncode == 0
+
+
+# ---------------------------------------------------------------- ONNX models
+def onnx_model(path: Path, extra_node: bool = False) -> Path:
+  """x[batch, 8] -> relu(x @ fc.weight + fc.bias) * scale, scale a second graph input (for --const)."""
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(0)
+  inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "fc.weight"),
+           numpy_helper.from_array(rng.standard_normal((4,)).astype(np.float32), "fc.bias")]
+  nodes = [helper.make_node("MatMul", ["x", "fc.weight"], ["h"], name="mm"),
+           helper.make_node("Add", ["h", "fc.bias"], ["h2"], name="add"),
+           helper.make_node("Relu", ["h2"], ["r"], name="relu"),
+           helper.make_node("Mul", ["r", "scale"], ["y"], name="scale")]
+  opsets = [helper.make_opsetid("", 17)]
+  if extra_node:
+    nodes.append(helper.make_node("Frobnicate", ["y"], ["z"], name="frob", domain="com.example"))
+    opsets.append(helper.make_opsetid("com.example", 1))
+  inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])]
+  outputs = [helper.make_tensor_value_info("z" if extra_node else "y", TensorProto.FLOAT, ["batch", 4])]
+  onnx.save(helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits), opset_imports=opsets), path)
+  return path
+
+
+@pytest.fixture(scope="module")
+def onnx_file(workdir) -> Path:
+  if not models.has_onnx_importer(): pytest.skip("this build has no ONNX importer (frontend/onnx/importer.py)")
+  return onnx_model(workdir / "small.onnx")
+
+
+def test_onnx_compile_run_validate(onnx_file, workdir):
+  out = workdir / "onnx_out"
+  user_error(tgc("compile", onnx_file, "-o", out), "'x'", "dimension")
+  np.save(workdir / "scale.npy", np.array([1.0, -2.0, 0.5, 3.0], np.float32))
+  result = tgc("compile", onnx_file, "-o", out, "--input-shape", "x=2,8", "--const", f"scale={workdir / 'scale.npy'}")
+  assert result.exit_code == 0, result.output
+  manifest = json.loads((out / "manifest.json").read_text())
+  assert [i["name"] for i in manifest["inputs"]] == ["x"] and [o["name"] for o in manifest["outputs"]] == ["y"]
+  assert {"fc.weight", "fc.bias"} <= {t["name"] for t in manifest["weights"]["tensors"]}
+  x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
+  np.save(workdir / "ox.npy", x)
+  assert tgc("run", out, "-i", f"x={workdir / 'ox.npy'}", "-o", workdir / "onnx.npz").exit_code == 0
+  ref = reference.onnx_reference(str(onnx_file), {"x": x}, {"consts": {"scale": str(workdir / "scale.npy")}})
+  with np.load(workdir / "onnx.npz") as outs: np.testing.assert_allclose(outs["y"], ref["y"], rtol=1e-5, atol=1e-5)
+  if "source" not in manifest:   # without a recorded source the consts are unknown to the reference
+    user_error(tgc("validate", out), "--model")
+  else:
+    result = tgc("validate", out)
+    assert result.exit_code == 0 and "onnx" in result.stdout, result.output
+
+
+def test_onnx_inspect_and_unsupported(onnx_file, workdir):
+  result = tgc("inspect", onnx_file)
+  assert result.exit_code == 0, result.output
+  assert "MatMul" in result.stdout and "all supported" in result.stdout and "['batch', 8]" in result.stdout
+  bad = onnx_model(workdir / "bad.onnx", extra_node=True)
+  result = tgc("inspect", bad)
+  assert result.exit_code == 0 and "unsupported: com.example:Frobnicate" in result.stdout
+  user_error(tgc("compile", bad, "-o", workdir / "bad_out", "--input-shape", "x=1,8"), "Frobnicate")
+  assert not (workdir / "bad_out").exists()

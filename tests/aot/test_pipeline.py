@@ -262,3 +262,19 @@ def test_onnx_without_importer(tmp_path):
   path.write_bytes(b"")
   with pytest.raises(UserError, match="ONNX models are not supported"):
     compile_model(str(path), "c", str(tmp_path / "out"))
+
+
+def test_embedded_weights_run(tmp_path, mnist_artifact):
+  out = tmp_path / "embedded"
+  compile_model(MNIST, "c", str(out), embed_weights=True)
+  assert json.loads((out / "manifest.json").read_text())["weights"]["embedded"] is True
+  x = {"input_0": np.random.default_rng(1).standard_normal((1, 1, 28, 28)).astype(np.float32)}
+  np.testing.assert_array_equal(pipeline.run_artifact(str(out), x)["output_0"],
+                                pipeline.run_artifact(mnist_artifact, x)["output_0"])
+
+
+def test_progress_on_long_compiles(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(pipeline, "PROGRESS_AFTER_S", 0.0)
+  compile_model(MLP, "c", str(tmp_path / "out"))
+  err = capsys.readouterr().err
+  assert "tiny_mlp: lowering kernel 1/5" in err and "5 kernels lowered" in err

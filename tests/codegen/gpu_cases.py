@@ -137,11 +137,13 @@ def run_case(case: Case, target: str, execute: Callable[[KernelProgram, list[np.
   """Run the case's kernels in order on host copies of its buffers; `execute` runs one program in place."""
   items, outs, progs = programs(case, target)
   host: dict = {}
+  written = {b for it in items for b in it.bufs[:it.outputs]}
   for it in items:
     for b in it.bufs:
-      if b not in host:
+      if b in host: continue
+      host[b] = np.full(max(buffers.nbytes(b), 1), 0xFF, np.uint8)   # outputs start as NaN / -1, never stale data
+      if b not in written:
         raw = np.ascontiguousarray(buffers.storage(b)).reshape(-1).view(np.uint8)[:buffers.nbytes(b)]
-        host[b] = np.zeros(max(buffers.nbytes(b), 1), np.uint8)
         host[b][:raw.size] = raw
   for it, prg in zip(items, progs): execute(prg, [host[b] for b in it.bufs])
   out = outs[0]

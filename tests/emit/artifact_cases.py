@@ -3,6 +3,7 @@ reference), compiling a traced model to a `CompiledModel` for target c, writing 
 C programs, and the cross toolchain check."""
 from __future__ import annotations
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ def two_io_case(input_names=("x", "n"), output_names=None, weight_names=None, na
 
 
 def emit_folder(root, case: ModelCase, embed: bool = False, sub: str | None = None) -> str:
-  folder = os.path.join(str(root), sub or f"{case.name}{'_embed' if embed else ''}")
+  folder = os.path.join(str(root), sub or re.sub(r"[^A-Za-z0-9_]", "_", case.name) + ("_embed" if embed else ""))
   os.makedirs(folder)
   write_artifact(case.compile(), folder, embed_weights=embed)
   return folder

@@ -11,6 +11,7 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,6 +46,7 @@ def bundles(tmp_path_factory):
     out[name] = (case(), emit_folder(root, case()))
   out["mlp_embed"] = (mlp_case(), emit_folder(root, mlp_case(), embed=True))
   out["two_io_embed"] = (two_io_case(), emit_folder(root, two_io_case(), embed=True))
+  out["hostile_embed"] = (hostile_case(), emit_folder(root, hostile_case(), embed=True))
   return out
 
 
@@ -77,7 +79,7 @@ def run_main(folder: str, inputs: dict[str, np.ndarray], runner: tuple[str, ...]
 
 # ---------------------------------------------------------------- files, manifest, weights
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "mlp_embed", "hostile"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "mlp_embed", "hostile", "hostile_embed"])
 def test_files_and_manifest(bundles, name):
   case, folder = bundles[name]
   embed = name.endswith("_embed")
@@ -108,22 +110,25 @@ def test_safetensors_loads_and_is_aligned(bundles, name):
   loaded = load_file(path)
   manifest = manifest_of(folder)
   tensors = manifest["weights"]["tensors"]
-  assert {t["name"] for t in tensors} == {k for k in loaded if k in {t["name"] for t in tensors}}
+  real = {t["name"] for t in tensors}
+  assert real <= set(loaded) and all(k.startswith("__pad_") for k in set(loaded) - real)
   cm = case.compile()
+  assert list(cm.weights) == [t["name"] for t in tensors]
   for t in tensors:
     assert t["offset"] % ALIGN == 0, t
     np.testing.assert_array_equal(loaded[t["name"]], cm.weights[t["name"]])
     assert loaded[t["name"]].dtype == np.dtype(t["dtype"]) and list(loaded[t["name"]].shape) == t["shape"]
-  data = open(path, "rb").read()
+  with open(path, "rb") as f: data = f.read()
   (n,) = struct.unpack("<Q", data[:8])
   header = json.loads(data[8:8 + n])
   assert (8 + n) % ALIGN == 0 and 8 + n == manifest["weights"]["header_bytes"]
-  real = {t["name"] for t in tensors}
   for key, entry in header.items():
     if key == "__metadata__": continue
-    start = 8 + n + entry["data_offsets"][0]
-    assert start % ALIGN == 0 or key not in real, key
-    if key not in real: assert entry["dtype"] == "U8" and not any(data[start:8 + n + entry["data_offsets"][1]])
+    start, end = (8 + n + o for o in entry["data_offsets"])
+    if key in real:
+      assert start == next(t["offset"] for t in tensors if t["name"] == key)
+    else:
+      assert entry["dtype"] == "U8" and not any(data[start:end]) and end % ALIGN == 0, key
   if name == "hostile":
     assert "__pad_0" in real and any(k.startswith("__pad_") and k not in real for k in header)
 
@@ -159,12 +164,22 @@ def test_write_artifact_refuses_bad_folders(tmp_path):
 # ---------------------------------------------------------------- C builds and runs
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "mlp_embed", "hostile"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "mlp_embed", "hostile_embed"])
 def test_pedantic_c99(bundles, tmp_path, compiler, name):
   require_tool(compiler, compiler)
   folder = bundles[name][1]
   for src in ("model.c", "main.c"):
     run([compiler, *C_WARNINGS, "-O2", "-c", os.path.join(folder, src), "-o", str(tmp_path / f"{src}.o")])
+  sections = [line.split() for line in run(["size", "-A", str(tmp_path / "model.c.o")]).stdout.splitlines()]
+  writable = [s for s in sections if len(s) == 3 and s[0].startswith((".data", ".bss"))
+              and not s[0].startswith(".data.rel.ro") and int(s[1]) > 0]
+  assert not writable, f"model.c has writable data (mutable globals): {writable}"
+  symbols = [line.split() for line in run(["nm", str(tmp_path / "model.c.o")]).stdout.splitlines()]
+  assert not [s for s in symbols if len(s) == 3 and s[1] in "BCDG"], "model.c exports data"
+  sym = manifest_of(folder)["target_info"]["api_prefix"]
+  exported = sorted(s[2] for s in symbols if len(s) == 3 and s[1] == "T")
+  assert exported and all(e.startswith(f"{sym}_") for e in exported), exported
+  assert not any(e.startswith(f"{sym}_k") and e[len(sym) + 2:].isdigit() for e in exported), "kernels must be static"
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "two_io"])
@@ -373,7 +388,7 @@ def test_weights_file_errors(bundles, tmp_path):
   free = getattr(lib, f"{sym}_free")
   free.argtypes = [ctypes.c_void_p]
   ctx = (ctypes.c_uint64 * 16)()
-  good = open(os.path.join(folder, "weights.safetensors"), "rb").read()
+  good = Path(folder, "weights.safetensors").read_bytes()
   header = manifest_of(folder)["weights"]["header_bytes"]
   corrupt_header = bytearray(good)
   corrupt_header[20] ^= 0x01
@@ -429,7 +444,7 @@ def test_aarch64_under_qemu_matches_x86(bundles, references, tmp_path):
     compare(got, references[name], case.rtol, case.atol)
 
 
-@pytest.mark.parametrize("name", ["cnn", "two_io_embed", "hostile"])
+@pytest.mark.parametrize("name", ["cnn", "two_io_embed", "hostile_embed"])
 def test_sanitizers_report_nothing(bundles, references, tmp_path, name):
   case, folder = bundles[name]
   folder = copy(folder, tmp_path)
@@ -465,11 +480,11 @@ def test_hostile_names(bundles, references, tmp_path):
   outs = {s["name"]: np.load(os.path.join(folder, f"{s['symbol']}.npy")) for s in manifest["outputs"]}
   compare(outs, references["hostile"], case.rtol, case.atol)
   for fname in ("model.c", "model.h", "main.c", "Makefile"):
-    source = open(os.path.join(folder, fname), encoding="ascii").read()
+    source = Path(folder, fname).read_text(encoding="ascii")
     assert "??" not in source, fname
     outside_literals = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', source)
     assert "*/ name" not in outside_literals and "ird\\" not in outside_literals, fname
-  assert c_string(HOSTILE_INPUTS[0]) in open(os.path.join(folder, "model.c")).read()
+  assert c_string(HOSTILE_INPUTS[0]) in Path(folder, "model.c").read_text()
 
 
 @pytest.mark.parametrize("text", ['plain', 'q"uote', "back\\slash", "tri??=graph??/", "new\nline\ttab\0nul",
@@ -491,7 +506,7 @@ def test_deterministic(tmp_path, embed):
   b = emit_folder(tmp_path, cnn_case(), embed, "b")
   assert sorted(os.listdir(a)) == sorted(os.listdir(b))
   for fname in os.listdir(a):
-    assert open(os.path.join(a, fname), "rb").read() == open(os.path.join(b, fname), "rb").read(), fname
+    assert Path(a, fname).read_bytes() == Path(b, fname).read_bytes(), fname
 
 
 def test_embedded_weights_need_no_file(bundles, references, tmp_path):
@@ -501,7 +516,7 @@ def test_embedded_weights_need_no_file(bundles, references, tmp_path):
   os.remove(os.path.join(folder, "weights.safetensors"))
   got = run_main(folder, case.inputs, args=("--weights", "/nonexistent"))
   compare(got, references["mlp_embed"], case.rtol, case.atol)
-  header = open(os.path.join(folder, "model.h")).read()
+  header = Path(folder, "model.h").read_text()
   assert "mlp_init_embedded(mlp_ctx *ctx, void *arena);" in header
   for cc in ("gcc", "aarch64-linux-gnu-gcc"):
     if shutil.which(cc) is None: continue

@@ -1,0 +1,191 @@
+"""Run the official ONNX node conformance cases through tgc on one or more devices and write a report.
+
+    python scripts/conformance.py --devices numpy c            # writes docs/conformance.md
+    python scripts/conformance.py --devices c -k conv --no-write
+
+Cases run in worker processes (2 by default, each case under a time limit). The report gives the totals per device
+out of all cases, a table per operator (passed / total per device, and how many cases needed constant inputs,
+i.e. --const), the expected-failure categories of tests/onnx/expected_failures.py, the failures that are not
+expected, and the run time. `--update-expected` rewrites tests/onnx/expected_failures.py from this run's
+failures on the first device (categories from the failure messages)."""
+from __future__ import annotations
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "onnx"))
+
+import conformance  # noqa: E402
+
+_CASES: list = []
+
+
+class _Timeout(Exception):
+  pass
+
+
+def _on_alarm(signum, frame):
+  raise _Timeout()
+
+
+def _worker_init():
+  warnings.simplefilter("ignore")
+  import numpy as np
+  np.seterr(all="ignore")
+  signal.signal(signal.SIGALRM, _on_alarm)
+
+
+def _run_one(job):
+  index, device, limit = job
+  case = _CASES[index]
+  start = time.perf_counter()
+  signal.alarm(limit)
+  try: status, detail = conformance.run_case(case, device)
+  except _Timeout: status, detail = "error", f"timed out after {limit} s"
+  except Exception as e: status, detail = "error", f"crash: {type(e).__name__}: {e}"
+  finally: signal.alarm(0)
+  return case.name, device, status, detail, time.perf_counter() - start
+
+
+def run(devices: list[str], workers: int, limit: int, name_filter: str | None, progress: bool) -> dict:
+  global _CASES
+  _CASES = conformance.cases()
+  jobs = [(i, d, limit) for d in devices for i, c in enumerate(_CASES) if not name_filter or name_filter in c.name]
+  results: dict[tuple[str, str], tuple[str, str, float]] = {}
+  ctx = multiprocessing.get_context("fork")
+  with ctx.Pool(workers, initializer=_worker_init, maxtasksperchild=100) as pool:
+    for k, (name, device, status, detail, secs) in enumerate(pool.imap_unordered(_run_one, jobs, chunksize=4), 1):
+      results[(name, device)] = (status, detail, secs)
+      if progress and k % 100 == 0: print(f"  {k}/{len(jobs)} cases", file=sys.stderr, flush=True)
+  return results
+
+
+def categorize(detail: str) -> str:
+  """A short category for a failure message."""
+  d = detail.lower()
+  rules = [
+    ("string", "string tensors"), ("sequence", "sequence and optional types"), ("optional", "sequence and optional types"),
+    ("float8e8m0", "float8e8m0 dtype"), ("random", "random operators"), ("randomuniformlike", "random operators"),
+    ("bernoulli", "random operators"), ("imagedecoder", "image decoding"),
+    ("ai.onnx.preview.training", "training operators"), ("ai.onnx.ml", "ai.onnx.ml operators"),
+    ("unsupported onnx operator", "operator not implemented"), ("timed out", "time limit"),
+    ("mismatched", "numerics"), ("tolerance", "numerics"), ("dtype", "dtype"), ("shape", "shape"),
+  ]
+  for key, cat in rules:
+    if key in d: return cat
+  return "other"
+
+
+def write_expected(results: dict, device: str, path: str) -> None:
+  rows = sorted((name, categorize(detail), detail) for (name, dev), (status, detail, _) in results.items()
+                if dev == device and status != "pass")
+  lines = ['"""Known failures of the ONNX node conformance cases on device "numpy": case name -> (category, reason).',
+           "Every entry really fails (tests/onnx/test_conformance.py marks them xfail(strict=True)); regenerate with",
+           '`python scripts/conformance.py --devices numpy --update-expected` and review the diff."""',
+           "from __future__ import annotations", "", "EXPECTED_FAILURES: dict[str, tuple[str, str]] = {"]
+  for name, cat, detail in rows:
+    reason = detail if len(detail) <= 150 else detail[:147] + "..."
+    lines.append(f"  {name!r}: ({cat!r}, {reason!r}),")
+  lines.append("}")
+  with open(path, "w") as f: f.write("\n".join(lines) + "\n")
+
+
+def report(results: dict, devices: list[str], seconds: float, workers: int) -> str:
+  from expected_failures import EXPECTED_FAILURES
+  cases = conformance.cases()
+  total = len(cases)
+  ran = {name for name, _ in results}
+  needs = {c.name: bool(conformance.const_inputs(c.model)) for c in cases if c.name in ran}
+  ops: dict[str, list[str]] = collections.defaultdict(list)
+  for c in cases:
+    if c.name in ran: ops[conformance.case_op(c)].append(c.name)
+  out = ["# ONNX node conformance", "",
+         "The official ONNX node test cases (`onnx.backend.test.case.node.collect_testcases()`, onnx "
+         f"{_onnx_version()}) imported with `frontend.onnx.load_model` and run on each device; outputs are compared "
+         "with the expected ones (floats: rtol 1e-3, atol 1e-5; float16: rtol 1e-2, atol 1e-3; bfloat16: rtol 2e-2, "
+         "atol 1e-3; other types exact). Inputs that set shapes are passed as compile-time constants (`--const`); "
+         "the table counts the cases that needed that.", "",
+         f"Generated by `python scripts/conformance.py --devices {' '.join(devices)}` in {seconds:.0f} s "
+         f"({workers} workers).", "", "## Totals", "", "| device | passed | of all cases | rate |", "|---|---|---|---|"]
+  for d in devices:
+    passed = sum(1 for (n, dev), r in results.items() if dev == d and r[0] == "pass")
+    out.append(f"| {d} | {passed} | {total} | {100 * passed / total:.1f}% |")
+  out += ["", "## Expected failures (tests/onnx/expected_failures.py)", "", "| category | cases | example |", "|---|---|---|"]
+  cats: dict[str, list[str]] = collections.defaultdict(list)
+  for name, (cat, _) in EXPECTED_FAILURES.items(): cats[cat].append(name)
+  for cat, names in sorted(cats.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    out.append(f"| {cat} | {len(names)} | `{sorted(names)[0]}`: {EXPECTED_FAILURES[sorted(names)[0]][1][:90]} |")
+  for d in devices:
+    unexpected = sorted((n, r) for (n, dev), r in results.items() if dev == d and r[0] != "pass"
+                        and n not in EXPECTED_FAILURES)
+    fixed = sorted(n for (n, dev), r in results.items() if dev == d and r[0] == "pass" and n in EXPECTED_FAILURES)
+    out += ["", f"## Failures on {d} that are not expected ({len(unexpected)})", ""]
+    if unexpected:
+      out += ["| case | status | detail |", "|---|---|---|"]
+      out += [f"| `{n}` | {r[0]} | {_cell(r[1])} |" for n, r in unexpected]
+    else: out.append("None.")
+    if fixed: out += ["", f"Expected failures that pass on {d}: " + ", ".join(f"`{n}`" for n in fixed)]
+  out += ["", "## Per operator", "",
+          "| operator | cases | needed --const | " + " | ".join(devices) + " |",
+          "|---|---|---|" + "---|" * len(devices)]
+  for op in sorted(ops, key=str.lower):
+    names = ops[op]
+    cells = []
+    for d in devices:
+      p = sum(1 for n in names if results.get((n, d), ("",))[0] == "pass")
+      cells.append(f"{p}/{len(names)}")
+    out.append(f"| {op} | {len(names)} | {sum(needs[n] for n in names) or ''} | " + " | ".join(cells) + " |")
+  return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+  text = text.replace("|", "\\|").replace("\n", " ")
+  return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _onnx_version() -> str:
+  import onnx
+  return onnx.__version__
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--devices", nargs="+", default=["numpy"], help="devices to run on (numpy, c, opencl, ...)")
+  ap.add_argument("--workers", type=int, default=2)
+  ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
+  ap.add_argument("-k", dest="name_filter", default=None, help="only cases whose name contains this")
+  ap.add_argument("--output", default=os.path.join(ROOT, "docs", "conformance.md"))
+  ap.add_argument("--json", default=None, help="also write every result to this JSON file")
+  ap.add_argument("--no-write", action="store_true", help="print the summary only")
+  ap.add_argument("--update-expected", action="store_true",
+                  help="rewrite tests/onnx/expected_failures.py from the failures on the first device")
+  args = ap.parse_args(argv)
+  start = time.perf_counter()
+  results = run(args.devices, args.workers, args.timeout, args.name_filter, progress=True)
+  seconds = time.perf_counter() - start
+  for d in args.devices:
+    c = collections.Counter(r[0] for (n, dev), r in results.items() if dev == d)
+    print(f"{d}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + f" (of {len(conformance.cases())})")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({f"{d}:{n}": list(r) for (n, d), r in sorted(results.items())}, f, indent=0)
+  if args.update_expected:
+    if args.name_filter: print("--update-expected needs a full run (no -k)", file=sys.stderr); return 2
+    write_expected(results, args.devices[0], os.path.join(ROOT, "tests", "onnx", "expected_failures.py"))
+    sys.modules.pop("expected_failures", None)
+  if not args.no_write and not args.name_filter:
+    with open(args.output, "w") as f: f.write(report(results, args.devices, seconds, args.workers))
+    print(f"wrote {os.path.relpath(args.output, ROOT)} ({seconds:.0f} s)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,130 @@
+"""The Metal renderer, checked on Linux: every kernel passes clang++ with the `metal_stdlib` shim (syntax, types,
+address spaces), the shim rejects known-bad kernels (so passing means something), and the kernels run on the CPU
+through the shim against the numpy interpreter. Apple's own compiler and GPUs are exercised only on macOS, by the
+Metal runtime."""
+import warnings
+
+import numpy as np
+import pytest
+
+import metal_check
+from gpu_cases import CASES, check, programs, run_case
+from codegen.render import get_renderer
+from ir import dtypes
+
+pytestmark = pytest.mark.skipif(metal_check.clang() is None, reason="clang++ is not installed (apt-get install clang)")
+METAL_CASES = [c for c in CASES if "f64" not in c.tags]
+
+
+@pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
+def test_kernels_pass_the_shim(case):
+  _, _, progs = programs(case, "metal")
+  for prg in progs:
+    assert prg.src.startswith("#include <metal_stdlib>\nusing namespace metal;\n")
+    assert f"kernel void {prg.name}(" in prg.src
+    errors = metal_check.syntax_errors(prg.src)
+    assert errors == "", f"{prg.name}:\n{errors}\n--- source ---\n{prg.src}"
+
+
+def test_group_reduction_uses_threadgroup_memory_and_barrier():
+  case = next(c for c in CASES if c.name == "group_sum")
+  (prg,) = programs(case, "metal")[2]
+  assert "threadgroup float temp" in prg.src and "threadgroup_barrier(mem_flags::mem_threadgroup);" in prg.src
+  assert "[[threadgroup_position_in_grid]]" in prg.src and "[[thread_position_in_threadgroup]]" in prg.src
+  # threadgroup memory is declared at kernel function scope, before anything else
+  assert prg.src.split("{", 1)[1].lstrip().startswith("threadgroup float temp")
+
+
+def test_spelling():
+  r = get_renderer("metal")
+  assert r.render_bitcast("x", dtypes.float32, dtypes.int32) == "as_type<int>(x)"
+  assert r.render_const(float("nan"), dtypes.float32) == "NAN" and r.render_const(-1.5, dtypes.float32) == "(-1.5f)"
+  assert r.render_const(2.0, dtypes.float16) == "((half)2.0f)"
+  assert r.render_const(0.1, dtypes.float32) == "0.10000000149011612f"   # decimal, the float32 value exactly
+  assert r.render_const(-float("inf"), dtypes.float16) == "((half)(-INFINITY))"
+  assert r.render_const(-(1 << 63), dtypes.int64) == "(-9223372036854775807L-1)"
+  assert r.arg_decl(1, dtypes.float32, False) == "const device float* data1 [[buffer(1)]]"
+  assert r.arg_decl(0, dtypes.bool, True) == "device uchar* data0 [[buffer(0)]]"
+
+
+def test_float64_is_a_clear_error():
+  case = next(c for c in CASES if "f64" in c.tags)
+  with pytest.raises(ValueError, match="metal: float64 is not supported"):
+    programs(case, "metal")
+
+
+# ---- the shim is strict: each known-bad kernel is a one-line change to a good one ----
+
+GOOD = """#include <metal_stdlib>
+using namespace metal;
+kernel void k(device float* data0 [[buffer(0)]], const device float* data1 [[buffer(1)]],
+              uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
+  threadgroup float temp[16];
+  int i = gid.x;
+  float v = data1[i];
+  half h = ((half)v);
+  temp[lid.x] = metal::precise::exp2(v) + (float)sqrt(h);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  int bits = as_type<int>(v);
+  data0[i] = temp[0] + (float)bits;
+}
+"""
+BAD = [
+  ("undeclared variable", ("float v = data1[i];", "float v = data1[j];"), "undeclared identifier 'j'"),
+  ("pointer type mismatch", ("int i = gid.x;", "int i = gid.x; device float* p = (device int*)data0;"),
+   "cannot initialize"),
+  ("missing semicolon", ("float v = data1[i];", "float v = data1[i]"), "expected ';'"),
+  ("undefined function", ("float v = data1[i];", "float v = frobnicate(data1[i]);"), "undeclared identifier"),
+  ("double", ("float v = data1[i];", "double v = data1[i];"), "poisoned"),
+  ("float promoted to double", ("float v = data1[i];", "float v = data1[i] * 1.5;"), "double"),
+  ("device pointer into thread pointer", ("int i = gid.x;", "int i = gid.x; float* p = data0;"), "cannot initialize"),
+  ("write through const device pointer", ("float v = data1[i];", "float v = data1[i]; data1[i] = 0.0f;"),
+   "read-only"),
+  ("as_type of different sizes", ("int bits = as_type<int>(v);", "int bits = as_type<int>(h);"), "differ in size"),
+  ("barrier without flags", ("threadgroup_barrier(mem_flags::mem_threadgroup);", "threadgroup_barrier(2);"),
+   "threadgroup_barrier"),
+  ("returning a value from a kernel", ("data0[i] = temp[0] + (float)bits;", "return 1;"), "void function"),
+  ("ambiguous math overload", ("half h = ((half)v);", "half h = ((half)v); float w = sin(1);"), "ambiguous"),
+]
+
+
+def test_good_kernel_passes():
+  assert metal_check.syntax_errors(GOOD) == ""
+
+
+@pytest.mark.parametrize("what,edit,message", BAD, ids=[b[0] for b in BAD])
+def test_shim_rejects_bad_kernels(what, edit, message):
+  old, new = edit
+  assert GOOD.count(old) == 1
+  errors = metal_check.syntax_errors(GOOD.replace(old, new))
+  assert "error" in errors, f"{what}: accepted"
+  assert message in errors, errors
+
+
+# ---- CPU runs through the shim ----
+
+@pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
+def test_kernels_run_on_cpu(case):
+  if "half" in case.tags and metal_check.cpu_compiler() is None:
+    pytest.skip("no host clang++ with _Float16 (clang 15 or newer) for half kernels")
+  if metal_check.cpu_compiler() is None and metal_check.clang() is None:
+    pytest.skip("clang++ is not installed (apt-get install clang)")
+
+  def execute(prg, arrays):
+    metal_check.run_on_cpu(prg.src, prg.name, arrays, prg.global_size, prg.local_size)
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)   # the numpy reference of log2(-1) and friends
+    check(case, run_case(case, "metal", execute))
+
+
+def test_cpu_run_catches_a_wrong_kernel():
+  """The CPU path compares for real: the sum kernel with its accumulation turned into a subtraction fails."""
+  case = next(c for c in CASES if c.name == "sum")
+
+  def execute(prg, arrays):
+    assert "+val" in prg.src
+    metal_check.run_on_cpu(prg.src.replace("+val", "-val"), prg.name, arrays, prg.global_size, prg.local_size)
+
+  with pytest.raises(AssertionError):
+    check(case, run_case(case, "metal", execute))

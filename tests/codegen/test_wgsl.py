@@ -1,0 +1,294 @@
+"""The WGSL renderer. Every kernel of the shared GPU corpus (gpu_cases) and of the WGSL-specific cases here is
+validated by naga (wgpu, at shader-module and pipeline creation in the WebGPU runtime) and by Tint (Dawn's compiler
+through wgpudawn on its Null backend: as strict as Chrome), and run on the WebGPU runtime (lavapipe, a software
+Vulkan, on CPU-only machines) against the numpy interpreter. Also checked on the generated source: packed
+sub-32-bit buffers (one load per u32 word, atomicOr stores into zeroed words), no NaN/inf constants, 64-bit types
+refused or narrowed, f16 behind its option, and the WebGPU limits (work-group size, storage buffers, work-groups
+per dimension) as errors naming the kernel, or as a split of wide grids over free launch dimensions.
+
+Skips name the missing piece: wgpudawn for the Tint checks, a WebGPU adapter (mesa-vulkan-drivers) for naga and
+for running, the shader-f16 feature for f16 runs."""
+from __future__ import annotations
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+from gpu_cases import CASES, Case, check, data, programs, run_case, t
+from frontend import Tensor
+from frontend.realize import _alloc
+from codegen.schedule import schedule
+from codegen.lower import lower
+from codegen.opts import Opt
+from codegen.render import get_renderer
+from codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
+from ir import Ops, UOp, dtypes
+from runtimes import RuntimeUnavailable, get_runtime
+
+NO_TINT = "wgpudawn is not installed (pip install wgpudawn): Tint checks need it"
+
+
+# ---------------------------------------------------------------- validators and the runtime
+@pytest.fixture(scope="session")
+def tint():
+  """A Dawn device on the Null backend: create_shader_module runs Tint, pipeline creation checks the limits."""
+  try:
+    import wgpudawn
+  except ImportError:
+    pytest.skip(NO_TINT)
+  old = os.environ.get("WGPU_BACKEND_TYPE")
+  os.environ["WGPU_BACKEND_TYPE"] = "Null"       # read by wgpudawn (and wgpu): set only around this request
+  try:
+    adapter = wgpudawn.gpu.request_adapter_sync()
+    return adapter.request_device_sync(required_features=[f for f in ("shader-f16",) if f in adapter.features])
+  finally:
+    if old is None: del os.environ["WGPU_BACKEND_TYPE"]
+    else: os.environ["WGPU_BACKEND_TYPE"] = old
+
+
+def tint_check(device, src: str) -> None:
+  try:
+    module = device.create_shader_module(code=src)
+    device.create_compute_pipeline(layout="auto", compute={"module": module})
+  except Exception as error:
+    pytest.fail(f"Tint rejects the kernel: {error}\n{src}")
+
+
+@pytest.fixture(scope="session")
+def webgpu():
+  try:
+    return get_runtime("webgpu")
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
+
+
+def execute_on(rt):
+  """An `execute(program, host arrays)` for gpu_cases.run_case: upload, launch, download every buffer."""
+  def execute(prg, arrays):
+    bufs = []
+    for a in arrays:
+      b = rt.alloc(a.nbytes)
+      rt.copyin(b, a)
+      bufs.append(b)
+    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
+    rt.synchronize()
+    for a, b in zip(arrays, bufs): a[:] = rt.copyout(b)
+  return execute
+
+
+def run_programs(rt, case: Case, target) -> None:
+  check(case, run_case(case, target, execute_on(rt)))
+
+
+# ---------------------------------------------------------------- the shared GPU corpus
+NARROW = WGSLRenderer(narrow_int64=True)
+REFUSED = {"int64": "data0 is int64", "float64": "float64"}      # 64-bit buffers: errors naming the buffer
+RUNNABLE = [c for c in CASES if c.name not in REFUSED]
+
+
+def _target(case: Case):
+  return NARROW if case.name == "casts" else "webgpu"    # "casts" goes through int64 values (no int64 buffer)
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=[c.name for c in RUNNABLE])
+def test_corpus_validates_with_tint(tint, case):
+  for prg in programs(case, _target(case))[2]: tint_check(tint, prg.src)
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=[c.name for c in RUNNABLE])
+def test_corpus_runs_on_webgpu(webgpu, case):
+  run_programs(webgpu, case, _target(case))          # compiling is naga's validation
+
+
+HALF_CASES = [c for c in RUNNABLE if "half" in c.tags]
+
+
+@pytest.mark.parametrize("case", HALF_CASES, ids=[c.name for c in HALF_CASES])
+def test_corpus_f16_compute(webgpu, tint, case):
+  if not webgpu.device_info()["has_f16"]: pytest.skip(f"{webgpu.device_name} has no shader-f16 feature")
+  target = WGSLRenderer(f16=True, narrow_int64=case.name == "casts")
+  progs = programs(case, target)[2]
+  assert any(p.src.startswith("enable f16;") and re.search(r"\bf16\b", p.function) for p in progs)
+  for prg in progs: tint_check(tint, prg.src)
+  run_programs(webgpu, case, target)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_64bit_buffers_are_refused_naming_the_buffer(name):
+  case = next(c for c in CASES if c.name == name)
+  with pytest.raises(ValueError, match=REFUSED[name]) as info: programs(case, "webgpu")
+  assert "webgpu: kernel '" in str(info.value)
+
+
+def test_f16_is_off_by_default():
+  case = next(c for c in CASES if c.name == "half")
+  for prg in programs(case, "webgpu")[2]:
+    assert "enable f16" not in prg.src and not re.search(r"\bf16\b", prg.src)
+
+
+# ---------------------------------------------------------------- WGSL-specific kernels
+def one_kernel(tensor: Tensor, target="webgpu", opts=None):
+  items, outs = schedule([tensor.uop], _alloc("numpy"))
+  assert len(items) == 1
+  return lower(items[0].ast, target, opts), items[0], outs[0]
+
+
+def loads_of(src: str, buf: str) -> int: return len(re.findall(rf"\b{buf}\[", src))
+
+
+SPECIAL = [
+  # name, tensor builder, opts, tolerance (None: exact; NaN compares equal to NaN)
+  ("int8_upcast", lambda: t(data(4, 36, dtype=np.int8, low=-128, high=127)) * 3 - 7, [Opt("UPCAST", 1, 4)], None),
+  ("int8_unroll_sum", lambda: t(data(9, 12, dtype=np.int8, low=-128, high=127)).cast(dtypes.int32).sum(axis=1),
+   [Opt("UNROLL", 0, 4)], None),
+  ("uint8_odd", lambda: t(data(37, dtype=np.uint8, low=0, high=255)) * 7 + 200, None, None),
+  ("int16_odd", lambda: t(data(3, 11, dtype=np.int16, low=-30000, high=30000)) * 5, None, None),
+  ("bool_odd", lambda: (t(data(5, 13)) > 0) ^ (t(data(13, seed=1)) > 0.5), None, None),
+  ("half_odd", lambda: (t(data(3, 7, dtype=np.float16)) * 1.5 + 0.25).maximum(t(data(7, dtype=np.float16, seed=2))),
+   None, 1e-3),
+  ("half_padded", lambda: t(data(5, 7, dtype=np.float16)).pad(((1, 2), (3, 0))) + 1, None, 1e-3),
+  ("nan_max_reduce", lambda: t(np.array([[1, np.nan, 3], [-np.inf, -5, 2], [np.inf, 0, -1]], np.float32)).max(axis=1),
+   None, 0.0),
+  ("isnan_isinf", lambda: t(np.array([0, np.nan, np.inf, -np.inf, 1e38, -0.0], np.float32)).isnan() |
+   (t(np.array([0, np.nan, np.inf, -np.inf, 1e38, -0.0], np.float32)).isinf()), None, None),
+  ("inf_constants", lambda: t(data(9)).maximum(-math.inf) + t(data(9)).where(math.inf, 1.0), None, 0.0),
+  ("int_div_by_zero", lambda: t(data(11, dtype=np.int32, low=-50, high=50)).idiv(t(data(11, dtype=np.int32, seed=1,
+                                                                                         low=-2, high=3))), None, None),
+  ("shifts", lambda: t(data(9, dtype=np.int32, low=-999, high=999)) << t(data(9, dtype=np.int32, seed=3, high=40)),
+   None, None),
+]
+
+
+@pytest.mark.parametrize("name,make,opts,tol", SPECIAL, ids=[s[0] for s in SPECIAL])
+def test_special_kernels_validate_and_run(tint, webgpu, name, make, opts, tol):
+  prg, _, _ = one_kernel(make(), opts=opts)
+  tint_check(tint, prg.src)
+  run_programs(webgpu, Case(name, make, tuple(opts) if opts else None, rtol=tol or 0.0, atol=tol or 0.0), "webgpu")
+
+
+def test_packed_word_is_loaded_once():
+  """Four int8 elements of one word (UPCAST by 4 along the contiguous axis) are one u32 load and four shifts."""
+  prg, _, _ = one_kernel(t(data(4, 36, dtype=np.int8, low=-128, high=127)) * 3 - 7, opts=[Opt("UPCAST", 1, 4)])
+  assert "var<storage, read> data1: array<u32>;" in prg.src
+  assert loads_of(prg.function, "data1") == 1, prg.function
+  assert prg.function.count("atomicOr(&data0[") == 4
+  prg, _, _ = one_kernel(t(data(9, 12, dtype=np.int8)).cast(dtypes.int32).sum(axis=1), opts=[Opt("UNROLL", 0, 4)])
+  assert loads_of(prg.function, "data1") == 1, prg.function    # the word does not depend on the unrolled range
+
+
+def test_packed_outputs_are_atomic_and_listed():
+  prg, _, _ = one_kernel(t(data(7, dtype=np.float16)) * 2)
+  (out, inp) = wgsl_bindings(prg.src)
+  assert (out.index, out.atomic, out.read_only, out.element) == (0, True, False, "atomic<u32>")
+  assert (inp.index, inp.atomic, inp.read_only, inp.element) == (1, False, True, "u32")
+  assert "atomicOr(&data0[" in prg.function and "tg_f2h(" in prg.function
+  assert wgsl_workgroup_sizes(prg.src) == {prg.name: prg.local_size}
+
+
+def test_kernel_layout_and_spelling():
+  prg, _, _ = one_kernel(t(data(33, 64)).sum(axis=1) + t(data(33, seed=1)))
+  assert prg.src.index("@group(0) @binding(0) var<storage, read_write> data0: array<f32>;") < \
+    prg.src.index("@compute @workgroup_size(")
+  assert f"fn {prg.name}(@builtin(workgroup_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>)" \
+    in prg.function
+  assert re.search(r"for \(var ridx\d+: i32 = 0i; ridx\d+ < 64i; ridx\d+\+\+\) \{", prg.function)
+  assert re.search(r"var acc\d+: f32 = 0.0f;", prg.function) and re.search(r"let gidx\d+: i32 = i32\(gid\.x\);",
+                                                                         prg.function)
+  group, _, _ = one_kernel(t(data(4, 1024)).sum(axis=1))
+  assert "workgroupBarrier();" in group.function and re.search(r"^var<workgroup> temp\d+: array<f32, \d+>;$",
+                                                               group.src, re.M)
+
+
+def test_no_nan_or_inf_constants():
+  """Tint refuses constant expressions that evaluate to NaN/inf: they come from bits in private variables."""
+  prg, _, _ = one_kernel(t(data(9)).maximum(-math.inf) + t(data(9)).where(math.inf, math.nan))
+  assert "tg_inf()" in prg.function and "tg_nan()" in prg.function
+  assert not re.search(r"bitcast<f32>\(0x7f", prg.src) and "inf" not in prg.function.replace("tg_inf", "")
+
+
+def test_nan_tests_use_bits():
+  prg, _, _ = one_kernel(t(data(9)).isnan() | (t(data(9)).maximum(t(data(9, seed=1))) > 0))
+  assert "tg_isnan(" in prg.function and "tg_max(" in prg.function
+  assert "(bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u" in prg.src
+
+
+def test_sin_is_the_accurate_helper():
+  prg, _, _ = one_kernel(t(data(9)).sin())
+  assert "tg_sin(" in prg.function and not re.search(r"(?<!tg_)\bsin\(", prg.src)
+
+
+# ---------------------------------------------------------------- 64-bit types
+def int64_kernel():
+  return (t(data(7, dtype=np.int64, low=-100, high=100)) * 3).uop
+
+
+def test_int64_refused_naming_the_buffer():
+  items, _ = schedule([int64_kernel()], _alloc("numpy"))
+  with pytest.raises(ValueError, match=r"buffer data\d is int64.*narrow_int64=True"): lower(items[0].ast, "webgpu")
+
+
+def test_int64_narrowed_to_i32():
+  items, _ = schedule([int64_kernel()], _alloc("numpy"))
+  prg = lower(items[0].ast, WGSLRenderer(narrow_int64=True))
+  assert "array<i32>" in prg.src and "i64" not in prg.src
+  assert "3i" in prg.function
+
+
+def test_renderer_options_name_the_target():
+  assert str(WGSLRenderer()) == "webgpu" and str(WGSLRenderer(narrow_int64=True, f16=True)) == "webgpu+narrow_int64+f16"
+  r = WGSLRenderer()
+  assert get_renderer(r) is r and isinstance(get_renderer("webgpu"), WGSLRenderer)
+
+
+# ---------------------------------------------------------------- limits
+def gsum(n: int) -> Tensor:
+  out = t(data(5, seed=0))
+  for i in range(1, n): out = out + t(data(5, seed=i))
+  return out
+
+
+def test_storage_buffer_limit_names_the_kernel():
+  items, _ = schedule([gsum(8).uop], _alloc("numpy"))     # 8 inputs + the output
+  with pytest.raises(ValueError, match=r"webgpu: kernel 'k9' binds 9 storage buffers; the limit is 8"):
+    lower(items[0].ast, "webgpu", name="k9")
+  prg = lower(items[0].ast, WGSLRenderer(max_storage_buffers=10), name="k9")
+  assert len(wgsl_bindings(prg.src)) == 9
+
+
+def test_workgroup_size_limit_names_the_kernel():
+  items, _ = schedule([(t(data(4, 1024)) + 1).uop], _alloc("numpy"))
+  with pytest.raises(ValueError, match=r"kernel 'wide_wg': work-group size \(512, 1, 1\) exceeds"):
+    lower(items[0].ast, "webgpu", [Opt("LOCAL", 1, 512)], name="wide_wg")
+  lower(items[0].ast, "webgpu", [Opt("LOCAL", 1, 256)], name="ok_wg")
+
+
+def _elementwise_ast(*sizes: int) -> UOp:
+  """data0[flat] = data1[flat] * 2 over global ranges of the given sizes (no buffers needed to lower it)."""
+  idx = UOp.const(dtypes.index, 0)
+  for i, n in enumerate(sizes):
+    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "global"))
+  out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, True))
+  inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
+  val = UOp(Ops.LOAD, dtypes.float32, (inp, idx)) * UOp.const(dtypes.float32, 2.0)
+  return UOp(Ops.SINK, dtypes.bool, (UOp(Ops.STORE, dtypes.bool, (out, idx, val)),))
+
+
+@pytest.mark.parametrize("size,exact", [(1 << 22, True), (70001, False), (65536 * 3 + 2, True)])
+def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
+  prg = lower(_elementwise_ast(size), "webgpu")
+  groups = [g // l for g, l in zip(prg.global_size, prg.local_size)]
+  assert max(groups) <= 65535 and math.prod(prg.global_size) >= size
+  assert (math.prod(prg.global_size) == size) == exact
+  assert ("if (" in prg.function) == (not exact)      # rounded-up grids gate their stores
+  tint_check(tint, prg.src)
+
+
+def test_wide_grid_is_not_split_for_opencl():
+  assert lower(_elementwise_ast(1 << 22), "opencl", []).global_size == (1 << 22, 1, 1)
+
+
+def test_too_many_workgroups_names_the_kernel():
+  with pytest.raises(ValueError, match=r"webgpu: kernel 'huge' needs 70001 work-groups in launch dimension"):
+    lower(_elementwise_ast(70001, 70001, 70001), "webgpu", [], name="huge")
