@@ -25,7 +25,8 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
                    kernel_args: dict[str, list[dict]], files: dict[str, bytes], target_info: dict) -> dict:
   """The manifest of a bundle whose other files are `files` (name -> content, the weights file included)."""
   kinds = {i: (b.kind, b.index) for i, b in enumerate(cm.buffers)}
-  return {
+  extra = {"source": cm.meta["source"]} if cm.meta.get("source") else {}
+  return {**extra,
     "format_version": FORMAT_VERSION,
     "tgc_version": tgc_version(),
     "target": cm.target,

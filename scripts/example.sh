@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-tgc compile examples/mnist_cnn.py:build --target c -o out/mnist && tgc validate out/mnist --model examples/mnist_cnn.py:build \
-  && tgc bench out/mnist
+tgc compile examples/mnist_cnn.py:build --target c -o out/mnist --force
+tgc validate out/mnist
+tgc bench out/mnist

@@ -149,7 +149,15 @@ def _xor(ctx): return ctx.inputs[0].logical_xor(ctx.inputs[1])
 
 
 @onnx_op("Where")
-def _where(ctx): return ctx.inputs[0].cast(dtypes.bool).where(ctx.inputs[1], ctx.inputs[2])
+def _where(ctx):
+  cond, x, y = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+  if ctx.is_const(0):
+    # a constant condition that picks one side everywhere selects it at compile time
+    c = np.asarray(ctx.const_value(0)).astype(bool)
+    if c.all() or not c.any():
+      shape = broadcast_shape(broadcast_shape(cond.shape, x.shape, "Where"), y.shape, "Where")
+      return (x if c.all() else y)._broadcast_to(shape)
+  return cond.cast(dtypes.bool).where(x, y)
 
 
 @onnx_op("IsNaN")
@@ -844,6 +852,51 @@ def _adam(ctx):
     vs.append(v_new.cast(v.dtype))
     hs.append(h_new.cast(h.dtype))
   return xs + vs + hs
+
+
+@onnx_op("TfIdfVectorizer")
+def _tfidf_vectorizer(ctx):
+  """N-gram counts over the last axis against the constant pool, as the reference: for every skip distance
+  d = 1..max_skip_count+1 and start i, the gram X[i], X[i+d], ... counts when it is in the pool (a unigram
+  counts once). Unrolled into comparisons of shifted slices."""
+  x = _x(ctx)
+  if ctx.attr("pool_strings", None): raise ctx.fail("string pools are not supported")
+  pool = [int(v) for v in ctx.attr("pool_int64s", [])]
+  counts_at = [int(v) for v in ctx.attr("ngram_counts", [])]
+  indexes = [int(v) for v in ctx.attr("ngram_indexes", [])]
+  lo, hi, skips = ctx.attr("min_gram_length"), ctx.attr("max_gram_length"), ctx.attr("max_skip_count")
+  mode, weights = ctx.attr("mode"), ctx.attr("weights", None)
+  grams = []                     # (values, output index)
+  gid = 0
+  for size, start in enumerate(counts_at, 1):
+    end = counts_at[size] if size < len(counts_at) else len(pool)
+    for k in range(start, end, size):
+      if lo <= size <= hi: grams.append((pool[k:k + size], indexes[gid]))
+      gid += 1
+  out_size = max(indexes) + 1
+  c = x.shape[-1]
+  xi = x.cast(dtypes.int64)
+  per_index: dict[int, Tensor] = {}
+  for values, idx in grams:
+    n = len(values)
+    for d in range(1, (skips if n > 1 else 0) + 2):
+      length = c - (n - 1) * d
+      if length <= 0: continue
+      hit = None
+      for k, v in enumerate(values):
+        part = xi.shrink(tuple((k * d, k * d + length) if a == x.ndim - 1 else None for a in range(x.ndim))) == v
+        hit = part if hit is None else hit.logical_and(part)
+      cnt = hit.cast(dtypes.float32).sum(-1)
+      per_index[idx] = cnt if idx not in per_index else per_index[idx] + cnt
+  lead = x.shape[:-1]
+  zero = Tensor.zeros(*lead, dtype=dtypes.float32, device=x.device)
+  cols = [per_index.get(i, zero) for i in range(out_size)]
+  tf = Tensor.stack(cols, -1) if cols else Tensor.zeros(*lead, 0, device=x.device)
+  w = Tensor(np.asarray(weights, np.float32), device=x.device) if weights else None
+  if mode == "TF": return tf
+  if mode == "IDF": return (tf > 0).where(w if w is not None else tf.ones_like(), tf.zeros_like())
+  if mode == "TFIDF": return tf * w if w is not None else tf
+  raise ctx.fail(f"unknown mode {mode!r}")
 
 
 # ---------------------------------------------------------------- ai.onnx.ml

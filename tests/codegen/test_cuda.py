@@ -127,14 +127,13 @@ def test_kernels_compute_right_on_cpu(case):
     check(case, run_case(case, "cuda", execute))
 
 
-def test_cpu_emulation_catches_a_wrong_launch_mapping():
-  """The CPU path compares for real: swapping blockIdx and threadIdx breaks a kernel with a work-group split."""
-  case = next(c for c in CASES if c.name == "matmul_upcast_local")
+def test_cpu_emulation_catches_a_wrong_kernel():
+  """The CPU path compares for real: the sum kernel with its accumulation turned into a subtraction fails."""
+  case = next(c for c in CASES if c.name == "sum")
 
   def execute(prg, arrays):
-    src = prg.src.replace("blockIdx.x", "TMP").replace("threadIdx.x", "blockIdx.x").replace("TMP", "threadIdx.x")
-    assert src != prg.src
-    cuda_cpu.run_on_cpu(src, prg.name, arrays, prg.global_size, prg.local_size)
+    assert "+val" in prg.src
+    cuda_cpu.run_on_cpu(prg.src.replace("+val", "-val"), prg.name, arrays, prg.global_size, prg.local_size)
 
   with pytest.raises(AssertionError):
     check(case, run_case(case, "cuda", execute))
