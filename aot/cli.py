@@ -146,13 +146,15 @@ def cli():
               help="Fix the shape of an ONNX input with dynamic dimensions (repeatable).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts):
+@click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
+              help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam):
   """Compile MODEL into an artifact folder OUT."""
   from aot.pipeline import compile_model
   shapes = parse_input_shapes(input_shapes)
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths)
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")

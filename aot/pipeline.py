@@ -73,7 +73,7 @@ class _Progress:
 
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
-                  const_files: dict | None = None) -> CompileReport:
+                  const_files: dict | None = None, beam: int = 0) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` into the artifact folder `out_dir`.
   An existing tgc artifact there is replaced; any other existing folder only with `force`."""
   start = time.perf_counter()
@@ -81,7 +81,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, target, name, input_shapes, consts, const_files)
+  cm, loaded = build_compiled(spec, target, name, input_shapes, consts, const_files, beam)
   cm.meta["source"] = loaded.source_info()
   writer = _artifact_writer()
   staging = _staging_dir(final)
@@ -99,20 +99,37 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
 
 
 def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None, input_shapes: dict | None = None,
-                   consts: dict | None = None, const_files: dict | None = None
+                   consts: dict | None = None, const_files: dict | None = None, beam: int = 0
                    ) -> tuple[CompiledModel, models.LoadedModel]:
-  """Load, trace and lower a model (nothing written)."""
+  """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's
+  runtime for the target (results cached on disk)."""
   loaded = models.load_model(spec, input_shapes, consts, const_files)
   capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
   progress = _Progress(name)
   cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
                         [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
-                        progress=progress)
+                        opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
   return cm, loaded
+
+
+def _beam_opts(target: str, width: int):
+  """opts_for(item) running a BEAM search timed on the target's runtime here."""
+  from codegen.search import beam_search
+  from runtimes import get_runtime, RuntimeUnavailable
+  from runtimes.timing import kernel_timer
+  from frontend.buffers import nbytes
+  try: rt = get_runtime(target)
+  except (RuntimeUnavailable, ValueError) as e:
+    raise UserError(f"--beam needs a {target} runtime on this machine: {e}") from None
+
+  def opts_for(item):
+    timer = kernel_timer(rt, [nbytes(b) for b in item.bufs])
+    return beam_search(item.ast, target, timer, width, getattr(rt, "device_name", target))
+  return opts_for
 
 
 def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:

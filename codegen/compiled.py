@@ -55,7 +55,7 @@ def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str
                      outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
                      opts_for=None, progress=None) -> CompiledModel:
   """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
-  `opts_for(ast)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel."""
+  `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel."""
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
@@ -77,7 +77,7 @@ def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str
     if progress: progress(i, len(items))
     if it.ast.key not in by_ast:
       kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
-      opts = opts_for(it.ast) if opts_for else None
+      opts = opts_for(it) if opts_for else None
       kernels[kname] = lower(it.ast, target, opts, name=kname)
       by_ast[it.ast.key] = kname
     calls_bufs.append(list(it.bufs))

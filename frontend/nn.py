@@ -178,6 +178,4 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
   except FileNotFoundError: raise
   except Exception as error:
     raise ValueError(f"safe_load: cannot read {os.fspath(path)!r} as safetensors ({error})") from None
-  # the reshape keeps 0-d tensors 0-d
-  return {name: Tensor(arr, device=device, dtype=dtypes.from_numpy(arr.dtype)).reshape(arr.shape)
-          for name, arr in arrays.items()}
+  return {name: Tensor(arr, device=device, dtype=dtypes.from_numpy(arr.dtype)) for name, arr in arrays.items()}

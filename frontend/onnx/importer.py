@@ -802,14 +802,14 @@ def load_model(src, input_shapes: dict[str, tuple] | None = None,
     from onnx import inliner
     model = inliner.inline_local_functions(model)
   model = _sorted_model(model)
-  try: onnx.checker.check_model(model)
-  except ValueError as e:
-    if "2GB" not in str(e) and "2 GB" not in str(e): raise OnnxError(f"invalid ONNX model {what}: {_one_line(e)}") from e
-  except Exception as e: raise OnnxError(f"invalid ONNX model {what}: {_one_line(e)}") from e
   pre = OnnxGraph.__new__(OnnxGraph)
   pre.graph, pre.opsets = model.graph, _opsets(model)
   bad = OnnxGraph.unsupported(pre)
   if bad: raise OnnxError(_unsupported_message(bad))
+  try: onnx.checker.check_model(model)
+  except ValueError as e:
+    if "2GB" not in str(e) and "2 GB" not in str(e): raise OnnxError(f"invalid ONNX model {what}: {_one_line(e)}") from e
+  except Exception as e: raise OnnxError(f"invalid ONNX model {what}: {_one_line(e)}") from e
   try: model = onnx.shape_inference.infer_shapes(model)
   except Exception: pass  # inference is advisory: handlers compute every shape themselves
   return OnnxGraph(model, what, base_dir, input_shapes, consts)

@@ -975,3 +975,100 @@ def grid_sample(ctx: NodeContext):
     wk = weights.reshape(n, 1, pts, *([1] * k), size)
     acc = (acc * wk).sum(-1)
   return acc.reshape(n, c, *out_sp).cast(x.dtype)
+
+
+def _roi_axis(start: Tensor, length: Tensor, pooled: int, grid: int, size: int):
+  """Bilinear taps of RoiAlign's sample points along one axis: for rois (R,), the sample coordinates
+  start + p*bin + (g + 0.5)*bin/grid, p < pooled, g < grid, as (R, pooled*grid) low/high indices and weights
+  (zero for samples outside [-1, size])."""
+  r = start.shape[0]
+  dev = start.device
+  p = Tensor.arange(pooled, dtype=dtypes.float32, device=dev).reshape(1, pooled, 1)
+  g = (Tensor.arange(grid, dtype=dtypes.float32, device=dev) + 0.5).reshape(1, 1, grid) * (1.0 / grid)
+  bin_size = (length * (1.0 / pooled)).reshape(r, 1, 1)
+  c = (start.reshape(r, 1, 1) + (p + g) * bin_size).reshape(r, pooled * grid)
+  valid = (c >= -1.0).logical_and(c <= float(size)).cast(dtypes.float32)
+  c = c.maximum(0.0)
+  low = c.trunc()
+  edge = low >= size - 1
+  low = edge.where(float(size - 1), low)
+  high = edge.where(float(size - 1), low + 1)
+  c = edge.where(low, c)
+  frac = c - low
+  return low.cast(dtypes.int32), high.cast(dtypes.int32), (1.0 - frac) * valid, frac * valid
+
+
+@onnx_op("RoiAlign")
+def roi_align(ctx: NodeContext):
+  x, rois, batch_idx = ctx.input(0), ctx.input(1), ctx.input(2)
+  ph, pw = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+  ratio = int(ctx.attr("sampling_ratio", 0))
+  scale = float(ctx.attr("spatial_scale", 1.0))
+  mode = _str(ctx, "mode", "avg").lower()
+  half_pixel = _str(ctx, "coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else
+                    "output_half_pixel") == "half_pixel"
+  n, c, h, w = x.shape
+  r = rois.shape[0]
+  boxes = rois.cast(dtypes.float32) * scale - (0.5 if half_pixel else 0.0)
+  def col(i: int) -> Tensor: return boxes.shrink((None, (i, i + 1))).reshape(r)
+  x0, y0, x1, y1 = col(0), col(1), col(2), col(3)
+  rw, rh = x1 - x0, y1 - y0
+  if not half_pixel: rw, rh = rw.maximum(1.0), rh.maximum(1.0)
+  if ratio > 0: gh = gw = ratio
+  else:
+    if not ctx.is_const(1): raise ctx.fail("sampling_ratio 0 (adaptive) needs constant rois")
+    b = np.asarray(ctx.const_value(1), dtype=np.float64) * scale - (0.5 if half_pixel else 0.0)
+    hs, ws = b[:, 3] - b[:, 1], b[:, 2] - b[:, 0]
+    if not half_pixel: hs, ws = np.maximum(hs, 1.0), np.maximum(ws, 1.0)
+    grids_h, grids_w = np.ceil(hs / ph).astype(int), np.ceil(ws / pw).astype(int)
+    if len(set(grids_h.tolist())) > 1 or len(set(grids_w.tolist())) > 1:
+      raise ctx.fail("sampling_ratio 0 with rois that need different sampling grids is not supported")
+    gh, gw = max(int(grids_h[0]), 1), max(int(grids_w[0]), 1)
+  xr = nn.masked_select_sum(nn.one_hot(batch_idx, n).reshape(r, n, 1, 1, 1), x._float().unsqueeze(0), 1)
+  ylo, yhi, wylo, wyhi = _roi_axis(y0, rh, ph, gh, h)                 # (R, ph*gh)
+  xlo, xhi, wxlo, wxhi = _roi_axis(x0, rw, pw, gw, w)
+  if mode == "avg":
+    ay = (nn.one_hot(ylo, h) * wylo.unsqueeze(-1) + nn.one_hot(yhi, h) * wyhi.unsqueeze(-1)).reshape(r, ph, gh, h).sum(2)
+    ax = (nn.one_hot(xlo, w) * wxlo.unsqueeze(-1) + nn.one_hot(xhi, w) * wxhi.unsqueeze(-1)).reshape(r, pw, gw, w).sum(2)
+    rows = (xr.unsqueeze(2) * ay.reshape(r, 1, ph, h, 1)).sum(3)        # (R, C, ph, W)
+    out = (rows.unsqueeze(3) * ax.reshape(r, 1, 1, pw, w)).sum(-1) * (1.0 / max(gh * gw, 1))
+    return out.cast(x.dtype)
+  if mode != "max": raise ctx.fail(f"unknown mode {mode!r}")
+  yi = Tensor.stack([ylo, yhi], -1).reshape(r, ph * gh * 2)              # taps interleaved (sample, corner)
+  xi = Tensor.stack([xlo, xhi], -1).reshape(r, pw * gw * 2)
+  wy = Tensor.stack([wylo, wyhi], -1).reshape(r, 1, ph * gh * 2, 1)
+  wx = Tensor.stack([wxlo, wxhi], -1).reshape(r, 1, 1, pw * gw * 2)
+  rows = nn.masked_select_sum(nn.one_hot(yi, h).reshape(r, 1, ph * gh * 2, h, 1), xr.unsqueeze(2), 3)
+  vals = nn.masked_select_sum(nn.one_hot(xi, w).reshape(r, 1, 1, pw * gw * 2, w), rows.unsqueeze(3), 4)
+  vals = (vals * wy * wx).reshape(r, c, ph, gh * 2, pw, gw * 2)
+  return vals.max((3, 5)).cast(x.dtype)
+
+
+@onnx_op("Col2Im")
+def col2im(ctx: NodeContext):
+  x = ctx.input(0)
+  image = [int(v) for v in _const(ctx, 1, "image_shape").reshape(-1)]
+  block = [int(v) for v in _const(ctx, 2, "block_shape").reshape(-1)]
+  nd = len(image)
+  strides = _ints(ctx, "strides", [1] * nd)
+  dilations = _ints(ctx, "dilations", [1] * nd)
+  pads = nn.resolve_pads("NOTSET", ctx.attr("pads"), image, block, strides, dilations)
+  n, ck, length = x.shape
+  k = prod(block)
+  c = ck // k
+  outs = [(i + b + e - (kk - 1) * d - 1) // s + 1 for i, (b, e), kk, d, s in zip(image, pads, block, dilations, strides)]
+  if prod(outs) != length: raise ctx.fail(f"{length} blocks do not tile image {image} with block {block}")
+  cols = x.reshape(n, c, k, *outs)
+  padded = [i + b + e for i, (b, e) in zip(image, pads)]
+  total = None
+  for j, offset in enumerate(np.ndindex(*block)):
+    # block element `offset` of every window lands at offset*dilation + window_position*stride
+    piece = cols.shrink((None, None, (j, j + 1)) + (None,) * nd).reshape(n, c, *outs)
+    if any(s > 1 for s in strides):
+      piece = piece.reshape((n, c) + tuple(v for o in outs for v in (o, 1)))
+      piece = piece.pad(((0, 0), (0, 0)) + tuple(p for s in strides for p in ((0, 0), (0, s - 1))))
+      piece = piece.reshape((n, c) + tuple(o * s for o, s in zip(outs, strides)))
+    starts = [o * d for o, d in zip(offset, dilations)]
+    piece = piece.pad(((0, 0), (0, 0)) + tuple((st, p - st - sz) for st, p, sz in zip(starts, padded, piece.shape[2:])))
+    total = piece if total is None else total + piece
+  return total.shrink((None, None) + tuple((b, b + i) for (b, _), i in zip(pads, image))).cast(x.dtype)

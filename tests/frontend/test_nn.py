@@ -32,9 +32,7 @@ def nonzero(shape, seed: int = 0, low: float = 0.1, high: float = 2.0) -> np.nda
   return (g.uniform(low, high, shape) * g.choice([-1.0, 1.0], size=shape)).astype(np.float32)
 
 
-def tensor(a, device: str) -> Tensor:
-  a = np.asarray(a)
-  return Tensor(a, device=device).reshape(a.shape)
+def tensor(a, device: str) -> Tensor: return Tensor(np.asarray(a), device=device)
 
 
 def close(t: Tensor, expected, tol=REDUCE) -> None:

@@ -62,9 +62,8 @@ def ints(shape, seed: int = 0, low: int = -20, high: int = 20, dtype=np.int32, a
 
 
 def tensor(a, device: str) -> Tensor:
-  """A Tensor of the numpy array `a` (the reshape keeps 0-d arrays 0-d; see test_scalar_constructor_is_0d)."""
-  a = np.asarray(a)
-  return Tensor(a, device=device).reshape(a.shape)
+  """A Tensor of the numpy array `a` on `device`, keeping its dtype."""
+  return Tensor(np.asarray(a), device=device)
 
 
 def check(t: Tensor, expected, tol=None, dtype=None) -> None:
@@ -826,13 +825,12 @@ def test_realize_all_multiple_outputs(device):
   check(y, (a * 2).sum(), REDUCE)
 
 
-# ---------------------------------------------------------------- known bugs (fixed in tensor.py/codegen, not here)
-@pytest.mark.xfail(reason="Tensor.__init__ uses np.ascontiguousarray, which turns 0-d data into shape (1,)",
-                   strict=True)
 def test_scalar_constructor_is_0d(device):
   assert Tensor(3.0, device=device).shape == () and Tensor(np.float32(2.0), device=device).shape == ()
+  assert Tensor(np.array(5, np.int32), device=device).numpy().shape == ()
 
 
+# ---------------------------------------------------------------- known bugs (fixed in tensor.py/codegen, not here)
 def _opencl_xfail(reason: str):
   return [pytest.param("numpy"), pytest.param("c"), pytest.param("opencl", marks=pytest.mark.xfail(reason=reason,
                                                                                                    strict=True))]

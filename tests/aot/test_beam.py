@@ -1,0 +1,22 @@
+"""`tgc compile --beam`: the searched opts end up in the artifact and the artifact still validates."""
+import json
+import os
+from click.testing import CliRunner
+from aot.cli import cli
+from ir.config import config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = os.path.join(HERE, "..", "..", "examples", "tiny_mlp.py") + ":build"
+
+
+def test_compile_with_beam_validates(tmp_path, monkeypatch):
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+  out = tmp_path / "art"
+  runner = CliRunner()
+  r = runner.invoke(cli, ["compile", MODEL, "--target", "c", "-o", str(out), "--beam", "1"])
+  assert r.exit_code == 0, r.output
+  assert os.listdir(tmp_path / "cache" / "beam"), "no beam results cached"
+  kernels = json.loads((out / "manifest.json").read_text())["kernels"]
+  assert kernels
+  r = runner.invoke(cli, ["validate", str(out)])
+  assert r.exit_code == 0, r.output
