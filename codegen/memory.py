@@ -47,3 +47,29 @@ def plan_memory(calls: list[list], sizes: dict) -> tuple[list[Slot], int]:
     out.append(slot)
     arena = max(arena, offset + need)
   return out, arena
+
+
+def plan_slots(calls: list[list], sizes: dict) -> tuple[dict, list[int]]:
+  """A plan in whole buffers instead of offsets (for targets such as WebGPU that validate buffer usage per whole
+  buffer): buffers whose lifetimes do not overlap share a slot; a slot is as big as its biggest buffer.
+  Returns buffer -> slot number and the slot sizes."""
+  first, last = {}, {}
+  for i, bufs in enumerate(calls):
+    for b in bufs:
+      if b not in sizes: continue
+      first.setdefault(b, i)
+      last[b] = i
+  slot_of: dict = {}
+  slot_size: list[int] = []
+  slot_free_at: list[int] = []     # index of the last call using the slot's current buffer
+  for b in sorted(first, key=lambda b: (first[b], -sizes[b])):
+    free = [s for s in range(len(slot_size)) if slot_free_at[s] < first[b]]
+    if free:   # the free slot closest in size (growing a slot costs memory)
+      s = min(free, key=lambda s: (abs(slot_size[s] - sizes[b]), s))
+      slot_size[s] = max(slot_size[s], sizes[b])
+    else:
+      s = len(slot_size)
+      slot_size.append(sizes[b]); slot_free_at.append(-1)
+    slot_of[b] = s
+    slot_free_at[s] = last[b]
+  return slot_of, slot_size

@@ -322,6 +322,16 @@ def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False)
   return move_axis(out, -1, axis)
 
 
+def cumprod(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+  xt = move_axis(x, axis, -1)
+  n = xt.shape[-1]
+  ar = arange(n, x.device)
+  i, j = ar.reshape(n, 1), ar.reshape(1, n)
+  if reverse: mask = (j > i) if exclusive else (j >= i)
+  else: mask = (j < i) if exclusive else (j <= i)
+  return move_axis(mask.where(xt.unsqueeze(-2), 1).prod(-1).cast(x.dtype), -1, axis)
+
+
 # ---------------------------------------------------------------- einsum
 def _diagonal(x: Tensor, a: int, b: int) -> Tensor:
   """The diagonal of axes a < b (equal sizes), kept at position a; axis b is removed."""
