@@ -19,7 +19,11 @@ from codegen.names import symbol
 from aot.errors import UserError, describe
 from aot import models
 
-SUPPORTED_TARGETS = ("c",)
+SUPPORTED_TARGETS = ("c", "opencl", "webgpu")
+# target -> (module, class) of the Python runtime that loads its artifacts (the CArtifact interface)
+ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"),
+                     "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact"),
+                     "webgpu": ("runtimes.artifact_webgpu", "WebGPUArtifact")}
 MANIFEST = "manifest.json"
 SOURCE_SUFFIXES = (".c", ".h", ".cl", ".cu", ".metal", ".m", ".mm", ".swift", ".js", ".ts", ".wgsl", ".html")
 PROGRESS_AFTER_S = 2.0     # without DEBUG, per-kernel progress appears once a compile has run this long
@@ -78,6 +82,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   An existing tgc artifact there is replaced; any other existing folder only with `force`."""
   start = time.perf_counter()
   target = check_target(target)
+  if embed_weights and target != "c": raise UserError(f"--embed-weights is supported for target c only, not {target}")
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
@@ -86,7 +91,8 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   writer = _artifact_writer()
   staging = _staging_dir(final)
   try:
-    written = writer(cm, staging, embed_weights=embed_weights)
+    try: written = writer(cm, staging, embed_weights=embed_weights)
+    except ValueError as error: raise _target_error(spec, target, error)
     _check_out_dir(out_dir, final, force)
     _move_into_place(staging, final)
   except BaseException:
@@ -107,13 +113,24 @@ def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None,
   capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
   progress = _Progress(name)
-  cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                        [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
-                        opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
+  try:
+    cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
+                          [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
+                          opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
+  except ValueError as error:
+    raise _target_error(spec, target, error)
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
   return cm, loaded
+
+
+def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:
+  """A limit of the target language the model runs into (WGSL: no float64, 64-bit integers only as 32-bit words,
+  buffer and work-group limits) is the user's to know: those messages start with the target's name."""
+  if target == "webgpu" and str(error).startswith("webgpu:"):
+    return UserError(f"{spec.text}: cannot compile for {target}: {str(error)[len('webgpu:'):].strip()}")
+  return error
 
 
 def _beam_opts(target: str, width: int):
@@ -283,10 +300,13 @@ def verify_files(art: Artifact) -> None:
 
 def artifact_runtime(art: Artifact):
   """The Python runtime that loads this artifact (the caller closes it)."""
-  if art.target != "c":
-    raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: c")
-  from runtimes.artifact_c import ArtifactError, CArtifact
-  try: return CArtifact(art.folder)
+  if art.target not in ARTIFACT_RUNTIMES:
+    raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
+                    f"{', '.join(ARTIFACT_RUNTIMES)}")
+  import importlib
+  from runtimes.artifact_c import ArtifactError
+  module, name = ARTIFACT_RUNTIMES[art.target]
+  try: return getattr(importlib.import_module(module), name)(art.folder)
   except ArtifactError as error:
     # the folder was checked against its manifest already: only a missing C compiler is the user's to fix
     if "C compiler" in str(error): raise UserError(f"cannot load {art.folder}: {error}") from error

@@ -10,4 +10,12 @@ def write_artifact(cm: CompiledModel, out_dir: str, embed_weights: bool = False)
   if cm.target == "c":
     from emit.c import write_c_bundle
     return write_c_bundle(cm, out_dir, embed_weights)
-  raise ValueError(f"no artifact writer for target {cm.target!r} (available: c)")
+  if cm.target == "opencl":
+    if embed_weights: raise ValueError("embedding the weights is supported for target c only, not opencl")
+    from emit.opencl import write_opencl_bundle
+    return write_opencl_bundle(cm, out_dir)
+  if cm.target == "webgpu":
+    if embed_weights: raise ValueError("embedding the weights is supported for target c only, not webgpu")
+    from emit.webgpu import write_webgpu_bundle
+    return write_webgpu_bundle(cm, out_dir)
+  raise ValueError(f"no artifact writer for target {cm.target!r} (available: c, opencl, webgpu)")

@@ -1,6 +1,10 @@
 """Pieces every artifact writer shares: the tgc version, sha256 of bytes, dtype names, reading and filling the
 target templates (`{{name}}` placeholders, one pass, every placeholder must be given) and writing the bundle's
-files into an existing empty folder in a fixed order."""
+files into an existing empty folder in a fixed order.
+
+A template line that is exactly `{{> dir/file}}` is replaced by the text of templates/dir/file when the template
+is read (before placeholders are filled), so that targets share fragments such as the .npy reader of the example
+programs (templates/common/) instead of copies."""
 from __future__ import annotations
 import hashlib
 import importlib.metadata
@@ -11,6 +15,8 @@ import re
 from ir import DType
 
 PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+INCLUDE = re.compile(r"^\{\{> ([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\}\}\n", re.MULTILINE)
+MAX_INCLUDE_DEPTH = 8
 
 
 def tgc_version() -> str:
@@ -29,9 +35,12 @@ def numpy_name(d: DType) -> str:
   return d.np
 
 
-def read_template(target: str, filename: str) -> str:
-  """The text of templates/<target>/<filename> (package data of the `templates` package)."""
-  return (importlib.resources.files("templates") / target / filename).read_text(encoding="utf-8")
+def read_template(target: str, filename: str, depth: int = 0) -> str:
+  """The text of templates/<target>/<filename> (package data of the `templates` package), with `{{> dir/file}}`
+  lines replaced by the fragments they name."""
+  text = (importlib.resources.files("templates") / target / filename).read_text(encoding="utf-8")
+  if depth > MAX_INCLUDE_DEPTH: raise ValueError(f"templates/{target}/{filename}: includes nested too deeply")
+  return INCLUDE.sub(lambda m: read_template(*m.group(1).split("/"), depth=depth + 1), text)
 
 
 def fill(template: str, values: dict[str, str], where: str = "template") -> str:

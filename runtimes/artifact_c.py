@@ -199,13 +199,14 @@ class CArtifact:
 
   def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
     """Seconds of each of `runs` calls of the C run function, after `warmup` untimed calls."""
-    _, _, in_ptrs, out_ptrs = self._prepare(inputs)
+    ins, outs, in_ptrs, out_ptrs = self._prepare(inputs)   # the arrays must outlive the calls
     for _ in range(warmup): self._call(in_ptrs, out_ptrs)
     times = []
     for _ in range(runs):
       start = _time.perf_counter()
       self._call(in_ptrs, out_ptrs)
       times.append(_time.perf_counter() - start)
+    del ins, outs
     return times
 
   def close(self) -> None:

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian 12 machine (run as root) for tgc's tests: installs the Debian packages the
-# tests need only when missing (OpenCL on PoCL, C toolchains incl. aarch64 cross-compiler and qemu), then installs
-# tgc itself in editable mode with its dev and cuda extras.
+# tests need only when missing (OpenCL on PoCL, C toolchains incl. aarch64 cross-compiler and qemu, software
+# Vulkan for WebGPU, Chromium for WebGPU artifacts), then installs tgc itself in editable mode with its dev and cuda
+# extras.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang make gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang make gcc-aarch64-linux-gnu
+                 libc6-dev-arm64-cross qemu-user
+                 mesa-vulkan-drivers libvulkan1    # lavapipe: a software Vulkan adapter for the WebGPU runtime (wgpu)
+                 chromium)                         # headless Chromium (SwiftShader WebGPU) for the WebGPU artifacts
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do

@@ -26,9 +26,11 @@ overflow to inf), as WGSL leaves the rounding of f32->f16 conversions to the imp
 
 Floats: WGSL has no NaN/inf literals and constant-evaluated expressions may not produce them, so they come from
 bit patterns held in private variables (`tg_nan()`, `tg_inf()`). NaN comparisons are unreliable on GPUs, so
-isnan (`x != x` in the IR), MAX and float->bool/int conversions test bits. SIN is a helper with Cody-Waite
+isnan (`x != x` in the IR), x == +-inf, MAX and float->bool/int conversions test bits. SIN is a helper with Cody-Waite
 reduction by pi/2 and minimax polynomials (absolute error ~1e-7 for |x| <= 1e5; the built-in `sin` may be off
-by 2^-11 and more). POW handles negative bases with integral exponents and zero as C's pow does.
+by 2^-11 and more). POW handles negative bases with integral exponents and zero as C's pow does. WGSL lets
+implementations assume arithmetic produces no NaN/inf (lavapipe folds inf*0 to 0): values that are NaN/inf are
+handled, producing them by arithmetic is not guaranteed.
 
 Limits (WebGPU defaults, as browsers ship them): at most `max_storage_buffers` (8) bindings per kernel, 256
 invocations per work-group and (256, 256, 64) per dimension, `max_workgroups_per_dim` (65535) work-groups per
@@ -187,7 +189,7 @@ class WGSLRenderer(CStyleRenderer):
                   dtypes.uint8: "u32", dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float16: half,
                   dtypes.float32: "f32", dtypes.index: "i32"}
     if narrow_int64: self.types.update({dtypes.int64: "i32", dtypes.uint64: "u32"})
-    self._packed: dict[str, DType] = {}     # global buffer name -> dtype, for packed buffers
+    self._packed: set[str] = set()          # names of the packed global buffers
     self._atomic: set[str] = set()          # packed buffers the kernel stores to
     self._stored: set[UOp] = set()          # global buffers the kernel stores to
     self._helpers: set[str] = set()
@@ -280,6 +282,10 @@ class WGSLRenderer(CStyleRenderer):
     if op in (Ops.CMPNE, Ops.CMPEQ) and d.is_float and u.src[0] is u.src[1]:
       nan = f"{self._use('tg_isnan')}({self._f32(s[0], d)})"
       return nan if op is Ops.CMPNE else f"(!{nan})"
+    if op in (Ops.CMPNE, Ops.CMPEQ) and d.is_float and any(_is_inf(x) for x in u.src):
+      # x == +-inf as a bit test: compilers may assume infinities absent and fold the comparison
+      x, c = (s[1], u.src[0]) if _is_inf(u.src[0]) else (s[0], u.src[1])
+      return f"(bitcast<u32>({self._f32(x, d)}) {'==' if op is Ops.CMPEQ else '!='} {_inf_bits(c.arg)})"
     if op is Ops.MAX:
       if d.is_bool: return f"({s[0]} || {s[1]})"
       if d.is_float:
@@ -314,9 +320,6 @@ class WGSLRenderer(CStyleRenderer):
     return self._wrap(expr, out) if op in _WRAPPING_OPS else expr
 
   # ---- memory ----
-  def render_load(self, buf: str, idx: str, d: DType) -> str:
-    return f"atomicLoad(&{buf}[{idx}])" if buf in self._atomic else f"{buf}[{idx}]"
-
   def render_store(self, buf: str, idx: str, val: str, d: DType) -> str:
     if buf not in self._packed: return f"{buf}[{idx}] = {val};"
     size = element_size(d)
@@ -371,7 +374,7 @@ class WGSLRenderer(CStyleRenderer):
     bufs = {u for u in program if u.op is Ops.DEFINE_GLOBAL} | \
            {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
-    self._packed = {f"data{b.arg[0]}": b.dtype for b in bufs if is_packed(b.dtype)}
+    self._packed = {f"data{b.arg[0]}" for b in bufs if is_packed(b.dtype)}
     self._atomic = {f"data{b.arg[0]}" for b in stored if is_packed(b.dtype)}
     self._helpers = set()
     self._stored = stored
@@ -417,6 +420,12 @@ class WGSLRenderer(CStyleRenderer):
             for u in program if u.op is Ops.DEFINE_LOCAL]
     out += [src for h, (_, src) in HELPERS.items() if h in self._helpers]
     return out
+
+
+def _is_inf(u: UOp) -> bool: return u.op is Ops.CONST and u.dtype.is_float and math.isinf(u.arg)
+
+
+def _inf_bits(v: float) -> str: return "0x7f800000u" if v > 0 else "0xff800000u"
 
 
 def _unpack(ld: UOp) -> UOp:

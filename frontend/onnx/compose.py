@@ -55,6 +55,20 @@ def arange(n: int, device: str) -> Tensor:
   return Tensor.arange(n, dtype=dtypes.int32, device=device)
 
 
+# ---------------------------------------------------------------- comparisons
+def less_equal(a: Tensor, b) -> Tensor:
+  """a <= b that is False for NaN (Tensor's <= is `not >`)."""
+  if a.dtype.is_float or (isinstance(b, Tensor) and b.dtype.is_float) or isinstance(b, float):
+    return (a < b).logical_or(a == b)
+  return a <= b
+
+
+def greater_equal(a: Tensor, b) -> Tensor:
+  if a.dtype.is_float or (isinstance(b, Tensor) and b.dtype.is_float) or isinstance(b, float):
+    return (a > b).logical_or(a == b)
+  return a >= b
+
+
 # ---------------------------------------------------------------- math
 def atan(x: Tensor) -> Tensor:
   """Arc tangent: |x| > 1 uses pi/2 - atan(1/|x|), then x > tan(pi/8) uses pi/4 + atan((x-1)/(x+1)), and a
@@ -147,7 +161,11 @@ def pad(x: Tensor, pads: Sequence[tuple[int, int]], mode: str = "constant", valu
 def masked_sum(mask: Tensor, x: Tensor, axes) -> Tensor:
   """sum over `axes` of where(mask, x, 0): an exact selection when the mask has at most one hit."""
   if x.dtype.is_bool: return masked_sum(mask, x.cast(dtypes.uint8), axes).cast(dtypes.bool)
-  return mask.where(x, x.zeros_like()).sum(axes, dtype=x.dtype)
+  picked = mask.where(x, x.zeros_like())
+  axes = tuple(a % picked.ndim for a in axes)
+  if all(picked.shape[a] == 1 for a in axes):   # nothing to add up: drop the axes instead of reducing
+    return picked.reshape(tuple(s for i, s in enumerate(picked.shape) if i not in axes))
+  return picked.sum(axes, dtype=x.dtype)
 
 
 def take(x: Tensor, axis: int, idx: Tensor) -> Tensor:

@@ -96,7 +96,8 @@ def _valid_counts(in_shape, kernel, strides, dilations, pads, full, count_includ
     ones = Tensor.ones(*[i + b + e for i, (b, e) in zip(in_shape, pads)], device=device)
     counted = ones.pad(tuple((0, fe - e) for (_, e), (_, fe) in zip(pads, full)))
   else: counted = Tensor.ones(*in_shape, device=device).pad(tuple(full))
-  return functional._pool(counted, tuple(kernel), tuple(strides), tuple(dilations)).sum(_reduce_kernel_axes(len(kernel)))
+  windowed = functional._pool(counted, tuple(kernel), tuple(strides), tuple(dilations))
+  return windowed.sum(_reduce_kernel_axes(len(kernel)))
 
 
 def avg_pool(x: Tensor, kernel, strides, dilations, pads, ceil_mode=False, count_include_pad=False) -> Tensor:

@@ -121,7 +121,7 @@ def _less(ctx): return ctx.inputs[0] < ctx.inputs[1]
 
 
 @onnx_op("LessOrEqual")
-def _less_equal(ctx): return ctx.inputs[0] <= ctx.inputs[1]
+def _less_equal(ctx): return C.less_equal(ctx.inputs[0], ctx.inputs[1])
 
 
 @onnx_op("Greater")
@@ -129,7 +129,7 @@ def _greater(ctx): return ctx.inputs[0] > ctx.inputs[1]
 
 
 @onnx_op("GreaterOrEqual")
-def _greater_equal(ctx): return ctx.inputs[0] >= ctx.inputs[1]
+def _greater_equal(ctx): return C.greater_equal(ctx.inputs[0], ctx.inputs[1])
 
 
 @onnx_op("Not")
@@ -305,8 +305,6 @@ def _cast_like(ctx):
 def _cast_to(ctx, x: Tensor, to):
   if ctx.attr("round_mode", "up") != "up": raise ctx.fail(f"round_mode {ctx.attr('round_mode')!r} is not supported")
   if to.storage_only and not ctx.attr("saturate", 1): return x.cast(to, saturate=False)
-  if x.dtype.is_float and to.is_int and not to.storage_only and x.dtype.itemsize < to.itemsize and not x.dtype.storage_only:
-    x = x.cast(dtypes.float64 if to.itemsize == 8 else dtypes.float32)
   return x.cast(to)
 
 
@@ -724,7 +722,8 @@ def _unique(ctx):
     y = np.take(y, order, axis=0 if axis is None else axis)
     idx, cnt, inv = idx[order], cnt[order], rank[inv]
   dev = _dev(ctx)
-  return [array_to_tensor(host_values(y, dt), dev, dt), *(array_to_tensor(v.astype(np.int64), dev) for v in (idx, inv, cnt))]
+  return [array_to_tensor(host_values(y, dt), dev, dt)] + [array_to_tensor(v.astype(np.int64), dev)
+                                                           for v in (idx, inv, cnt)]
 
 
 @onnx_op("ReverseSequence")
@@ -783,7 +782,8 @@ def _tensor_scatter(ctx):
   if ctx.attr("mode", "linear") == "circular": j = j.mod(maxlen)
   valid = (j >= 0).logical_and(j < seq)
   idx = valid.where(j, j.zeros_like())._broadcast_to(past.shape)
-  return valid._broadcast_to(past.shape).where(functional.gather(upd, axis, idx), past)
+  picked = upd._broadcast_to(past.shape) if seq == 1 else functional.gather(upd, axis, idx)
+  return valid._broadcast_to(past.shape).where(picked, past)
 
 
 @onnx_op("OptionalHasElement")
@@ -911,3 +911,79 @@ def _array_feature_extractor(ctx):
   x, idx = ctx.inputs[0], ctx.inputs[1]
   if ctx.is_const(1): return C.take_const(x, -1, np.asarray(ctx.const_value(1)).reshape(-1))
   return C.take(x, -1, idx.reshape(-1))
+
+
+@onnx_op("ai.onnx.ml:TreeEnsemble")
+def _tree_ensemble(ctx):
+  """Each tree is a constant structure: every leaf's reach condition (the conjunction of the splits on its path)
+  becomes a boolean tensor, and leaves add (or min/max) their weight into their target column."""
+  x = _x(ctx)
+  if x.ndim != 2: raise ctx.fail(f"expects a 2-D input, got {x.shape}")
+  a = ctx.attr
+  splits = np.asarray(a("nodes_splits")).reshape(-1).astype(np.float64)
+  features, modes = a("nodes_featureids"), a("nodes_modes")
+  modes = [int(m) for m in np.asarray(modes).reshape(-1)]
+  true_ids, false_ids = a("nodes_truenodeids"), a("nodes_falsenodeids")
+  true_leaf, false_leaf = a("nodes_trueleafs"), a("nodes_falseleafs")
+  targets, weights = a("leaf_targetids"), np.asarray(a("leaf_weights")).reshape(-1).astype(np.float64)
+  missing = a("nodes_missing_value_tracks_true", None) or [0] * len(modes)
+  members = list(np.asarray(a("membership_values")).reshape(-1)) if a("membership_values", None) is not None else []
+  agg, post, n_targets = a("aggregate_function", 1), a("post_transform", 0), a("n_targets")
+  if post not in (0, 1, 2): raise ctx.fail(f"post_transform {post} is not supported")
+  member_sets: dict[int, list[float]] = {}
+  it = iter(members)
+  for i, m in enumerate(modes):
+    if m == 6:
+      vals = []
+      for v in it:
+        if np.isnan(v): break
+        vals.append(float(v))
+      member_sets[i] = vals
+  n = x.shape[0]
+  cols: dict[int, Tensor] = {}
+
+  def condition(i: int) -> Tensor:
+    f = x.shrink((None, (features[i], features[i] + 1))).reshape(n)
+    v, m = splits[i], modes[i]
+    if m == 0: c = C.less_equal(f, float(v))
+    elif m == 1: c = f < v
+    elif m == 2: c = C.greater_equal(f, float(v))
+    elif m == 3: c = f > v
+    elif m == 4: c = f == v
+    elif m == 5: c = f != v
+    elif m == 6:
+      c = Tensor.full((n,), False, dtypes.bool, x.device)
+      for mv in member_sets[i]: c = c.logical_or(f == mv)
+    else: raise ctx.fail(f"unknown node mode {m}")
+    return c.logical_or(f.isnan()) if missing[i] else c
+
+  leaves: list[tuple[Tensor, int]] = []      # (reach mask, leaf index)
+
+  def walk(i: int, is_leaf: bool, mask: Tensor, depth: int):
+    if depth > 10000: raise ctx.fail("tree too deep")
+    if is_leaf:
+      leaves.append((mask, i))
+      return
+    c = condition(i)
+    walk(true_ids[i], bool(true_leaf[i]), mask.logical_and(c), depth + 1)
+    walk(false_ids[i], bool(false_leaf[i]), mask.logical_and(c.logical_not()), depth + 1)
+
+  roots = a("tree_roots")
+  everyone = Tensor.full((n,), True, dtypes.bool, x.device)
+  for r in roots:
+    if true_leaf[r] and false_leaf[r] and true_ids[r] == false_ids[r]: leaves.append((everyone, true_ids[r]))
+    else: walk(r, False, everyone, 0)
+  dt = x.dtype
+  ident = {0: 0.0, 1: 0.0, 2: math.inf, 3: -math.inf}[agg]
+  for mask, leaf in leaves:
+    t, w = targets[leaf], float(weights[leaf]) / (len(roots) if agg == 0 else 1)
+    contrib = mask.where(C.scalar(w, dt, x.device), C.scalar(ident, dt, x.device))
+    if t not in cols: cols[t] = contrib
+    elif agg in (0, 1): cols[t] = cols[t] + contrib
+    elif agg == 2: cols[t] = cols[t].minimum(contrib)
+    else: cols[t] = cols[t].maximum(contrib)
+  empty = Tensor.full((n,), 0.0 if agg in (0, 1) else ident, dt, x.device)
+  out = Tensor.stack([cols.get(t, empty) for t in range(n_targets)], 1)
+  if post == 1: out = out.softmax(1).cast(dt)
+  elif post == 2: out = out.sigmoid().cast(dt)
+  return out

@@ -606,7 +606,9 @@ def _activation(name: str, alpha, beta):
   if n == "thresholdedrelu":
     a = 1.0 if alpha is None else alpha
     return lambda t: (t > a).where(t, 0.0)
-  if n == "scaledtanh": return lambda t: (1.0 if alpha is None else alpha) * (t * (1.0 if beta is None else beta)).tanh()
+  if n == "scaledtanh":
+    a, b = (1.0 if alpha is None else alpha), (1.0 if beta is None else beta)
+    return lambda t: a * (t * b).tanh()
   if n == "hardsigmoid":
     a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
     return lambda t: (t * a + b).clip(0.0, 1.0)
@@ -1028,8 +1030,10 @@ def roi_align(ctx: NodeContext):
   ylo, yhi, wylo, wyhi = _roi_axis(y0, rh, ph, gh, h)                 # (R, ph*gh)
   xlo, xhi, wxlo, wxhi = _roi_axis(x0, rw, pw, gw, w)
   if mode == "avg":
-    ay = (nn.one_hot(ylo, h) * wylo.unsqueeze(-1) + nn.one_hot(yhi, h) * wyhi.unsqueeze(-1)).reshape(r, ph, gh, h).sum(2)
-    ax = (nn.one_hot(xlo, w) * wxlo.unsqueeze(-1) + nn.one_hot(xhi, w) * wxhi.unsqueeze(-1)).reshape(r, pw, gw, w).sum(2)
+    def taps(lo, hi, wlo, whi, size, pooled, grid):
+      weights = nn.one_hot(lo, size) * wlo.unsqueeze(-1) + nn.one_hot(hi, size) * whi.unsqueeze(-1)
+      return weights.reshape(r, pooled, grid, size).sum(2)
+    ay, ax = taps(ylo, yhi, wylo, wyhi, h, ph, gh), taps(xlo, xhi, wxlo, wxhi, w, pw, gw)
     rows = (xr.unsqueeze(2) * ay.reshape(r, 1, ph, h, 1)).sum(3)        # (R, C, ph, W)
     out = (rows.unsqueeze(3) * ax.reshape(r, 1, 1, pw, w)).sum(-1) * (1.0 / max(gh * gw, 1))
     return out.cast(x.dtype)
@@ -1056,7 +1060,8 @@ def col2im(ctx: NodeContext):
   n, ck, length = x.shape
   k = prod(block)
   c = ck // k
-  outs = [(i + b + e - (kk - 1) * d - 1) // s + 1 for i, (b, e), kk, d, s in zip(image, pads, block, dilations, strides)]
+  outs = [(i + b + e - (kk - 1) * d - 1) // s + 1
+          for i, (b, e), kk, d, s in zip(image, pads, block, dilations, strides)]
   if prod(outs) != length: raise ctx.fail(f"{length} blocks do not tile image {image} with block {block}")
   cols = x.reshape(n, c, k, *outs)
   padded = [i + b + e for i, (b, e) in zip(image, pads)]
@@ -1229,3 +1234,184 @@ def attention(ctx: NodeContext):
   y = probs.cast(dt).matmul(v).cast(dt)
   if rank3: y = y.permute(0, 2, 1, 3).reshape(batch, q_len, -1)
   return _outputs(ctx, [y, present_k, present_v, qk_out.cast(dt)])
+
+
+@_unclaimed("CausalConvWithState")
+def causal_conv_with_state(ctx: NodeContext):
+  x, w, bias, past = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
+  activation = _str(ctx, "activation", "none")
+  b, c, _ = x.shape
+  k = w.shape[2]
+  if past is None: past = Tensor.zeros(b, c, k - 1, dtype=x.dtype, device=x.device)
+  padded = past.cat(x, dim=2) if k > 1 else x
+  y = functional.conv(padded, w, bias, 1, 0, 1, c).cast(x.dtype)
+  if activation in ("silu", "swish"): y = (y.cast(dtypes.float32) * y.cast(dtypes.float32).sigmoid()).cast(x.dtype)
+  elif activation != "none": raise ctx.fail(f"unknown activation {activation!r}")
+  state = padded.shrink((None, None, (padded.shape[2] - (k - 1), padded.shape[2])))
+  return _outputs(ctx, [y, state])
+
+
+@_unclaimed("LinearAttention")
+def linear_attention(ctx: NodeContext):
+  q, k, v, past, decay, beta = (ctx.input(i) for i in range(6))
+  rule = _str(ctx, "update_rule", "gated_delta")
+  hq, hkv = int(ctx.attr("q_num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+  if not hq or not hkv or hq % hkv: raise ctx.fail("q_num_heads must be a positive multiple of kv_num_heads")
+  gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+  if gating and decay is None: raise ctx.fail(f"update_rule {rule!r} needs the decay input")
+  if delta and beta is None: raise ctx.fail(f"update_rule {rule!r} needs the beta input")
+  b, t, _ = q.shape
+  dk, dv = q.shape[-1] // hq, v.shape[-1] // hkv
+  group = hq // hkv
+  f32 = dtypes.float32
+  q4, k4, v4 = (_heads_4d(a, h).cast(f32) for a, h in ((q, hq), (k, hkv), (v, hkv)))
+  if decay is not None:
+    decay4 = decay.reshape(b, t, hkv, 1).permute(0, 2, 1, 3) if decay.shape[-1] == hkv else _heads_4d(decay, hkv)
+    decay4 = decay4.cast(f32)
+  if beta is not None: beta4 = beta.reshape(b, t, beta.shape[-1], 1).permute(0, 2, 1, 3).cast(f32)
+  state = past.cast(f32) if past is not None else Tensor.zeros(b, hkv, dk, dv, device=q.device)
+  scale = float(ctx.attr("scale", 0.0) or 0.0) or 1.0 / math.sqrt(dk)
+  def step(a: Tensor, i: int) -> Tensor:
+    return a.shrink((None, None, (i, i + 1), None)).reshape(*a.shape[:2], a.shape[3])
+  outs = []
+  for i in range(t):
+    qt, kt, vt = step(q4, i), step(k4, i), step(v4, i)
+    if gating: state = state * step(decay4, i).exp().unsqueeze(-1)
+    if delta:
+      retrieved = (state * kt.unsqueeze(-1)).sum(2)                     # (B, Hkv, dv)
+      vt = step(beta4, i) * (vt - retrieved)
+    state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+    read = state if group == 1 else \
+      state.unsqueeze(2).expand(b, hkv, group, dk, dv).reshape(b, hq, dk, dv)
+    outs.append((qt.unsqueeze(-1) * read).sum(2) * scale)               # (B, Hq, dv)
+  y = Tensor.stack(outs, 2).permute(0, 2, 1, 3).reshape(b, t, hq * dv).cast(q.dtype)
+  return _outputs(ctx, [y, state.cast(past.dtype if past is not None else q.dtype)])
+
+
+def _bilinear_axis(coord: Tensor, size: int) -> Tensor:
+  """One-hot bilinear weights (..., size) of a coordinate along an axis; taps outside [0, size) weigh 0."""
+  low = coord.floor()
+  frac = coord - low
+  low_i = low.cast(dtypes.int32)
+  return nn.one_hot(low_i, size).cast(dtypes.float32) * (1.0 - frac).unsqueeze(-1) + \
+    nn.one_hot(low_i + 1, size).cast(dtypes.float32) * frac.unsqueeze(-1)
+
+
+@_unclaimed("DeformConv")
+def deform_conv(ctx: NodeContext):
+  x, w, offset, bias, mask = (ctx.input(i) for i in range(5))
+  if x.ndim != 4: raise ctx.fail("only 2-D deformable convolution is supported")
+  n, c, ih, iw = x.shape
+  oc, cg = w.shape[:2]
+  kernel = _ints(ctx, "kernel_shape", list(w.shape[2:]))
+  kh, kw = kernel
+  group, og = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
+  sh, sw = _ints(ctx, "strides", [1, 1])
+  dh, dw = _ints(ctx, "dilations", [1, 1])
+  pads = _ints(ctx, "pads", [0, 0, 0, 0])
+  oh, ow = offset.shape[2:]
+  kk, pp = kh * kw, oh * ow
+  off = offset.cast(dtypes.float32).reshape(n, og, kh, kw, 2, oh, ow)
+  def grid(axis: int, stride: int, dil: int, pad: int, k_len: int, out_len: int) -> Tensor:
+    k_pos = Tensor.arange(k_len, dtype=dtypes.float32, device=x.device) * dil
+    o_pos = Tensor.arange(out_len, dtype=dtypes.float32, device=x.device) * stride - pad
+    if axis == 0: base = k_pos.reshape(k_len, 1, 1, 1) + o_pos.reshape(1, 1, out_len, 1)      # (kh, 1, oh, 1)
+    else: base = k_pos.reshape(1, k_len, 1, 1) + o_pos.reshape(1, 1, 1, out_len)             # (1, kw, 1, ow)
+    part = off.shrink((None, None, None, None, (axis, axis + 1), None, None)).reshape(n, og, kh, kw, oh, ow)
+    return (part + base).reshape(n, og, kk, pp)
+  wy = _bilinear_axis(grid(0, sh, dh, pads[0], kh, oh), ih)                # (n, og, K, P, H)
+  wx = _bilinear_axis(grid(1, sw, dw, pads[1], kw, ow), iw)                # (n, og, K, P, W)
+  xg = x._float().reshape(n, og, c // og, 1, 1, ih, iw)
+  rows = (xg * wx.reshape(n, og, 1, kk, pp, 1, iw)).sum(-1)               # (n, og, c/og, K, P, H)
+  sampled = (rows * wy.reshape(n, og, 1, kk, pp, ih)).sum(-1)             # (n, og, c/og, K, P)
+  if mask is not None: sampled = sampled * mask.cast(dtypes.float32).reshape(n, og, 1, kk, pp)
+  sampled = sampled.reshape(n, group, 1, cg, kk, pp)
+  wt = w.cast(dtypes.float32).reshape(1, group, oc // group, cg, kk, 1)
+  y = (sampled * wt).sum((3, 4)).reshape(n, oc, oh, ow)
+  if bias is not None: y = y + bias.cast(dtypes.float32).reshape(1, oc, 1, 1)
+  return y.cast(x.dtype)
+
+
+@_unclaimed("MelWeightMatrix")
+def mel_weight_matrix(ctx: NodeContext):
+  mels, dft_len, rate, lo_hz, hi_hz = (_const(ctx, i, name).reshape(()) for i, name in
+                                       enumerate(("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+                                                  "upper_edge_hertz")))
+  out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_datatype", 1)), dtypes.float32)
+  n_mels, bins = int(mels), int(dft_len) // 2 + 1
+  # the triangle edges (spectrogram bin numbers) follow from the constant inputs, computed as the reference does
+  lo_mel = 2595 * np.log1p(lo_hz / 700) / np.log(10)
+  hi_mel = 2595 * np.log1p(hi_hz / 700) / np.log(10)
+  edges = np.arange(0, n_mels + 2) * ((hi_mel - lo_mel) / (n_mels + 2)) + lo_mel
+  edges = (((dft_len + 1) * (700 * np.expm1(edges / 2595 * np.log(10)))) // rate).astype(int)
+  dev = ctx.extra.get("device", "numpy")
+  j = Tensor.arange(bins, dtype=dtypes.float32, device=dev).reshape(bins, 1)
+  def row(values) -> Tensor: return Tensor(np.asarray(values, np.float32).reshape(1, n_mels), device=dev)
+  left, center, right = row(edges[:-2]), row(edges[1:-1]), row(edges[2:])
+  rise = (j - left) / (center - left).maximum(1.0)
+  fall = (right - j) / (right - center).maximum(1.0)
+  out = ((j >= left).logical_and(j <= center)).where(rise, 0.0)
+  out = ((j >= center).logical_and(j < right)).where(fall, out)
+  out = ((j == center).logical_and(center == left)).where(1.0, out)
+  return out.cast(out_dt)
+
+
+# ---------------------------------------------------------------- optimizer steps (ai.onnx.preview.training)
+def _optimizer_groups(ctx: NodeContext, per_tensor: int):
+  """(R, T, [group_0, group_1, ...]) where group_k lists the k-th input of every optimized tensor."""
+  rest = [t for t in ctx.inputs[2:]]
+  n = len(rest) // per_tensor
+  return ctx.input(0).reshape(()), ctx.input(1).reshape(()), [rest[k * n:(k + 1) * n] for k in range(per_tensor)]
+
+
+@_unclaimed("ai.onnx.preview.training:Adagrad")
+def adagrad(ctx: NodeContext):
+  r, t, (xs, gs, hs) = _optimizer_groups(ctx, 3)
+  decay, eps = float(ctx.attr("decay_factor", 0.0)), float(ctx.attr("epsilon", 0.0))
+  norm = float(ctx.attr("norm_coefficient", 0.0))
+  rate = r / (t.cast(r.dtype) * decay + 1)
+  new_x, new_h = [], []
+  for x, g, h in zip(xs, gs, hs):
+    gr = x * norm + g
+    hn = h + gr * gr
+    new_x.append((x - rate * gr / (hn.sqrt() + eps)).cast(x.dtype))
+    new_h.append(hn.cast(h.dtype))
+  return new_x + new_h
+
+
+@_unclaimed("ai.onnx.preview.training:Adam")
+def adam(ctx: NodeContext):
+  r, t, (xs, gs, vs, hs) = _optimizer_groups(ctx, 4)
+  alpha, beta = float(ctx.attr("alpha", 0.9)), float(ctx.attr("beta", 0.999))
+  eps, norm = float(ctx.attr("epsilon", 0.0)), float(ctx.attr("norm_coefficient", 0.0))
+  post = float(ctx.attr("norm_coefficient_post", 0.0))
+  tf = t.cast(dtypes.float32)
+  adjusted = (t > 0).where(r * (1 - Tensor.full((), beta, dtypes.float32, r.device).pow(tf)).sqrt() /
+                           (1 - Tensor.full((), alpha, dtypes.float32, r.device).pow(tf)), r)
+  new_x, new_v, new_h = [], [], []
+  for x, g, v, h in zip(xs, gs, vs, hs):
+    gr = x * norm + g
+    vn = v * alpha + gr * (1 - alpha)
+    hn = h * beta + gr * gr * (1 - beta)
+    xn = (x - adjusted * (vn / (hn.sqrt() + eps))) * (1 - post)
+    new_x.append(xn.cast(x.dtype))
+    new_v.append(vn.cast(v.dtype))
+    new_h.append(hn.cast(h.dtype))
+  return new_x + new_v + new_h
+
+
+@_unclaimed("ai.onnx.preview.training:Momentum")
+def momentum(ctx: NodeContext):
+  r, t, (xs, gs, vs) = _optimizer_groups(ctx, 3)
+  alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
+  norm = float(ctx.attr("norm_coefficient"))
+  nesterov = _str(ctx, "mode", "standard") == "nesterov"
+  beta_t = (t > 0).where(beta, 1.0)
+  new_x, new_v = [], []
+  for x, g, v in zip(xs, gs, vs):
+    gr = x * norm + g
+    vn = v * alpha + beta_t * gr
+    xn = x - r * ((gr + vn * alpha) if nesterov else vn)
+    new_x.append(xn.cast(x.dtype))
+    new_v.append(vn.cast(v.dtype))
+  return new_x + new_v

@@ -122,6 +122,13 @@ def test_64bit_buffers_are_refused_naming_the_buffer(name):
   assert "webgpu: kernel '" in str(info.value)
 
 
+def test_int64_case_narrowed_validates_with_tint(tint):
+  """With narrow_int64 the int64 corpus kernel is i32 code (its values beyond 32 bits are the caller's problem)."""
+  for prg in programs(next(c for c in CASES if c.name == "int64"), NARROW)[2]:
+    assert "array<i32>" in prg.src
+    tint_check(tint, prg.src)
+
+
 def test_f16_is_off_by_default():
   case = next(c for c in CASES if c.name == "half")
   for prg in programs(case, "webgpu")[2]:
@@ -208,9 +215,9 @@ def test_no_nan_or_inf_constants():
   assert not re.search(r"bitcast<f32>\(0x7f", prg.src) and "inf" not in prg.function.replace("tg_inf", "")
 
 
-def test_nan_tests_use_bits():
-  prg, _, _ = one_kernel(t(data(9)).isnan() | (t(data(9)).maximum(t(data(9, seed=1))) > 0))
-  assert "tg_isnan(" in prg.function and "tg_max(" in prg.function
+def test_nan_and_inf_tests_use_bits():
+  prg, _, _ = one_kernel(t(data(9)).isnan() | t(data(9)).isinf() | (t(data(9)).maximum(t(data(9, seed=1))) > 0))
+  assert "tg_isnan(" in prg.function and "tg_max(" in prg.function and " == 0x7f800000u)" in prg.function
   assert "(bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u" in prg.src
 
 

@@ -7,6 +7,7 @@ import sys
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,3 +38,93 @@ def test_node_case(name):
     warnings.simplefilter("ignore")
     status, detail = conformance.run_case(CASES[name], "numpy")
   assert status == "pass", f"{status}: {detail}"
+
+
+# ---------------------------------------------------------------- importer behaviour on small hand-built models
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from frontend.tensor import Tensor  # noqa: E402
+from frontend.onnx import OnnxError, load_model  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+  graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _info(name, shape, elem=TensorProto.FLOAT):
+  return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _relu_model():
+  return _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_info("x", ["N", 3])], [_info("y", ["N", 3])])
+
+
+def test_symbolic_dims_must_be_pinned():
+  with pytest.raises(OnnxError, match=r"input 'x': dimension 0 \(N\) is unknown"): load_model(_relu_model())
+  g = load_model(_relu_model(), input_shapes={"x": (2, 3)})
+  assert g.inputs == [("x", (2, 3), g.inputs[0][2])] and g.outputs[0][1] == (2, 3)
+  with pytest.raises(OnnxError, match="unknown input 'z'"): load_model(_relu_model(), input_shapes={"z": (1, 3)})
+  with pytest.raises(OnnxError, match="unknown input 'z'"): load_model(_relu_model(), consts={"z": np.ones(3)})
+  with pytest.raises(OnnxError, match="declares"): load_model(_relu_model(), input_shapes={"x": (2, 4)})
+
+
+def test_cycle_names_a_node():
+  nodes = [helper.make_node("Relu", ["b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
+           helper.make_node("Relu", ["a"], ["y"], name="n3")]
+  with pytest.raises(OnnxError, match=r"cycle through node 'n[12]'"):
+    load_model(_model(nodes, [_info("x", [3])], [_info("y", [3])]))
+
+
+def test_unsupported_ops_listed_at_once():
+  nodes = [helper.make_node("FooOp", ["x"], ["a"], name="f1"), helper.make_node("BarOp", ["a"], ["b"], name="b1"),
+           helper.make_node("FooOp", ["b"], ["y"], name="f2")]
+  with pytest.raises(OnnxError) as info: load_model(_model(nodes, [_info("x", [3])], [_info("y", [3])]))
+  msg = str(info.value)
+  assert "FooOp (opset 17) at nodes 'f1', 'f2'" in msg and "BarOp (opset 17) at node 'b1'" in msg
+  assert "\n" not in msg
+
+
+def test_bad_files(tmp_path):
+  data = _relu_model().SerializeToString()
+  (tmp_path / "cut.onnx").write_bytes(data[:len(data) // 2])
+  with pytest.raises(OnnxError, match="cannot parse ONNX model .*cut.onnx"): load_model(str(tmp_path / "cut.onnx"))
+  with pytest.raises(OnnxError, match="cannot read ONNX model"): load_model(str(tmp_path / "missing.onnx"))
+  bad = _model([helper.make_node("Relu", ["x"], ["y"], foo=1)], [_info("x", [3])], [_info("y", [3])])
+  with pytest.raises(OnnxError, match="invalid ONNX model"): load_model(bad)
+
+
+def test_external_data_and_weights(tmp_path):
+  w = numpy_helper.from_array(np.arange(9, dtype=np.float32).reshape(3, 3), "w")
+  m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [_info("x", [2, 3])], [_info("y", [2, 3])], [w])
+  path = str(tmp_path / "m.onnx")
+  onnx.save_model(m, path, save_as_external_data=True, location="m.bin", size_threshold=0)
+  g = load_model(path)
+  assert list(g.weights) == ["w"] and [n for n, _, _ in g.inputs] == ["x"]
+  x = np.ones((2, 3), np.float32)
+  np.testing.assert_allclose(g(Tensor(x, device="numpy"))[0].numpy(), x @ g.weights["w"])
+  first = g._device_consts[("numpy", "w")]
+  g(Tensor(x, device="numpy"))
+  assert g._device_consts[("numpy", "w")] is first          # weights are made once per device
+  os.remove(str(tmp_path / "m.bin"))
+  with pytest.raises(OnnxError, match="external data file 'm.bin'"): load_model(path)
+
+
+def test_initializer_listed_as_input_is_a_weight():
+  w = numpy_helper.from_array(np.full((3,), 2.0, np.float32), "w")
+  m = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_info("x", [3]), _info("w", [3])], [_info("y", [3])],
+             [w], opset=8)
+  m.ir_version = 3
+  g = load_model(m)
+  assert [n for n, _, _ in g.inputs] == ["x"]
+  np.testing.assert_allclose(g(Tensor(np.ones(3, np.float32), device="numpy"))[0].numpy(), [3, 3, 3])
+
+
+def test_shape_chain_is_folded_and_consts_pin_inputs():
+  nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+           helper.make_node("Reshape", ["x", "n"], ["flat"]), helper.make_node("Reshape", ["flat", "shape"], ["y"])]
+  m = _model(nodes, [_info("x", [2, 3]), _info("shape", [2], TensorProto.INT64)], [_info("y", [3, 2])])
+  with pytest.raises(OnnxError, match="must be a compile-time constant"): load_model(m)
+  g = load_model(m, consts={"shape": np.array([3, 2], np.int64)})
+  assert [n for n, _, _ in g.inputs] == ["x"] and g.outputs[0][1] == (3, 2)
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  np.testing.assert_array_equal(g(Tensor(x, device="numpy"))[0].numpy(), x.reshape(3, 2))

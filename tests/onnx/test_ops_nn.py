@@ -9,7 +9,6 @@ import os
 import sys
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper, TensorProto
 
@@ -21,7 +20,7 @@ from frontend.tensor import Tensor  # noqa: E402
 from frontend.onnx import OPS, load_model  # noqa: E402
 import frontend.onnx.ops_nn as ops_nn  # noqa: E402
 
-NN_OPS = sorted(name for name, fn in OPS.items() if fn.__module__ == ops_nn.__name__)
+NN_OPS = sorted(name.split(":")[-1] for name, fn in OPS.items() if fn.__module__ == ops_nn.__name__)
 _CASES = [c for c in conformance.cases() if conformance.case_op(c) in NN_OPS]
 
 

@@ -1,0 +1,242 @@
+"""The `webgpu` bundle: `model.js` (a dependency-free ES module: the WGSL of every kernel inline, a loader that
+parses `weights.safetensors`, creates every buffer and pipeline once and runs the calls in order), `model.d.ts`
+(its TypeScript types, with the model's input and output names), `index.html` (a demo page that runs the model on
+seeded random inputs or a picked image and shows outputs and timing), `weights.safetensors` and `manifest.json`.
+
+The host code in templates/webgpu is generic; what is model-specific reaches it as one JSON object, the *plan*,
+written into model.js between the lines `// tgc:plan begin` and `// tgc:plan end` (`const PLAN = {...};`). The
+plan holds the kernels (WGSL as a list of lines, work-group size, storage bindings), the buffers, each call's
+work-group counts and bound buffers, the I/O and weight tables, the expected safetensors header and the device
+features and limits the model needs. tgc's Python runtime for these artifacts (`runtimes/artifact_webgpu.py`,
+`read_plan`) reads the plan back out of model.js, so it runs exactly the WGSL and buffer plan a browser runs.
+
+Buffers (one GPUBuffer each; WebGPU validates usage per whole buffer, so intermediates are not sub-ranges of one
+arena): inputs, outputs, weights, then the slots of `codegen.memory.plan_slots` (intermediates whose lifetimes do
+not overlap share a slot). Sizes are rounded up to 4 bytes (at least 4). Element layout on the device is the
+host's little-endian layout (sub-32-bit types are packed 4 or 2 per u32 word, which is their byte layout) except
+int64/uint64, which the webgpu lowering narrows to 32-bit words (`codegen.compiled.artifact_renderer`): the loader
+narrows them on upload (values must fit in 32 bits) and widens them on download. A kernel binding an output as
+`array<atomic<u32>>` (packed sub-32-bit stores by atomicOr) needs it zeroed first: the call lists it in `clear`."""
+from __future__ import annotations
+import html
+import json
+import math
+import re
+
+import numpy as np
+
+from codegen.compiled import BufferInfo, CompiledModel
+from codegen.lower import KernelProgram
+from codegen.memory import plan_slots
+from codegen.names import symbol
+from codegen.render.wgsl import wgsl_bindings, wgsl_workgroup_sizes
+from emit.c import _check_names
+from emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
+from emit.manifest import MANIFEST, build_manifest, manifest_bytes
+from emit.weights import WeightSpec, WeightsFile, build_weights_file
+
+WEIGHTS_FILE = "weights.safetensors"
+SOURCE_FILES = ("model.js", "model.d.ts", "index.html")
+PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
+PLAN_FORMAT = 1
+NARROWED = {"int64": "int32", "uint64": "uint32"}     # host dtype -> device element type (WGSL has no 64-bit ints)
+JS_ARRAYS = {"float32": "Float32Array", "float16": "Uint16Array", "int32": "Int32Array", "uint32": "Uint32Array",
+             "int64": "BigInt64Array", "uint64": "BigUint64Array", "int16": "Int16Array", "uint16": "Uint16Array",
+             "int8": "Int8Array", "uint8": "Uint8Array", "bool": "Uint8Array"}
+# WebGPU's default limits (what a device has when nothing more is requested), by the JS name of the limit
+DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBindingSize": 134217728,
+                  "maxBufferSize": 268435456, "maxComputeWorkgroupsPerDimension": 65535,
+                  "maxComputeInvocationsPerWorkgroup": 256, "maxComputeWorkgroupSizeX": 256,
+                  "maxComputeWorkgroupSizeY": 256, "maxComputeWorkgroupSizeZ": 64,
+                  "maxComputeWorkgroupStorageSize": 16384}
+_WORKGROUP_VAR = re.compile(r"^var<workgroup>\s+\w+\s*:\s*array<(\w+),\s*(\d+)>;", re.MULTILINE)
+_WGSL_BYTES = {"f16": 2}
+PRETTY_WIDTH = 116
+
+
+def round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
+
+
+def device_nbytes(b: BufferInfo) -> int:
+  """Bytes of `b` on the device: 64-bit integers are narrowed to 32-bit words."""
+  return b.nbytes // 2 if numpy_name(b.dtype) in NARROWED else b.nbytes
+
+
+def js_array(dtype: str) -> str:
+  """The TypedArray class that holds a tensor of numpy dtype `dtype` in JS."""
+  if dtype not in JS_ARRAYS: raise ValueError(f"webgpu: tensors of dtype {dtype} have no JS representation")
+  return JS_ARRAYS[dtype]
+
+
+def _launch(k: KernelProgram) -> list[int]:
+  """Work-groups per dimension (global / local)."""
+  glob, loc = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
+  if len(glob) != 3 or len(loc) != 3 or any(s < 1 or g % s for g, s in zip(glob, loc)):
+    raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of local size {loc}")
+  return [g // s for g, s in zip(glob, loc)]
+
+
+def _workgroup_bytes(k: KernelProgram) -> int:
+  return sum(_WGSL_BYTES.get(t, 4) * int(n) for t, n in _WORKGROUP_VAR.findall(k.src))
+
+
+def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
+  """Arena buffer index -> slot, and the slots' sizes in device bytes (whole buffers shared by intermediates of
+  disjoint lifetimes)."""
+  calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind == "arena"] for c in cm.calls]
+  return plan_slots(calls, {b.index: round4(device_nbytes(b)) for b in cm.of_kind("arena")})
+
+
+def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
+  """The plan model.js runs (see the module docstring)."""
+  slot_of, slot_sizes = slot_plan(cm)
+  buffers: list[dict] = []
+  where: dict[int, int] = {}       # CompiledModel buffer index -> plan buffer index
+  for kind in ("input", "output", "weight"):
+    for i, b in enumerate(cm.buffers):
+      if b.kind != kind: continue
+      where[i] = len(buffers)
+      buffers.append({"label": f"{kind} {b.symbol}", "size": round4(device_nbytes(b))})
+  first_slot = len(buffers)
+  buffers += [{"label": f"slot {s}", "size": size} for s, size in enumerate(slot_sizes)]
+  for i, b in enumerate(cm.buffers):
+    if b.kind == "arena": where[i] = first_slot + slot_of[b.index]
+  position = {id(b): i for i, b in enumerate(cm.buffers)}
+  stored = {t.name: t for t in weights.tensors}
+
+  def tensor(b: BufferInfo) -> dict:
+    dtype = numpy_name(b.dtype)
+    js_array(dtype)
+    return {"name": b.name, "shape": list(b.shape), "dtype": dtype, "nbytes": b.nbytes,
+            "buffer": where[position[id(b)]]}
+
+  kernels: list[dict] = []
+  kernel_index: dict[str, int] = {}
+  for name, k in cm.kernels.items():
+    sizes = wgsl_workgroup_sizes(k.src)
+    if name not in sizes: raise ValueError(f"kernel {name}: the WGSL has no compute entry point named {name}")
+    if sizes[name] != tuple(k.local_size):
+      raise ValueError(f"kernel {name}: @workgroup_size{sizes[name]} differs from its local size {k.local_size}")
+    kernel_index[name] = len(kernels)
+    kernels.append({"name": name, "workgroupSize": list(sizes[name]),
+                    "bindings": [[b.index, b.read_only, b.atomic] for b in wgsl_bindings(k.src)],
+                    "wgsl": k.src.rstrip("\n").split("\n")})
+  calls = []
+  for c in cm.calls:
+    k = kernels[kernel_index[c.kernel]]
+    args = []
+    for index, _, _ in k["bindings"]:
+      if index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: binding {index} has no buffer in the call")
+      args.append(where[c.buffers[index]])
+    clear = [where[c.buffers[index]] for index, _, atomic in k["bindings"] if atomic]
+    calls.append({"kernel": kernel_index[c.kernel], "workgroups": _launch(cm.kernels[c.kernel]), "args": args,
+                  "clear": clear})
+  return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
+          "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data),
+          "header": weights.header[8:].decode("ascii"),
+          "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
+          "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind("weight")],
+          "buffers": buffers, "kernels": kernels, "calls": calls,
+          "features": sorted({"shader-f16" for k in cm.kernels.values() if "enable f16;" in k.prefix}),
+          "limits": required_limits(cm, buffers, kernels, calls)}
+
+
+def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict], calls: list[dict]) -> dict:
+  """The device limits the plan needs, by their JS names (at least WebGPU's defaults, which every device has)."""
+  need = {"maxStorageBuffersPerShaderStage": max([len(k["bindings"]) for k in kernels] + [0]),
+          "maxStorageBufferBindingSize": max([buffers[a]["size"] for c in calls for a in c["args"]] + [0]),
+          "maxBufferSize": max([b["size"] for b in buffers] + [0]),
+          "maxComputeWorkgroupsPerDimension": max([n for c in calls for n in c["workgroups"]] + [0]),
+          "maxComputeInvocationsPerWorkgroup": max([math.prod(k["workgroupSize"]) for k in kernels] + [0]),
+          "maxComputeWorkgroupStorageSize": max([_workgroup_bytes(k) for k in cm.kernels.values()] + [0])}
+  for axis, dim in zip("XYZ", range(3)):
+    need[f"maxComputeWorkgroupSize{axis}"] = max([k["workgroupSize"][dim] for k in kernels] + [0])
+  return {name: max(need[name], DEFAULT_LIMITS[name]) for name in DEFAULT_LIMITS}
+
+
+def pretty(value, indent: int = 0) -> str:
+  """JSON (valid JS) that keeps a container on one line when it fits in PRETTY_WIDTH columns, else puts one item
+  per line; deterministic and ASCII only."""
+  flat = json.dumps(value, ensure_ascii=True, separators=(", ", ": "))
+  if len(flat) + indent <= PRETTY_WIDTH or not isinstance(value, (dict, list)) or not value: return flat
+  pad = " " * (indent + 2)
+  if isinstance(value, dict):
+    items = [f"{pad}{json.dumps(k, ensure_ascii=True)}: {pretty(v, indent + 2)}" for k, v in value.items()]
+    return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+  return "[\n" + ",\n".join(pad + pretty(v, indent + 2) for v in value) + "\n" + " " * indent + "]"
+
+
+def plan_block(plan: dict) -> str:
+  """The plan as model.js holds it; `</` is written `<\\/` (the same JSON string) so that the module can be inlined
+  into a <script> element."""
+  text = pretty(plan).replace("</", "<\\/")
+  return f"{PLAN_BEGIN}\nconst PLAN = {text};\n{PLAN_END}\n"
+
+
+def _ts_types(plan: dict) -> dict[str, str]:
+  def fields(tensors: list[dict], output: bool) -> str:
+    lines = []
+    for t in tensors:
+      arr = js_array(t["dtype"])
+      kind = f"{{ data: {arr}; shape: number[] }}" if output else arr
+      lines.append(f"  /** {t['dtype']}{t['shape']} */\n  {json.dumps(t['name'], ensure_ascii=True)}: {kind};")
+    return "\n".join(lines)
+  names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["inputs"]) or "never"
+  out_names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["outputs"]) or "never"
+  return {"input_fields": fields(plan["inputs"], False), "output_fields": fields(plan["outputs"], True),
+          "input_names": names, "output_names": out_names}
+
+
+def _comment(text: str) -> str:
+  """`text` safe inside a /* */ or // comment (ASCII, no comment terminator, one line)."""
+  return json.dumps(text, ensure_ascii=True)[1:-1].replace("*/", "*\\/")
+
+
+def _check_narrow_weights(cm: CompiledModel) -> None:
+  """64-bit integer weights become 32-bit words on the device: every value must fit."""
+  for b in cm.of_kind("weight"):
+    words = {"int64": np.int32, "uint64": np.uint32}.get(numpy_name(b.dtype))
+    data = np.asarray(cm.weights[b.name])
+    if words is None or not data.size: continue
+    info = np.iinfo(words)
+    if data.min() < info.min or data.max() > info.max:
+      raise ValueError(f"webgpu: weight {b.name!r} ({numpy_name(b.dtype)}) holds values outside the 32-bit range "
+                       f"[{info.min}, {info.max}]; WGSL computes {numpy_name(b.dtype)} as 32-bit words")
+
+
+def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
+  """Every file of the bundle but the manifest, and the manifest."""
+  if cm.target != "webgpu":
+    raise ValueError(f"the WebGPU bundle needs a model compiled for target 'webgpu', not {cm.target!r}")
+  _check_names(cm)
+  _check_narrow_weights(cm)
+  sym = symbol(cm.name, None, "m")
+  weights = build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape, cm.weights[b.name])
+                                for b in cm.of_kind("weight")])
+  plan = build_plan(cm, weights)
+  values = {"model_comment": _comment(cm.name), "version": tgc_version(), "plan": plan_block(plan),
+            "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
+  files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
+           for name in SOURCE_FILES}
+  files[WEIGHTS_FILE] = weights.data
+  kernel_args = {}
+  for name, k in cm.kernels.items():
+    call = next(c for c in cm.calls if c.kernel == name)
+    kernel_args[name] = [{"index": b.index, "dtype": numpy_name(cm.buffers[call.buffers[b.index]].dtype),
+                          "mutable": not b.read_only} for b in wgsl_bindings(k.src)]
+  info = {"module": "model.js", "types": "model.d.ts", "demo": "index.html", "api": "load(weights, {device})",
+          "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
+          "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],
+          "limits": {k: v for k, v in plan["limits"].items() if v > DEFAULT_LIMITS[k]},
+          "limits_needed": plan["limits"], "int64": "narrowed to 32-bit words on the device",
+          "float16": "stored packed, computed in f32", "buffers": "one GPUBuffer per input, output, weight and slot",
+          "slot_buffers": slot_plan(cm)[1]}
+  manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
+  return files, manifest
+
+
+def write_webgpu_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
+  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
+  check_empty_dir(out_dir)
+  files, manifest = webgpu_sources(cm)
+  return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})

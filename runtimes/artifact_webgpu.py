@@ -1,0 +1,235 @@
+"""Running a `webgpu` artifact folder from Python: `WebGPUArtifact` reads its manifest.json and the plan block of
+its own model.js (`// tgc:plan begin` ... `// tgc:plan end`: the kernels' WGSL, the buffers, each call's
+work-groups and bindings, the expected weights header; see emit/webgpu.py), checks both files against the
+manifest's sha256, and runs that plan the way model.js does, through the `wgpu` package on the device of
+`runtimes.webgpu` (lavapipe on a CPU-only machine): one buffer per plan buffer, the weights uploaded once, the
+pipelines built once; per run the inputs are written, one command buffer clears the packed outputs each call
+writes with atomics, dispatches the calls in order, and the outputs are read back. int64/uint64 tensors are
+narrowed to 32-bit words on upload (values must fit) and widened on download, as model.js does.
+
+Validation and benchmarks use this, so they exercise the WGSL and buffer plan the browser runs (the JS itself is
+exercised by the headless-browser tests). The interface is `CArtifact`'s (manifest, run, time, close, context
+manager). Problems with the artifact or the caller's data raise `ArtifactError` naming the culprit; a machine
+without wgpu or an adapter, or a device lacking a feature or limit the model needs, raises `RuntimeUnavailable`."""
+from __future__ import annotations
+import hashlib
+import json
+import os
+import re
+import time as _time
+
+import numpy as np
+
+from runtimes.artifact_c import FORMAT_VERSION, ArtifactError, CArtifact, _read
+from runtimes.base import RuntimeUnavailable
+
+PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
+PLAN_FORMAT = 1
+NARROWED = {"int64": np.int32, "uint64": np.uint32}
+
+
+def read_plan(model_js: str, where: str = "model.js") -> dict:
+  """The plan block of a generated model.js (the same format emit/webgpu.py writes)."""
+  begin, end = model_js.find(PLAN_BEGIN + "\n"), model_js.find("\n" + PLAN_END)
+  if begin < 0 or end < begin: raise ArtifactError(f"{where}: no tgc plan block ({PLAN_BEGIN} ... {PLAN_END})")
+  text = model_js[begin + len(PLAN_BEGIN) + 1:end].strip()
+  if not text.startswith("const PLAN = ") or not text.endswith(";"):
+    raise ArtifactError(f"{where}: the plan block is not `const PLAN = {{...}};`")
+  try:
+    plan = json.loads(text[len("const PLAN = "):-1])
+  except ValueError as error:
+    raise ArtifactError(f"{where}: the plan is not valid JSON ({error})") from None
+  if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+    got = plan.get("format") if isinstance(plan, dict) else None
+    raise ArtifactError(f"{where}: plan format {got!r} is not supported (expected {PLAN_FORMAT})")
+  return plan
+
+
+def _limit_key(js_name: str) -> str:
+  """maxStorageBuffersPerShaderStage -> max-storage-buffers-per-shader-stage (wgpu's spelling)."""
+  return re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), js_name)
+
+
+def _round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
+
+
+class WebGPUArtifact:
+  """A loaded `webgpu` artifact. `weights_path` overrides the folder's weights file; `runtime` a WebGPURuntime to
+  use instead of the shared one. `close` releases the buffers."""
+
+  _check_inputs = CArtifact._check_inputs
+
+  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None):
+    self._buffers: list = []
+    self.folder = os.path.abspath(folder)
+    self.manifest: dict = self._load_manifest()
+    self.inputs: list[dict] = self.manifest["inputs"]
+    self.outputs: list[dict] = self.manifest["outputs"]
+    model_js = self._checked("model.js")
+    self.plan = read_plan(model_js.decode("utf-8"), os.path.join(self.folder, "model.js"))
+    weights = self._weights(weights_path)
+    if runtime is None:
+      from runtimes import get_runtime
+      runtime = get_runtime("webgpu")
+    self.runtime = runtime
+    self._check_device()
+    self._setup(weights)
+
+  # ---- loading ----
+  def _load_manifest(self) -> dict:
+    path = os.path.join(self.folder, "manifest.json")
+    if not os.path.isfile(path): raise ArtifactError(f"{self.folder}: not an artifact folder (no manifest.json)")
+    try:
+      manifest = json.loads(_read(path))
+    except ValueError as error:
+      raise ArtifactError(f"{path}: invalid JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+      got = manifest.get("format_version") if isinstance(manifest, dict) else None
+      raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
+    if manifest.get("target") != "webgpu":
+      raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not a WebGPU artifact")
+    return manifest
+
+  def _checked(self, name: str) -> bytes:
+    path = os.path.join(self.folder, name)
+    data = _read(path)
+    if hashlib.sha256(data).hexdigest() != self.manifest["files"].get(name):
+      raise ArtifactError(f"{path}: does not match manifest.json (sha256); the artifact was modified")
+    return data
+
+  def _weights(self, weights_path: str | None) -> bytes:
+    """The weights file, checked as model.js checks it: size, header, sha256."""
+    path = os.path.abspath(weights_path or os.path.join(self.folder, self.plan["weightsFile"]))
+    data = _read(path)
+    header = self.plan["header"].encode("latin-1")
+    if len(data) < 8 + len(header) and data[8:] == header[:len(data) - 8]:
+      raise ArtifactError(f"{path}: the weights file is truncated ({len(data)} bytes)")
+    if data[:8] != len(header).to_bytes(8, "little") or data[8:8 + len(header)] != header:
+      raise ArtifactError(f"{path}: the weights file does not belong to this model (safetensors header differs)")
+    if len(data) != self.plan["weightsBytes"]:
+      raise ArtifactError(f"{path}: the weights file has {len(data)} bytes, the model expects "
+                          f"{self.plan['weightsBytes']}")
+    if hashlib.sha256(data).hexdigest() != self.plan["weightsSha256"]:
+      raise ArtifactError(f"{path}: the weights file does not belong to this model (sha256 differs)")
+    return data
+
+  def _check_device(self) -> None:
+    rt = self.runtime
+    for feature in self.plan["features"]:
+      if feature not in rt.features:
+        raise RuntimeUnavailable(f"webgpu: {rt.device_name} lacks the feature {feature!r} the model "
+                                 f"{self.plan['name']!r} needs")
+    limits = rt.device.limits
+    for name, need in self.plan["limits"].items():
+      have = limits.get(_limit_key(name))
+      if isinstance(have, int) and have < need:
+        raise RuntimeUnavailable(f"webgpu: {rt.device_name} allows {name} = {have}; the model {self.plan['name']!r} "
+                                 f"needs {need}")
+
+  def _setup(self, weights: bytes) -> None:
+    import wgpu
+    rt, device = self.runtime, self.runtime.device
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    for b in self.plan["buffers"]:
+      self._buffers.append(device.create_buffer(size=int(b["size"]), usage=usage, label=b["label"]))
+    for w in self.plan["weights"]:
+      raw = np.frombuffer(weights, dtype=np.dtype(w["dtype"]), count=int(np.prod(w["shape"], dtype=np.int64)),
+                          offset=w["offset"])
+      device.queue.write_buffer(self._buffers[w["buffer"]], 0, self._device_bytes(w, raw, f"weight {w['name']!r}"))
+    self._programs = []
+    for k in self.plan["kernels"]:
+      prg = rt.compile("\n".join(k["wgsl"]), k["name"])
+      declared = [[b.index, b.read_only, b.atomic] for b in prg.bindings]
+      if declared != k["bindings"]:
+        raise ArtifactError(f"{self.folder}/model.js: kernel {k['name']}: the plan's bindings {k['bindings']} differ "
+                            f"from the WGSL's {declared}")
+      self._programs.append(prg)
+    self._calls = []
+    for c in self.plan["calls"]:
+      prg = self._programs[c["kernel"]]
+      entries = [{"binding": b.index, "resource": {"buffer": self._buffers[a], "offset": 0,
+                                                   "size": self._buffers[a].size}}
+                 for b, a in zip(prg.bindings, c["args"])]
+      group = device.create_bind_group(layout=prg.layout, entries=entries)
+      self._calls.append((prg.pipeline, group, tuple(c["workgroups"]), [self._buffers[i] for i in c["clear"]]))
+
+  # ---- running ----
+  @staticmethod
+  def _device_bytes(t: dict, arr: np.ndarray, what: str) -> np.ndarray:
+    """The bytes of a tensor as the device holds it (64-bit integers narrowed), padded to 4 bytes."""
+    arr = np.ascontiguousarray(arr).reshape(-1)
+    if t["dtype"] in NARROWED:
+      words = NARROWED[t["dtype"]]
+      info = np.iinfo(words)
+      bad = np.flatnonzero((arr < info.min) | (arr > info.max))
+      if bad.size:
+        raise ArtifactError(f"{what}: value {arr[bad[0]]} at flat index {bad[0]} does not fit in 32 bits (WebGPU "
+                            f"computes {t['dtype']} as 32-bit words)")
+      arr = arr.astype(words)
+    data = arr.view(np.uint8)
+    if data.size % 4 or not data.size: data = np.concatenate([data, np.zeros(_round4(data.size) - data.size, np.uint8)])
+    return data
+
+  def _host_array(self, t: dict, raw: memoryview) -> np.ndarray:
+    n = int(np.prod(t["shape"], dtype=np.int64))
+    if t["dtype"] in NARROWED:
+      return np.frombuffer(raw, dtype=NARROWED[t["dtype"]], count=n).astype(t["dtype"]).reshape(t["shape"])
+    return np.frombuffer(raw, dtype=np.dtype(t["dtype"]), count=n).reshape(t["shape"]).copy()
+
+  def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
+    arrays = self._check_inputs(inputs)
+    by_name = {t["name"]: t for t in self.plan["inputs"]}
+    return [self._device_bytes(by_name[spec["name"]], arr, f"input {spec['name']!r}")
+            for spec, arr in zip(self.inputs, arrays)]
+
+  def _execute(self, prepared: list[np.ndarray]) -> dict[str, np.ndarray]:
+    device = self.runtime.device
+    for t, data in zip(self.plan["inputs"], prepared):
+      device.queue.write_buffer(self._buffers[t["buffer"]], 0, data)
+    encoder = device.create_command_encoder()
+    for pipeline, group, workgroups, clear in self._calls:
+      for buf in clear: encoder.clear_buffer(buf)
+      cpass = encoder.begin_compute_pass()
+      cpass.set_pipeline(pipeline)
+      cpass.set_bind_group(0, group)
+      cpass.dispatch_workgroups(*workgroups)
+      cpass.end()
+    device.queue.submit([encoder.finish()])
+    out = {}
+    for t in self.plan["outputs"]:
+      raw = device.queue.read_buffer(self._buffers[t["buffer"]])
+      out[t["name"]] = self._host_array(t, raw)
+    return out
+
+  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run once; returns the outputs by original name, in manifest order."""
+    return self._execute(self._prepare(inputs))
+
+  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
+    """Seconds of each of `runs` whole runs (upload, kernels, read-back), after `warmup` untimed runs."""
+    prepared = self._prepare(inputs)
+    for _ in range(warmup): self._execute(prepared)
+    times = []
+    for _ in range(runs):
+      start = _time.perf_counter()
+      self._execute(prepared)
+      times.append(_time.perf_counter() - start)
+    return times
+
+  def close(self) -> None:
+    for buf in getattr(self, "_buffers", []):
+      try:
+        buf.destroy()
+      except Exception:
+        pass
+    self._buffers = []
+    self._calls = []
+
+  def __enter__(self) -> WebGPUArtifact: return self
+  def __exit__(self, *exc) -> None: self.close()
+  def __del__(self) -> None:
+    try:
+      self.close()
+    except Exception:
+      pass

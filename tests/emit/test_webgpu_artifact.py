@@ -1,0 +1,747 @@
+"""The standalone WebGPU artifact: files, manifest (schema, hashes) and the plan inside model.js (the kernels' WGSL
+byte for byte, whole-buffer slots, launch sizes), WebGPUArtifact on wgpu (lavapipe) against the numpy interpreter
+for an MLP, a small CNN, softmax, 8-bit integer, float16 (odd lengths) and int64 models, weights and input errors,
+determinism, `tgc compile --target webgpu` + validate/run/bench/inspect, model.js under node (syntax, float16
+helpers, weights checks, the missing-WebGPU error) and the real loader in headless Chromium (SwiftShader WebGPU)
+driven by Playwright: given and seeded inputs, concurrent runs, errors, and the demo page without WebGPU."""
+from __future__ import annotations
+import dataclasses
+import functools
+import hashlib
+import http.server
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from artifact_cases import ModelCase, cnn_case, mlp_case, run, two_io_case
+from codegen.compiled import CompiledModel, compile_schedule
+from codegen.render.wgsl import wgsl_bindings
+from emit import write_artifact
+from emit import webgpu as emit_webgpu
+from emit.manifest import validate_manifest
+from emit.webgpu import DEFAULT_LIMITS, webgpu_sources
+from frontend import Tensor
+from frontend.jit import trace
+from ir import dtypes
+from runtimes import RuntimeUnavailable, get_runtime
+from runtimes import artifact_webgpu
+from runtimes.artifact_c import ArtifactError
+from runtimes.artifact_webgpu import WebGPUArtifact, read_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
+WEBGPU_FLAG = "--enable-unsafe-webgpu"
+PAGE_TIMEOUT_MS = 120_000
+HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
+
+
+# ---------------------------------------------------------------- models
+
+def build_softmax(device: str):
+  return lambda x: x.softmax(-1)
+
+
+def build_small_ints(device: str):
+  """uint8 and int8 inputs of odd length; uint8, int8 (wrapping), int32 and bool outputs (packed stores)."""
+  k = Tensor(np.arange(7, dtype=np.int8) - 3, device=device)
+
+  def forward(x, y):
+    return x + 5, y * k, x.cast(dtypes.int32) * 3 - y.cast(dtypes.int32), x > 100
+  return forward
+
+
+def build_half(device: str):
+  """float16 input, weight and outputs, all of odd lengths."""
+  w = Tensor(np.random.default_rng(4).standard_normal((7, 3)).astype(np.float16), device=device)
+  return lambda x: ((x @ w).relu(), x * 2 + 1)
+
+
+def build_int64(device: str):
+  """int64 input, weight and output (32-bit words on the device) next to float32 -> int32 argmax."""
+  w = Tensor(np.array([1, -2, 3, -4, 5], dtype=np.int64), device=device)
+  return lambda x, v: (x * 3 + w, v.argmax(-1))
+
+
+def softmax_case() -> ModelCase:
+  return ModelCase("softmax", build_softmax, {"x": np.random.default_rng(3).standard_normal((2, 256), np.float32)})
+
+
+def ints_case() -> ModelCase:
+  rng = np.random.default_rng(6)
+  return ModelCase("ints", build_small_ints, {"x": rng.integers(0, 256, (3, 7)).astype(np.uint8),
+                                              "y": rng.integers(-128, 128, (3, 7)).astype(np.int8)}, rtol=0, atol=0)
+
+
+def half_case() -> ModelCase:
+  x = np.random.default_rng(7).standard_normal((5, 7)).astype(np.float16)
+  return ModelCase("half", build_half, {"x": x}, rtol=1e-2, atol=1e-2)
+
+
+def int64_case() -> ModelCase:
+  rng = np.random.default_rng(8)
+  return ModelCase("int64", build_int64, {"x": rng.integers(-50, 50, (5,)).astype(np.int64),
+                                          "v": rng.standard_normal((3, 9)).astype(np.float32)}, rtol=0, atol=0)
+
+
+def hostile_case() -> ModelCase:
+  return two_io_case(HOSTILE_INPUTS, ["main", "main!"], ["a b", "a-b", "__pad_0"], name='hostile "model" */ -->')
+
+
+CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
+         "int64": int64_case, "hostile": hostile_case}
+RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile"]
+
+
+def compile_webgpu(case: ModelCase) -> CompiledModel:
+  """`case` traced (the capture is target-independent) and lowered for WebGPU."""
+  fn = case.build("c")
+  cap = trace(fn, *[Tensor(v, device="c") for v in case.inputs.values()], input_names=list(case.inputs),
+              output_names=case.output_names)
+  weights = list(cap.weights.items())
+  names = case.weight_names or [f"w{i}" for i in range(len(weights))]
+  return compile_schedule(case.name, "webgpu", cap.items, [(s.name, b) for s, b in cap.inputs],
+                          [(s.name, b) for s, b in cap.outputs], [(n, b, v) for n, (b, v) in zip(names, weights)])
+
+
+def with_inputs(case: ModelCase, inputs: dict[str, np.ndarray]) -> ModelCase:
+  return dataclasses.replace(case, inputs=inputs)
+
+
+def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], case: ModelCase) -> None:
+  assert list(got) == list(want)
+  for name in want:
+    assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
+    np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64), rtol=case.rtol,
+                               atol=case.atol, err_msg=name)
+
+
+def manifest_of(folder: str) -> dict:
+  with open(os.path.join(folder, "manifest.json")) as f: return json.load(f)
+
+
+def plan_of(folder: str) -> dict:
+  with open(os.path.join(folder, "model.js"), encoding="utf-8") as f: return read_plan(f.read())
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory):
+  """Artifact folders (one per case, under one root that the browser tests serve), written once per process."""
+  root = tmp_path_factory.mktemp("webgpu_bundles")
+  out = {}
+  for name, make_case in CASES.items():
+    folder = root / name
+    folder.mkdir()
+    case = make_case()
+    write_artifact(compile_webgpu(case), str(folder))
+    out[name] = (case, str(folder))
+  return out
+
+
+@pytest.fixture(scope="session")
+def references(bundles):
+  return {name: case.reference() for name, (case, _) in bundles.items()}
+
+
+@pytest.fixture(scope="session")
+def wgpu_runtime():
+  """The wgpu runtime; skips naming what is missing (the wgpu package, a Vulkan adapter)."""
+  try:
+    return get_runtime("webgpu")
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
+
+
+# ---------------------------------------------------------------- files, manifest, plan
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_files_manifest_and_plan(bundles, name):
+  case, folder = bundles[name]
+  assert set(os.listdir(folder)) == BUNDLE_FILES
+  manifest = manifest_of(folder)
+  validate_manifest(manifest)
+  assert manifest["target"] == "webgpu" and manifest["model"]["name"] == case.name
+  assert set(manifest["files"]) == BUNDLE_FILES - {"manifest.json"}
+  for file, digest in manifest["files"].items():
+    assert hashlib.sha256(Path(folder, file).read_bytes()).hexdigest() == digest, file
+  info = manifest["target_info"]
+  assert info["module"] == "model.js" and info["types"] == "model.d.ts" and info["demo"] == "index.html"
+  assert info["renderer"] == "webgpu+narrow_int64" and info["features"] == []
+  plan = plan_of(folder)
+  assert [t["name"] for t in plan["inputs"]] == [t["name"] for t in manifest["inputs"]]
+  assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
+  assert plan["weightsBytes"] == manifest["weights"]["nbytes"] and plan["weightsSha256"] == manifest["weights"]["sha256"]
+  header = Path(folder, "weights.safetensors").read_bytes()[:manifest["weights"]["header_bytes"]]
+  assert header[8:].decode("ascii") == plan["header"]
+  assert [w["offset"] for w in plan["weights"]] == [t["offset"] for t in manifest["weights"]["tensors"]]
+  # the kernels' WGSL is the compiled source, byte for byte, with the bindings it declares
+  cm = compile_webgpu(case)
+  assert [k["name"] for k in plan["kernels"]] == list(cm.kernels)
+  for k in plan["kernels"]:
+    src = cm.kernels[k["name"]].src
+    assert "\n".join(k["wgsl"]) == src.rstrip("\n")
+    assert k["bindings"] == [[b.index, b.read_only, b.atomic] for b in wgsl_bindings(src)]
+    assert k["workgroupSize"] == list(cm.kernels[k["name"]].local_size)
+  assert len(plan["calls"]) == len(manifest["calls"]) == len(cm.calls)
+  for call, c in zip(plan["calls"], cm.calls):
+    k = cm.kernels[c.kernel]
+    assert plan["kernels"][call["kernel"]]["name"] == c.kernel
+    assert call["workgroups"] == [g // s for g, s in zip(k.global_size, k.local_size)]
+  assert all(plan["limits"][k] >= v for k, v in DEFAULT_LIMITS.items())
+  assert plan["limits"]["maxStorageBuffersPerShaderStage"] == 8      # browsers' default: requested as is
+
+
+def test_whole_buffer_plan(bundles):
+  """One GPUBuffer per slot: no call binds a buffer twice when one binding is writable, slots are shared by
+  intermediates of disjoint lifetimes, and sizes are multiples of 4 that hold each tensor."""
+  for name, (_, folder) in bundles.items():
+    plan, manifest = plan_of(folder), manifest_of(folder)
+    slots = [b for b in plan["buffers"] if b["label"].startswith("slot ")]
+    assert len(slots) <= len(manifest["arena_buffers"]), name
+    assert [b["size"] for b in slots] == manifest["target_info"]["slot_buffers"]
+    assert all(b["size"] % 4 == 0 and b["size"] >= 4 for b in plan["buffers"])
+    for t in plan["inputs"] + plan["outputs"] + plan["weights"]:
+      narrow = 2 if t["dtype"] in ("int64", "uint64") else 1
+      assert plan["buffers"][t["buffer"]]["size"] >= t["nbytes"] // narrow
+    for call in plan["calls"]:
+      bindings = plan["kernels"][call["kernel"]]["bindings"]
+      for i, (_, read_only, _) in enumerate(bindings):
+        for j in range(i + 1, len(bindings)):
+          if call["args"][i] == call["args"][j]: assert read_only and bindings[j][1], (name, call)
+      written = [a for a, b in zip(call["args"], bindings) if not b[1]]
+      assert set(call["clear"]) <= set(written)
+  cnn = plan_of(bundles["cnn"][1])
+  assert sum(b["label"].startswith("slot ") for b in cnn["buffers"]) < len(manifest_of(bundles["cnn"][1])["arena_buffers"])
+
+
+def test_packed_outputs_are_cleared(bundles):
+  """Sub-32-bit outputs are stored with atomicOr, so their calls clear them first."""
+  for name in ("ints", "half"):
+    plan = plan_of(bundles[name][1])
+    outputs = {t["buffer"] for t in plan["outputs"] if t["dtype"] in ("uint8", "int8", "bool", "float16")}
+    cleared = {b for c in plan["calls"] for b in c["clear"]}
+    assert outputs and outputs <= cleared, name
+
+
+def test_types_and_demo_page(bundles):
+  _, folder = bundles["int64"]
+  dts = Path(folder, "model.d.ts").read_text()
+  assert '"x": BigInt64Array;' in dts and '"v": Float32Array;' in dts
+  assert '"output_0": { data: BigInt64Array; shape: number[] };' in dts and '"output_1": { data: Int32Array' in dts
+  assert 'export type InputName = "x" | "v";' in dts and "export declare function load(" in dts
+  half = Path(bundles["half"][1], "model.d.ts").read_text()
+  assert '"x": Uint16Array;' in half
+  page = Path(folder, "index.html").read_text()
+  assert 'import { load, inputs as SPECS, dtypeArrays, toFloat16Bits, fromFloat16Bits } from "./model.js";' in page
+  assert "window.tgcResult = { outputs, ms, runs }" in page
+
+
+def test_hostile_names_stay_in_strings(bundles):
+  _, folder = bundles["hostile"]
+  js, dts, page = (Path(folder, f).read_text() for f in ("model.js", "model.d.ts", "index.html"))
+  for text in (js, dts, page): assert text.isascii()
+  for text in (js, page): assert "</script>" not in text.replace("</script>\n</body>", "")
+  assert json.dumps(HOSTILE_INPUTS[0]).replace("</", "<\\/") in js and json.dumps(HOSTILE_INPUTS[0]) in dts
+  assert "hostile &quot;model&quot; */ --&gt;" in page
+  assert [t["name"] for t in plan_of(folder)["inputs"]] == list(HOSTILE_INPUTS)
+
+
+def test_deterministic(tmp_path):
+  outs = []
+  for sub in ("a", "b"):
+    folder = tmp_path / sub
+    folder.mkdir()
+    write_artifact(compile_webgpu(cnn_case()), str(folder))
+    outs.append({f: (folder / f).read_bytes() for f in sorted(os.listdir(folder))})
+  assert outs[0] == outs[1]
+
+
+def test_writer_refusals(tmp_path):
+  cm = compile_webgpu(mlp_case())
+  with pytest.raises(ValueError, match="target c only"): write_artifact(cm, str(tmp_path), embed_weights=True)
+  (tmp_path / "x").write_text("")
+  with pytest.raises(ValueError, match="not empty"): write_artifact(cm, str(tmp_path))
+  c_model = mlp_case().compile()
+  with pytest.raises(ValueError, match="target 'webgpu'"): webgpu_sources(c_model)
+
+
+def test_int64_weights_must_fit_in_32_bits():
+  big = Tensor(np.array([1, 2 ** 40], dtype=np.int64), device="c")
+  case = ModelCase("big", lambda device: (lambda x: x + big), {"x": np.zeros(2, np.int64)})
+  with pytest.raises(ValueError, match=r"webgpu: weight 'w0' \(int64\) holds values outside the 32-bit range"):
+    webgpu_sources(compile_webgpu(case))
+
+
+def test_plan_markers_agree():
+  assert (emit_webgpu.PLAN_BEGIN, emit_webgpu.PLAN_END) == (artifact_webgpu.PLAN_BEGIN, artifact_webgpu.PLAN_END)
+  assert emit_webgpu.PLAN_FORMAT == artifact_webgpu.PLAN_FORMAT
+
+
+# ---------------------------------------------------------------- WebGPUArtifact (wgpu)
+
+@pytest.mark.parametrize("name", RUN_CASES)
+def test_webgpu_artifact_matches_reference(bundles, references, wgpu_runtime, name):
+  case, folder = bundles[name]
+  with WebGPUArtifact(folder) as art:
+    got = art.run(case.inputs)
+    compare(got, references[name], case)
+    again = art.run(case.inputs)        # buffers are reused: a second run gives the same result
+    for k in got: np.testing.assert_array_equal(got[k], again[k])
+
+
+def test_webgpu_artifact_other_inputs(bundles, wgpu_runtime):
+  case, folder = bundles["cnn"]
+  with WebGPUArtifact(folder) as art:
+    for seed in (11, 12):
+      inputs = {"image": np.random.default_rng(seed).standard_normal((1, 3, 8, 8), dtype=np.float32)}
+      compare(art.run(inputs), with_inputs(case, inputs).reference(), case)
+
+
+def test_webgpu_artifact_time(bundles, wgpu_runtime):
+  case, folder = bundles["mlp"]
+  with WebGPUArtifact(folder) as art:
+    times = art.time(case.inputs, runs=3, warmup=1)
+  assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_webgpu_artifact_input_errors(bundles, wgpu_runtime):
+  case, folder = bundles["int64"]
+  art = WebGPUArtifact(folder)
+  x, v = case.inputs["x"], case.inputs["v"]
+  with pytest.raises(ArtifactError, match="missing input 'v'"): art.run({"x": x})
+  with pytest.raises(ArtifactError, match="unknown input 'z'"): art.run({"x": x, "v": v, "z": x})
+  with pytest.raises(ArtifactError, match="input 'x': dtype int32, expected int64"): art.run({"x": x.astype(np.int32),
+                                                                                             "v": v})
+  with pytest.raises(ArtifactError, match=r"input 'v': shape \(9, 3\)"): art.run({"x": x, "v": v.reshape(9, 3)})
+  big = x.copy()
+  big[3] = 2 ** 31
+  with pytest.raises(ArtifactError, match="input 'x': value 2147483648 at flat index 3 does not fit in 32 bits"):
+    art.run({"x": big, "v": v})
+  art.close()
+  with pytest.raises(ArtifactError, match="closed"): art.run(case.inputs)
+
+
+def test_webgpu_artifact_refuses_modified_or_foreign(bundles, wgpu_runtime, tmp_path):
+  _, folder = bundles["mlp"]
+  copy = tmp_path / "mlp"
+  shutil.copytree(folder, copy)
+  weights = (copy / "weights.safetensors").read_bytes()
+  (copy / "weights.safetensors").write_bytes(weights[:-5])
+  with pytest.raises(ArtifactError, match="has 1195 bytes, the model expects 1200"): WebGPUArtifact(str(copy))
+  (copy / "weights.safetensors").write_bytes(weights[:100])
+  with pytest.raises(ArtifactError, match="truncated"): WebGPUArtifact(str(copy))
+  flipped = bytearray(weights)
+  flipped[-1] ^= 1
+  (copy / "weights.safetensors").write_bytes(bytes(flipped))
+  with pytest.raises(ArtifactError, match="sha256 differs"): WebGPUArtifact(str(copy))
+  shutil.copy(Path(bundles["cnn"][1], "weights.safetensors"), copy / "weights.safetensors")
+  with pytest.raises(ArtifactError, match="header differs"): WebGPUArtifact(str(copy))
+  (copy / "weights.safetensors").write_bytes(weights)
+  js = (copy / "model.js").read_text()
+  (copy / "model.js").write_text(js.replace("pass.end();", "pass.end(); "))
+  with pytest.raises(ArtifactError, match=r"model.js: does not match manifest.json \(sha256\)"):
+    WebGPUArtifact(str(copy))
+  with pytest.raises(ArtifactError, match="is not a WebGPU artifact"):
+    WebGPUArtifact(str(_c_bundle(tmp_path)))
+
+
+def _c_bundle(tmp_path) -> Path:
+  folder = tmp_path / "c_bundle"
+  folder.mkdir()
+  write_artifact(mlp_case().compile(), str(folder))
+  return folder
+
+
+def test_webgpu_artifact_needs_the_limits(bundles, wgpu_runtime, tmp_path):
+  """A plan that needs more than the device grants is refused naming the limit."""
+  _, folder = bundles["mlp"]
+  copy = tmp_path / "mlp"
+  shutil.copytree(folder, copy)
+  js = (copy / "model.js").read_text().replace('"maxStorageBuffersPerShaderStage": 8', '"maxStorageBuffersPerShaderStage": 99')
+  (copy / "model.js").write_text(js)
+  manifest = manifest_of(str(copy))
+  manifest["files"]["model.js"] = hashlib.sha256(js.encode()).hexdigest()
+  (copy / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(RuntimeUnavailable, match="maxStorageBuffersPerShaderStage = 8; the model 'mlp' needs 99"):
+    WebGPUArtifact(str(copy))
+
+
+# ---------------------------------------------------------------- the tgc command line
+
+def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
+  from click.testing import CliRunner
+  from aot.cli import cli
+
+  def tgc(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
+    return result
+
+  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
+  result = tgc("compile", model, "--target", "webgpu", "-o", out)
+  assert result.exit_code == 0, result.output
+  assert "for webgpu" in result.stdout and (out / "model.js").is_file() and (out / "index.html").is_file()
+  assert manifest_of(str(out))["target"] == "webgpu"
+  result = tgc("validate", out, "--seed", "3")
+  assert result.exit_code == 0 and "OK" in result.stdout, result.output
+  np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
+  result = tgc("run", out, "--input", f"features={tmp_path / 'x.npy'}", "-o", tmp_path / "outs.npz")
+  assert result.exit_code == 0, result.output
+  with np.load(tmp_path / "outs.npz") as outs:
+    assert outs.files == ["logits", "probs"] and np.allclose(outs["probs"].sum(-1), 1, atol=1e-5)
+  result = tgc("bench", out, "--runs", "3", "--warmup", "1")
+  assert result.exit_code == 0 and "median" in result.stdout, result.output
+  result = tgc("inspect", out)
+  assert result.exit_code == 0 and "target webgpu" in result.stdout, result.output
+  result = tgc("compile", model, "--target", "webgpu", "--embed-weights", "-o", tmp_path / "embedded")
+  assert result.exit_code == 2 and "target c only" in result.stderr
+  assert not (tmp_path / "embedded").exists()
+
+
+def _onnx_model(path: Path, double: bool = False) -> str:
+  import onnx
+  from onnx import TensorProto as T, helper
+  if double:
+    nodes = [helper.make_node("Mul", ["x", "x"], ["y"])]
+    ins, outs, inits = [helper.make_tensor_value_info("x", T.DOUBLE, [4])], \
+        [helper.make_tensor_value_info("y", T.DOUBLE, [4])], []
+  else:
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("ArgMax", ["v"], ["am"], axis=1, keepdims=0)]
+    ins = [helper.make_tensor_value_info("x", T.INT64, [2, 3]), helper.make_tensor_value_info("v", T.FLOAT, [2, 5])]
+    outs = [helper.make_tensor_value_info("s", T.INT64, [2, 3]), helper.make_tensor_value_info("am", T.INT64, [2])]
+    inits = [helper.make_tensor("c", T.INT64, [3], [1, -7, 100])]
+  graph = helper.make_graph(nodes, "g", ins, outs, inits)
+  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+  return str(path)
+
+
+def test_cli_onnx_int64_and_float64(wgpu_runtime, tmp_path):
+  """ONNX int64 tensors run as 32-bit words and validate exactly; float64 is refused with a one-line error."""
+  from click.testing import CliRunner
+  from aot.cli import cli
+  model = _onnx_model(tmp_path / "i64.onnx")
+  result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "-o", str(tmp_path / "i64")])
+  assert result.exit_code == 0, result.output
+  result = CliRunner().invoke(cli, ["validate", str(tmp_path / "i64")])
+  assert result.exit_code == 0 and "OK" in result.stdout, result.output
+  model = _onnx_model(tmp_path / "f64.onnx", double=True)
+  result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "-o", str(tmp_path / "f64")])
+  assert result.exit_code == 2, result.output
+  assert "cannot compile for webgpu" in result.stderr and "WGSL has no 64-bit floats" in result.stderr
+  assert not (tmp_path / "f64").exists()
+
+
+# ---------------------------------------------------------------- model.js under node (no WebGPU there)
+
+@pytest.fixture(scope="session")
+def node():
+  path = shutil.which("node")
+  if path is None: pytest.skip("node not found: install the Debian package nodejs")
+  return path
+
+
+def node_eval(node: str, folder: str, body: str) -> str:
+  """Run an ES module snippet with `m` = the bundle's model.js (copied as .mjs) and `weights` = its bytes."""
+  module = Path(folder, "model.mjs")
+  if not module.exists(): shutil.copy(Path(folder, "model.js"), module)
+  script = (f"import * as m from {json.dumps(module.as_uri())};\nimport {{ readFileSync }} from 'node:fs';\n"
+            f"const weights = new Uint8Array(readFileSync({json.dumps(str(Path(folder, 'weights.safetensors')))}));\n"
+            f"{body}\n")
+  return run([node, "--input-type=module", "-e", script]).stdout
+
+
+def test_model_js_syntax(bundles, node, tmp_path):
+  for name, (_, folder) in bundles.items():
+    shutil.copy(Path(folder, "model.js"), tmp_path / f"{name}.mjs")
+    run([node, "--check", str(tmp_path / f"{name}.mjs")])
+
+
+def test_model_js_without_webgpu(bundles, node, tmp_path):
+  folder = shutil.copytree(bundles["mlp"][1], tmp_path / "mlp")
+  out = node_eval(node, str(folder), "try { await m.load(weights); } catch (e) { console.log(e.message); }")
+  assert out.strip() == ('tgc model "mlp": WebGPU is not available: navigator.gpu is missing (use a browser with '
+                         'WebGPU enabled, on https or localhost, or pass {device})')
+  out = node_eval(node, str(folder), "console.log(JSON.stringify([m.name, m.inputs, m.outputs]));")
+  assert json.loads(out) == ["mlp", [{"name": "x", "shape": [2, 8], "dtype": "float32"}],
+                             [{"name": "output_0", "shape": [2, 4], "dtype": "float32"}]]
+
+
+FAKE_DEVICE = """
+const fake = (limits = {}) => ({ features: new Set(), limits: { maxStorageBuffersPerShaderStage: 8, ...limits },
+  lost: new Promise(() => {}), destroy() {} });
+const attempt = async (w, device = fake()) => {
+  try { await m.load(w, { device }); return "loaded"; } catch (e) { return e.message; }
+};
+"""
+
+
+def test_model_js_weights_and_device_checks(bundles, node, tmp_path):
+  """load() checks the weights (size, header, sha256) and a given device's limits before touching the device."""
+  folder = shutil.copytree(bundles["mlp"][1], tmp_path / "mlp")
+  cnn_weights = json.dumps(str(Path(bundles["cnn"][1], "weights.safetensors")))
+  body = FAKE_DEVICE + f"""
+const flipped = weights.slice(); flipped[flipped.length - 1] ^= 1;
+const results = [
+  await attempt(weights.subarray(0, 5)),
+  await attempt(weights.subarray(0, 100)),
+  await attempt(weights.subarray(0, weights.length - 4)),
+  await attempt(flipped),
+  await attempt(new Uint8Array(readFileSync({cnn_weights}))),
+  await attempt(weights, fake({{ maxStorageBuffersPerShaderStage: 4 }})),
+  await attempt(42),
+];
+console.log(JSON.stringify(results));
+"""
+  results = json.loads(node_eval(node, str(folder), body))
+  prefix = 'tgc model "mlp": '
+  assert results[0] == prefix + "the weights file is truncated (5 bytes)"
+  assert results[1] == prefix + "the weights file is truncated (100 bytes)"
+  assert results[2] == prefix + "the weights file is truncated (1196 of 1200 bytes)"
+  assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 is ")
+  assert results[4].startswith(prefix + "the weights file does not belong to this model: ")
+  assert results[5] == prefix + "the given GPUDevice allows maxStorageBuffersPerShaderStage = 4; the model needs 8"
+  assert results[6] == prefix + "the weights must be a URL, a string, an ArrayBuffer or a typed array, not number"
+
+
+def test_model_js_float16_helpers(bundles, node, tmp_path):
+  folder = shutil.copytree(bundles["half"][1], tmp_path / "half")
+  rng = np.random.default_rng(0)
+  values = np.concatenate([rng.standard_normal(300) * 10.0 ** rng.integers(-9, 6, 300), [0.0, -0.0, 65504.0, 65520.0,
+                           1e9, -1e9, 6e-8, 2.9e-8, 3.0e-8, np.inf, -np.inf, 1 / 3]]).astype(np.float32)
+  bits = list(range(0, 65536, 7)) + [0x7c00, 0xfc00, 0x0001, 0x03ff, 0x8001]
+  listed = [float(v) if np.isfinite(v) else ("Infinity" if v > 0 else "-Infinity") for v in values]
+  body = (f"const values = {json.dumps(listed)};\n"
+          f"const bits = {json.dumps(bits)};\n"
+          "console.log(JSON.stringify([values.map((v) => m.toFloat16Bits(Number(v))),\n"
+          "  bits.map((h) => { const v = m.fromFloat16Bits(h); return Number.isFinite(v) ? v : String(v); })]));")
+  to_bits, from_bits = json.loads(node_eval(node, str(folder), body))
+  with np.errstate(over="ignore"): assert to_bits == values.astype(np.float16).view(np.uint16).tolist()
+  want = np.array(bits, np.uint16).view(np.float16).astype(np.float64)
+  got = np.array([float(v) if not isinstance(v, str) else float(v.replace("Infinity", "inf")) for v in from_bits])
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+# ---------------------------------------------------------------- headless Chromium (SwiftShader WebGPU)
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+  def log_message(self, *args) -> None: pass
+
+
+@pytest.fixture(scope="session")
+def server(bundles):
+  """The bundles' root folder over http://127.0.0.1:<free port> (a secure context), from a thread."""
+  root = os.path.dirname(next(iter(bundles.values()))[1])
+  httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=root))
+  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  thread.start()
+  yield f"http://127.0.0.1:{httpd.server_address[1]}"
+  httpd.shutdown()
+  httpd.server_close()
+
+
+def _require_browser():
+  if not os.path.exists(CHROMIUM): pytest.skip(f"{CHROMIUM} not found: install the Debian package chromium")
+  if importlib.util.find_spec("playwright") is None:
+    pytest.skip("playwright not installed: pip install playwright (it drives /usr/bin/chromium; no "
+                "`playwright install` needed)")
+
+
+def _launch(playwright, webgpu: bool = True):
+  profile = tempfile.mkdtemp(prefix="tgc-chromium-")
+  context = playwright.chromium.launch_persistent_context(
+    profile, executable_path=CHROMIUM, headless=True, ignore_default_args=["--headless"],
+    args=CHROMIUM_FLAGS + ([WEBGPU_FLAG] if webgpu else []))
+  return context, profile
+
+
+@pytest.fixture(scope="session")
+def playwright_instance():
+  _require_browser()
+  from playwright.sync_api import sync_playwright
+  manager = sync_playwright()
+  instance = manager.start()
+  yield instance
+  manager.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_instance, server):
+  """Chromium with WebGPU (a fresh profile); skips when it offers no WebGPU adapter."""
+  context, profile = _launch(playwright_instance)
+  page = context.new_page()
+  page.goto(f"{server}/mlp/index.html?autorun=0")
+  has_adapter = page.evaluate("async () => !!(navigator.gpu && await navigator.gpu.requestAdapter())")
+  page.close()
+  if not has_adapter:
+    context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+    pytest.skip("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
+  yield context
+  context.close()
+  shutil.rmtree(profile, ignore_errors=True)
+
+
+def plain_inputs(inputs: dict[str, np.ndarray]) -> dict[str, list]:
+  """Inputs as window.tgcGivenInputs takes them: flat lists of what the TypedArray holds (float16: bits)."""
+  out = {}
+  for name, arr in inputs.items():
+    arr = np.asarray(arr).reshape(-1)
+    if arr.dtype == np.float16: arr = arr.view(np.uint16)
+    out[name] = [str(v) for v in arr.tolist()] if arr.dtype == np.int64 else arr.astype(np.float64).tolist() \
+        if arr.dtype.kind == "f" else arr.astype(np.int64).tolist()
+  return out
+
+
+def from_plain(values: list, shape, dtype: str) -> np.ndarray:
+  dtype = np.dtype(dtype)
+  if dtype == np.float16: return np.array(values, np.uint16).view(np.float16).reshape(shape)
+  if dtype.kind in "iu" and dtype.itemsize == 8: return np.array([int(v) for v in values], dtype).reshape(shape)
+  return np.array(values, np.float64).astype(dtype).reshape(shape)
+
+
+PLAIN_OUTPUTS = ("(outs) => Object.fromEntries(Object.entries(outs).map(([k, v]) => "
+                 "[k, {data: window.tgc.plain(v.data), shape: v.shape}]))")
+
+
+def outputs_from(page_value: dict, manifest: dict) -> dict[str, np.ndarray]:
+  dtypes_ = {o["name"]: o["dtype"] for o in manifest["outputs"]}
+  return {name: from_plain(v["data"], v["shape"], dtypes_[name]) for name, v in page_value.items()}
+
+
+def open_demo(browser, url: str, given: dict | None = None):
+  page = browser.new_page()
+  if given is not None: page.add_init_script(f"window.tgcGivenInputs = {json.dumps(given)};")
+  page.goto(url)
+  page.wait_for_function("window.tgcResult !== undefined || window.tgcError !== undefined", timeout=PAGE_TIMEOUT_MS)
+  error = page.evaluate("() => window.tgcError || null")
+  assert error is None, error
+  return page
+
+
+@pytest.mark.parametrize("name", RUN_CASES)
+def test_browser_given_inputs(bundles, references, browser, server, name):
+  case, folder = bundles[name]
+  page = open_demo(browser, f"{server}/{name}/index.html?runs=2", plain_inputs(case.inputs))
+  try:
+    got = outputs_from(page.evaluate(f"() => ({PLAIN_OUTPUTS})(window.tgcResult.outputs)"), manifest_of(folder))
+    compare(got, references[name], case)
+    assert page.evaluate("() => window.tgcResult.ms > 0 && window.tgcResult.runs === 2")
+    assert "ms per run (median of 2)" in page.inner_text("#timing")
+    first = list(got)[0]
+    assert first in page.inner_text("#outputs")
+  finally:
+    page.close()
+
+
+def test_browser_seeded_inputs(bundles, browser, server):
+  case, folder = bundles["cnn"]
+  manifest = manifest_of(folder)
+  page = open_demo(browser, f"{server}/cnn/index.html?seed=5&runs=1")
+  try:
+    used = page.evaluate("() => Object.fromEntries(Object.entries(window.tgcInputs).map(([k, v]) => "
+                         "[k, window.tgc.plain(v)]))")
+    again = page.evaluate("() => Object.fromEntries(Object.entries(window.tgc.randomInputs(5)).map(([k, v]) => "
+                          "[k, window.tgc.plain(v)]))")
+    assert used == again
+    inputs = {t["name"]: from_plain(used[t["name"]], t["shape"], t["dtype"]) for t in manifest["inputs"]}
+    assert np.abs(inputs["image"]).max() <= 1 and np.unique(inputs["image"]).size > 100
+    got = outputs_from(page.evaluate(f"() => ({PLAIN_OUTPUTS})(window.tgcResult.outputs)"), manifest)
+    compare(got, with_inputs(case, inputs).reference(), case)
+    assert "random (seed 5)" in page.inner_text("#inputs")
+  finally:
+    page.close()
+
+
+def test_browser_concurrent_runs(bundles, browser, server):
+  """Four run() calls at once through Promise.all: each gets its own inputs' outputs."""
+  case, folder = bundles["cnn"]
+  manifest = manifest_of(folder)
+  page = open_demo(browser, f"{server}/cnn/index.html?runs=1")
+  try:
+    result = page.evaluate(f"""async () => {{
+      const feeds = [1, 2, 3, 4].map((s) => window.tgc.randomInputs(s));
+      const outs = await Promise.all(feeds.map((f) => window.tgc.model.run(f)));
+      return outs.map((o, i) => ({{inputs: window.tgc.plain(feeds[i].image), outputs: ({PLAIN_OUTPUTS})(o)}}));
+    }}""")
+    assert len(result) == 4
+    seen = set()
+    for r in result:
+      image = from_plain(r["inputs"], (1, 3, 8, 8), "float32")
+      got = outputs_from(r["outputs"], manifest)
+      compare(got, with_inputs(case, {"image": image}).reference(), case)
+      seen.add(got["logits"].tobytes())
+    assert len(seen) == 4
+  finally:
+    page.close()
+
+
+def test_browser_errors(bundles, browser, server):
+  """run() rejects bad inputs naming them (and queued runs go on); load() rejects foreign weights."""
+  page = open_demo(browser, f"{server}/int64/index.html?runs=1")
+  try:
+    messages = page.evaluate("""async () => {
+      const model = window.tgc.model;
+      const good = window.tgc.randomInputs(0);
+      const attempt = async (feeds) => { try { await model.run(feeds); return "ran"; } catch (e) { return e.message; } };
+      const big = BigInt64Array.from(good.x); big[2] = 2n ** 40n;
+      const results = [
+        await attempt({ x: good.x }),
+        await attempt({ ...good, z: good.x }),
+        await attempt({ ...good, x: Int32Array.from(good.v, Math.round) }),
+        await attempt({ ...good, v: good.v.subarray(1) }),
+        await attempt({ ...good, x: big }),
+        await attempt(null),
+        await attempt(good),
+      ];
+      const m = await import("./model.js");
+      try { await m.load("../cnn/weights.safetensors"); results.push("loaded"); } catch (e) { results.push(e.message); }
+      try { await m.load("missing.safetensors"); results.push("loaded"); } catch (e) { results.push(e.message); }
+      const other = await m.load();
+      const ran = await other.run(good);
+      await other.dispose();
+      try { await other.run(good); results.push("ran"); } catch (e) { results.push(e.message); }
+      results.push(ran.output_0.data instanceof BigInt64Array && ran.output_1.data instanceof Int32Array);
+      return results;
+    }""")
+  finally:
+    page.close()
+  prefix = 'tgc model "int64": '
+  assert messages[0] == prefix + 'missing input "v"'
+  assert messages[1] == prefix + 'unknown input "z"; the model\'s inputs are "x", "v"'
+  assert messages[2] == prefix + 'input "x" must be a BigInt64Array (int64), not an Int32Array'
+  assert messages[3] == prefix + 'input "v" has 26 elements; its shape [3,9] needs 27'
+  assert messages[4] == prefix + 'input "x"[2] = 1099511627776 does not fit in 32 bits (WebGPU computes int64 as ' \
+                                 '32-bit words)'
+  assert messages[5] == prefix + "run() takes an object {inputName: TypedArray}, not null"
+  assert messages[6] == "ran"
+  assert messages[7].startswith(prefix + "the weights file does not belong to this model: ")
+  assert messages[8].startswith(prefix + "cannot fetch the weights from ") and "HTTP 404" in messages[8]
+  assert messages[9] == prefix + "run() after dispose()"
+  assert messages[10] is True
+
+
+def test_browser_without_webgpu(playwright_instance, server, bundles):
+  """Without --enable-unsafe-webgpu Chromium has no adapter: the demo page says so in plain words."""
+  context, profile = _launch(playwright_instance, webgpu=False)
+  try:
+    page = context.new_page()
+    page.goto(f"{server}/mlp/index.html")
+    page.wait_for_function("window.tgcError !== undefined", timeout=PAGE_TIMEOUT_MS)
+    text = page.inner_text("#error")
+    assert text.startswith('tgc model "mlp": ')
+    assert "no WebGPU adapter is available" in text or "WebGPU is not available: navigator.gpu is missing" in text
+    assert page.is_visible("#error") and page.inner_text("#status") == "Failed."
+  finally:
+    context.close()
+    shutil.rmtree(profile, ignore_errors=True)
