@@ -176,7 +176,9 @@ def one_hot(index: Tensor, n: int) -> Tensor:
 def masked_select_sum(mask: Tensor, x: Tensor, axis: int) -> Tensor:
   """sum over `axis` of where(mask, x, 0): an exact pick when the mask has at most one hit along the axis."""
   if x.dtype.is_bool: return masked_select_sum(mask, x.cast(dtypes.uint8), axis).cast(dtypes.bool)
-  return mask.where(x, 0).sum(axis, dtype=x.dtype)
+  picked = mask.where(x, 0)
+  if picked.shape[axis] == 1: return picked.squeeze(axis)     # nothing to add (and no reduce of a size-1 axis)
+  return picked.sum(axis, dtype=x.dtype)
 
 
 def gather_last(x: Tensor, index: Tensor) -> Tensor:
