@@ -19,7 +19,8 @@ def _runtime(device: str):
 
 
 def unsupported_dtypes(device: str) -> set[DType]:
-  """Compute dtypes a device cannot run (OpenCL devices without cl_khr_fp64 have no float64)."""
+  """Compute dtypes a device cannot run (WebGPU has no float64, nor OpenCL devices without cl_khr_fp64)."""
+  if device in ("webgpu", "metal"): return {dtypes.float64}
   if device != "opencl": return set()
   return set() if _runtime(device).device_info().get("has_fp64", True) else {dtypes.float64}
 

@@ -29,8 +29,8 @@ bit patterns held in private variables (`tg_nan()`, `tg_inf()`). NaN comparisons
 isnan (`x != x` in the IR), x == +-inf, MAX and float->bool/int conversions test bits. SIN is a helper with Cody-Waite
 reduction by pi/2 and minimax polynomials (absolute error ~1e-7 for |x| <= 1e5; the built-in `sin` may be off
 by 2^-11 and more). POW handles negative bases with integral exponents and zero as C's pow does. WGSL lets
-implementations assume arithmetic produces no NaN/inf (lavapipe folds inf*0 to 0): values that are NaN/inf are
-handled, producing them by arithmetic is not guaranteed.
+implementations assume arithmetic produces no NaN/inf (wgpu on lavapipe gives x*0.0 = 0 for x = inf or NaN): values
+that are NaN/inf are handled, producing them by arithmetic is not guaranteed.
 
 Limits (WebGPU defaults, as browsers ship them): at most `max_storage_buffers` (8) bindings per kernel, 256
 invocations per work-group and (256, 256, 64) per dimension, `max_workgroups_per_dim` (65535) work-groups per
