@@ -36,7 +36,8 @@ from aot.errors import UserError
 # device string (lower case, before any ":id") -> tgc target
 DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl"}
 # target -> (module, class) of the Python runtime that loads that target's artifact folders
-ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"), "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact")}
+ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"),
+                     "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact")}
 MODEL_STEM = "model"      # file stem of the model written for the pipeline: the artifact's symbol prefix
 MAX_ARTIFACTS = 8         # artifacts a representation keeps loaded when compiling per run
 
@@ -239,7 +240,8 @@ class TgcRep(BackendRep):
         names = fed
       given = dict(zip(names, inputs))
     for n in given:
-      if n not in self.inputs: raise ValueError(f"unknown input {n!r}; the model's inputs are: {', '.join(self.inputs)}")
+      if n not in self.inputs:
+        raise ValueError(f"unknown input {n!r}; the model's inputs are: {', '.join(self.inputs)}")
     return {n: np.asarray(v) for n, v in given.items()}
 
   def _select(self, given: dict) -> _Compiled:

@@ -35,8 +35,12 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | None = None) -> tuple[UO
   rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
   globs = [r for r in rs if r.arg[1] == "global"]
   locs = {r.arg[0]: r for r in rs if r.arg[1] in ("local", "group")}
-  if len(globs) > max_dims:
-    fold, keep = globs[:len(globs) - max_dims + 1], globs[len(globs) - max_dims + 1:]
+  glob_ids = {g.arg[0] for g in globs}
+  orphans = sum(1 for p in _local_parents(k_ast).values() if p not in glob_ids)   # locals needing a dim of their own
+  if len(globs) + orphans > max_dims:
+    n_fold = len(globs) + orphans - max_dims + 1
+    if n_fold > len(globs): raise ValueError("kernel needs more launch dimensions than the target has")
+    fold, keep = globs[:n_fold], globs[n_fold:]
     if any(r.arg[0] in _local_parents(k_ast).values() for r in fold):
       raise ValueError("cannot fold a launch dimension that has a local split")
     total = math.prod(r.src[0].arg for r in fold)

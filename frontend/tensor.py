@@ -194,7 +194,9 @@ class Tensor:
   def mul(self, y, reverse=False) -> Tensor: return Tensor._binop(self, y, Ops.MUL, reverse, "mul")
   def maximum(self, y) -> Tensor: return Tensor._binop(self, y, Ops.MAX, False, "maximum")
   def minimum(self, y) -> Tensor:
+    """Elementwise minimum; NaN wins, as in numpy (through MAX, which propagates NaN)."""
     x, y = self._broadcasted(y, op_name="minimum")
+    if x.dtype.is_float: return -((-x).maximum(-y))
     return (x < y).where(x, y)
   def bitwise_and(self, y) -> Tensor: return Tensor._binop(self, y, Ops.AND, False, "bitwise_and")
   def bitwise_or(self, y) -> Tensor: return Tensor._binop(self, y, Ops.OR, False, "bitwise_or")
@@ -336,7 +338,10 @@ class Tensor:
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
   def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
-  def cos(self) -> Tensor: return ((math.pi / 2) - self._float()).sin()
+  def cos(self) -> Tensor:
+    """1 - 2 sin(x/2)^2: x/2 is exact, so large arguments keep sin's accuracy (pi/2 - x would round first)."""
+    s = (self._float() * 0.5).sin()
+    return 1.0 - 2.0 * s * s
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def trunc(self) -> Tensor: return self if not self.dtype.is_float else self._alu(Ops.TRUNC)
   def floor(self) -> Tensor:
@@ -379,7 +384,10 @@ class Tensor:
     return 0.5 * x * (1.0 + (x * (1 / math.sqrt(2))).erf())
   def leaky_relu(self, neg_slope=0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha=1.0) -> Tensor: return (self < 0).where(alpha * (self.exp() - 1), self)
-  def softplus(self) -> Tensor: return (1 + self.exp()).log()
+  def softplus(self) -> Tensor:
+    """log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)."""
+    x = self._float()
+    return x.relu() + (1 + (-x.abs()).exp()).log()
   def silu(self) -> Tensor: return self * self.sigmoid()
   def clip(self, min_=None, max_=None) -> Tensor:
     out = self
@@ -467,6 +475,7 @@ class Tensor:
     return m - m.exp().sum(axis, keepdim=True).log()
   def logsumexp(self, axis=None, keepdim=False) -> Tensor:
     m = self.max(axis, keepdim=True)
+    m = m.isinf().where(0.0, m) if m.dtype.is_float else m   # an infinite max must not turn into inf - inf
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._axes(axis)))
 

@@ -19,22 +19,28 @@ except ImportError:  # the runtime reports it as unavailable when constructed
   cl = None
 
 
+SIMULATORS = ("oclgrind",)   # checking tools that register as platforms: never chosen by default
+
+
 def _pick_device() -> "cl.Device":
-  """The first GPU of any platform, else the first CPU, else any device; RuntimeUnavailable if none."""
+  """The first GPU of any platform, else the first CPU, else any device; RuntimeUnavailable if none.
+  Simulator platforms (Oclgrind, which calls itself a GPU) are used only when nothing else exists."""
   try:
     platforms = cl.get_platforms()
   except cl.Error:
     platforms = []
   if not platforms:
     raise RuntimeUnavailable("opencl: no OpenCL platform found (install pocl-opencl-icd)")
-  for device_type in (cl.device_type.GPU, cl.device_type.CPU, cl.device_type.ALL):
-    for platform in platforms:
-      try:
-        devices = platform.get_devices(device_type=device_type)
-      except cl.Error:
-        continue
-      if devices:
-        return devices[0]
+  real = [p for p in platforms if not any(sim in p.name.lower() for sim in SIMULATORS)]
+  for group in (real, [p for p in platforms if p not in real]):
+    for device_type in (cl.device_type.GPU, cl.device_type.CPU, cl.device_type.ALL):
+      for platform in group:
+        try:
+          devices = platform.get_devices(device_type=device_type)
+        except cl.Error:
+          continue
+        if devices:
+          return devices[0]
   raise RuntimeUnavailable("opencl: OpenCL platforms found but no device (install pocl-opencl-icd)")
 
 

@@ -58,6 +58,7 @@ def _run_one(job):
 def run(devices: list[str], workers: int, limit: int, name_filter: str | None, progress: bool) -> dict:
   global _CASES
   _CASES = conformance.cases()
+  import frontend.onnx  # noqa: F401  (imported once here, shared by the forked workers)
   jobs = [(i, d, limit) for d in devices for i, c in enumerate(_CASES) if not name_filter or name_filter in c.name]
   results: dict[tuple[str, str], tuple[str, str, float]] = {}
   ctx = multiprocessing.get_context("fork")

@@ -68,17 +68,17 @@ def host_values(arr: np.ndarray, dtype: DType) -> np.ndarray:
   return arr.astype(np.float32 if dtype.is_float else np.int32)
 
 
-def array_to_tensor(arr: np.ndarray, device: str, dtype: DType | None = None) -> Tensor:
-  """A Tensor on `device` holding `arr` (ml_dtypes arrays keep their low-precision type). A constant array of
-  more than one element becomes a broadcast constant instead of a buffer."""
+def array_to_tensor(arr: np.ndarray, device: str, dtype: DType | None = None, uniform_as_const: bool = True) -> Tensor:
+  """A Tensor on `device` holding `arr` (ml_dtypes arrays keep their low-precision type). With `uniform_as_const`
+  (weights and folded constants; not model inputs, which must stay buffers) an array of more than one element
+  that holds a single value becomes a broadcast constant instead of a buffer."""
   arr = np.asarray(arr)
   dtype = dtype or array_dtype(arr)
   vals = host_values(arr, dtype)
-  if vals.size > 1 and not dtype.storage_only:
+  if uniform_as_const and vals.size > 1 and not dtype.storage_only:
     flat = vals.reshape(-1)
     if (flat == flat[0]).all() and (vals.dtype.kind != 'f' or len(set(np.signbit(flat).tolist())) == 1):
       return Tensor.full(vals.shape, flat[0].item(), dtype, device)
-  if vals.ndim == 0: return Tensor(vals.reshape(1), device=device, dtype=dtype).reshape(())
   return Tensor(vals, device=device, dtype=dtype)
 
 
@@ -382,7 +382,7 @@ class OnnxGraph:
     device = next((a.device for a in args if isinstance(a, Tensor)), config.device)
     tensors = []
     for a, (name, shape, dt) in zip(args, self.inputs):
-      t = a if isinstance(a, Tensor) else array_to_tensor(np.asarray(a), device, dt)
+      t = a if isinstance(a, Tensor) else array_to_tensor(np.asarray(a), device, dt, uniform_as_const=False)
       if tuple(t.shape) != tuple(shape): raise OnnxError(f"input {name!r}: shape {t.shape}, expected {shape}")
       if t.dtype != dt: raise OnnxError(f"input {name!r}: dtype {t.dtype.name}, expected {dt.name}")
       if t.device != device: raise OnnxError(f"input {name!r}: on device {t.device}, the other inputs on {device}")

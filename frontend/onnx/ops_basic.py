@@ -24,11 +24,6 @@ def _ints(ctx: NodeContext, i: int) -> list[int]:
   return [int(v) for v in np.asarray(ctx.const_value(i)).reshape(-1)]
 
 
-def _same_float(x: Tensor) -> Tensor:
-  """Math functions keep the input's float type (float16/float64 included)."""
-  return x if x.dtype.is_float and not x.dtype.storage_only else x.cast(dtypes.float32)
-
-
 # ---------------------------------------------------------------- binary arithmetic
 @onnx_op("Add")
 def _add(ctx): return ctx.inputs[0] + ctx.inputs[1]
@@ -317,7 +312,6 @@ def _bitcast(ctx):
   if x.dtype.is_bool or to.is_bool:
     if x.dtype.is_bool and to.is_bool: return x
     return x.cast(to) if x.dtype.is_bool else x.ne(0)
-  if x.ndim == 0: return x.reshape(1).bitcast(to).reshape(())
   return x.bitcast(to)
 
 

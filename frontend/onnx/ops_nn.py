@@ -1244,7 +1244,10 @@ def causal_conv_with_state(ctx: NodeContext):
   k = w.shape[2]
   if past is None: past = Tensor.zeros(b, c, k - 1, dtype=x.dtype, device=x.device)
   padded = past.cat(x, dim=2) if k > 1 else x
-  y = functional.conv(padded, w, bias, 1, 0, 1, c).cast(x.dtype)
+  if k == 1:                                                          # depthwise 1-wide kernel: a per-channel scale
+    y = x * w.reshape(1, c, 1) + (bias.reshape(1, c, 1) if bias is not None else 0)
+  else: y = functional.conv(padded, w, bias, 1, 0, 1, c)
+  y = y.cast(x.dtype)
   if activation in ("silu", "swish"): y = (y.cast(dtypes.float32) * y.cast(dtypes.float32).sigmoid()).cast(x.dtype)
   elif activation != "none": raise ctx.fail(f"unknown activation {activation!r}")
   state = padded.shrink((None, None, (padded.shape[2] - (k - 1), padded.shape[2])))

@@ -122,7 +122,8 @@ def main(argv=None) -> int:
         + f" of {len(cases)} cases in {secs:.0f} s")
   if args.compare:
     print(f"{args.compare} (run_case): " + ", ".join(f"{k} {v}" for k, v in sorted(other.items())))
-    for name, s, d, rs, rd in disagree: print(f"  differs: {name}: artifact {s} ({d[:120]}); {args.compare} {rs} ({rd[:80]})")
+    for name, s, d, rs, rd in disagree:
+      print(f"  differs: {name}: artifact {s} ({d[:120]}); {args.compare} {rs} ({rd[:80]})")
   return 0
 
 

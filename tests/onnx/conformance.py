@@ -120,7 +120,7 @@ def run_case(case, device: str) -> tuple[str, str]:
   try:
     graph = load_model(model, input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
                        consts={n: by_name[n] for n in needed})
-    tensors = [array_to_tensor(by_name[n], device, dt) for n, _, dt in graph.inputs]
+    tensors = [array_to_tensor(by_name[n], device, dt, uniform_as_const=False) for n, _, dt in graph.inputs]
     outs = graph(*tensors)
     Tensor.realize_all(*outs)
     got = [(o.numpy(), o.dtype) for o in outs]

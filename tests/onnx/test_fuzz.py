@@ -375,7 +375,8 @@ def _one_line_error(stderr: str) -> str | None:
   """The error line of a failed compile, or None when stderr is not exactly one error line (progress lines from a
   long compile, 'tgc: <name>: lowering kernel ...', are allowed before it)."""
   lines = [ln for ln in stderr.splitlines() if ln.strip()]
-  lines = [ln for ln in lines if not (ln.startswith("tgc: ") and (" lowering kernel " in ln or " kernels lowered " in ln))]
+  progress = (" lowering kernel ", " kernels lowered ")
+  lines = [ln for ln in lines if not (ln.startswith("tgc: ") and any(p in ln for p in progress))]
   return lines[0] if len(lines) == 1 else None
 
 

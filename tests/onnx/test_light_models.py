@@ -48,7 +48,8 @@ def test_random_weights_vs_onnxruntime(name):
   got = lm.run_tgc(model, feeds).outputs[0]
   assert got.shape == ref.shape
   assert np.isfinite(ref).all() and float(np.std(ref)) > 0, "degenerate reference: the randomization is too weak"
-  assert lm.random_ok(got, ref), f"max abs error {lm.max_abs_error(got, ref):.3g}, scaled {lm.scaled_error(got, ref):.3g}"
+  assert lm.random_ok(got, ref), \
+    f"max abs error {lm.max_abs_error(got, ref):.3g}, scaled {lm.scaled_error(got, ref):.3g}"
 
 
 def test_randomized_is_deterministic():

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import backend_conformance  # noqa: E402
 import conformance  # noqa: E402
 from aot.errors import UserError  # noqa: E402
-from aot.onnx_backend import TgcBackend, TgcRep, device_target  # noqa: E402
+from aot.onnx_backend import TgcBackend, device_target  # noqa: E402
 
 F = TensorProto.FLOAT
 
@@ -30,7 +30,8 @@ def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
 
 def _reshape_model() -> onnx.ModelProto:
   return _model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
-                [helper.make_tensor_value_info("x", F, [3, 4]), helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                [helper.make_tensor_value_info("x", F, [3, 4]),
+                 helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
                 [helper.make_tensor_value_info("y", F, ["a", "b"])])
 
 
@@ -100,8 +101,9 @@ def test_storage_only_types_round_trip():
 def test_storage_only_weights():
   ml_dtypes = pytest.importorskip("ml_dtypes")
   c = numpy_helper.from_array(np.array([1.0, 3.0], ml_dtypes.bfloat16), "c")
-  m = _model([helper.make_node("Add", ["x", "c"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])],
-             [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2])], [c], opset=21)
+  bf16 = TensorProto.BFLOAT16
+  m = _model([helper.make_node("Add", ["x", "c"], ["y"])], [helper.make_tensor_value_info("x", bf16, [2])],
+             [helper.make_tensor_value_info("y", bf16, [2])], [c], opset=21)
   out = TgcBackend.run_model(m, [np.array([0.5, 0.25], ml_dtypes.bfloat16)])[0]
   assert out.astype(np.float32).tolist() == [1.5, 3.25]
 
@@ -151,12 +153,13 @@ def test_onnx_backend_test_runner():
 
 
 # ---------------------------------------------------------------- conformance sample
-SAMPLE = ("test_abs", "test_matmul_3d", "test_gemm_all_attributes", "test_conv_with_autopad_same", "test_maxpool_2d_pads",
-          "test_averagepool_2d_same_upper", "test_batchnorm_example", "test_transpose_all_permutations_3",
-          "test_concat_3d_axis_negative_1", "test_gather_1", "test_expand_dim_changed", "test_tile", "test_constant_pad",
-          "test_split_equal_parts_2d", "test_top_k", "test_where_example", "test_cast_FLOAT_to_FLOAT16",
-          "test_reduce_mean_keepdims_example", "test_resize_upsample_scales_nearest", "test_layer_normalization_2d_axis0",
-          "test_cumsum_1d", "test_argmax_default_axis_example", "test_clip_default_inbounds", "test_softmax_example",
+SAMPLE = ("test_abs", "test_matmul_3d", "test_gemm_all_attributes", "test_conv_with_autopad_same",
+          "test_maxpool_2d_pads", "test_averagepool_2d_same_upper", "test_batchnorm_example",
+          "test_transpose_all_permutations_3", "test_concat_3d_axis_negative_1", "test_gather_1",
+          "test_expand_dim_changed", "test_tile", "test_constant_pad", "test_split_equal_parts_2d", "test_top_k",
+          "test_where_example", "test_cast_FLOAT_to_FLOAT16", "test_reduce_mean_keepdims_example",
+          "test_resize_upsample_scales_nearest", "test_layer_normalization_2d_axis0", "test_cumsum_1d",
+          "test_argmax_default_axis_example", "test_clip_default_inbounds", "test_softmax_example",
           "test_range_float_type_positive_delta")
 
 
