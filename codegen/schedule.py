@@ -4,7 +4,7 @@ shared, or nested in another reduce). Each kernel is an AST: SINK(STORE(DEFINE_G
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from ir import Ops, GroupOp, UOp, dtypes
+from ir import Ops, GroupOp, UOp, dtypes, substitute
 from ir.symbolic import simplify
 from ir.lowp import per_word
 from codegen.storage import lower_storage_types, pack_store
@@ -105,10 +105,11 @@ class _KernelBuilder:
     if n.op is Ops.REDUCE_AXIS:
       op, axes = n.arg
       in_shape = n.src[0].shape
-      ranges = {a: self.new_range(in_shape[a], "reduce") for a in axes}
+      ranges = {a: self.new_range(in_shape[a], "reduce") if in_shape[a] > 1 else UOp.const(INDEX, 0) for a in axes}
       inner = tuple(ranges[i] if i in ranges else x for i, x in enumerate(idx))
       body = self.value(n.src[0], inner, valid)
-      return UOp(Ops.REDUCE, n.dtype, (body,) + tuple(ranges[a] for a in sorted(ranges)), op)
+      loops = tuple(ranges[a] for a in sorted(ranges) if ranges[a].op is Ops.RANGE)
+      return UOp(Ops.REDUCE, n.dtype, (body,) + loops, op) if loops else body   # reducing one element is the element
     src = n.src[0]
     if n.op is Ops.RESHAPE:
       flat = _flat_index(idx, n.shape)
@@ -159,6 +160,15 @@ def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
   for s, st in zip(shape, _strides(shape)):
     out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s)
   return tuple(out)
+
+
+def _drop_unused_buffers(ast: UOp, bufs: list[UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+  """Simplification can remove every load of a buffer (where(False, x, y) -> y): renumber the arguments so
+  the kernel binds only the buffers it uses."""
+  used = sorted({n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL})
+  if len(used) == len(bufs): return ast, tuple(bufs)
+  mapping = {n: n.replace(arg=(used.index(n.arg[0]), n.arg[1])) for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}
+  return substitute(ast, mapping), tuple(bufs[i] for i in used)
 
 
 def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
@@ -231,7 +241,8 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
       idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
       store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), kb.value(n, idx, None, top=True)))
     ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
-    items.append(ScheduleItem(ast, tuple(kb.bufs)))
+    ast, bufs = _drop_unused_buffers(ast, kb.bufs)
+    items.append(ScheduleItem(ast, bufs))
     realized[n] = out_buf
   outs = []
   for r in roots:

@@ -285,8 +285,8 @@ class Tensor:
   # comparisons and logic
   def __lt__(self, y) -> Tensor: return Tensor._binop(self, y, Ops.CMPLT, False, "lt")
   def __gt__(self, y) -> Tensor: return Tensor._binop(self, y, Ops.CMPLT, True, "gt")
-  def __le__(self, y) -> Tensor: return (self > y).logical_not()
-  def __ge__(self, y) -> Tensor: return (self < y).logical_not()
+  def __le__(self, y) -> Tensor: return (self < y).logical_or(self == y)   # false for NaN, as in numpy
+  def __ge__(self, y) -> Tensor: return (self > y).logical_or(self == y)
   def __eq__(self, y) -> Tensor: return Tensor._binop(self, y, Ops.CMPEQ, False, "eq")  # type: ignore[override]
   def __ne__(self, y) -> Tensor: return Tensor._binop(self, y, Ops.CMPNE, False, "ne")  # type: ignore[override]
   def eq(self, y) -> Tensor: return self == y

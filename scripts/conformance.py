@@ -169,21 +169,30 @@ def main(argv=None) -> int:
   ap.add_argument("-k", dest="name_filter", default=None, help="only cases whose name contains this")
   ap.add_argument("--output", default=os.path.join(ROOT, "docs", "conformance.md"))
   ap.add_argument("--json", default=None, help="also write every result to this JSON file")
+  ap.add_argument("--from-json", default=None, help="write the report from a JSON file of an earlier run")
   ap.add_argument("--no-write", action="store_true", help="print the summary only")
   ap.add_argument("--update-expected", action="store_true",
                   help="rewrite tests/onnx/expected_failures.py from the failures on the first device")
   args = ap.parse_args(argv)
-  start = time.perf_counter()
-  results = run(args.devices, args.workers, args.timeout, args.name_filter, progress=True)
-  seconds = time.perf_counter() - start
+  if args.from_json:
+    with open(args.from_json) as f: saved = json.load(f)
+    args.devices, args.workers, seconds = saved["devices"], saved["workers"], saved["seconds"]
+    results = {(k.split(":", 1)[1], k.split(":", 1)[0]): tuple(v) for k, v in saved["results"].items()}
+  else:
+    start = time.perf_counter()
+    results = run(args.devices, args.workers, args.timeout, args.name_filter, progress=True)
+    seconds = time.perf_counter() - start
   for d in args.devices:
     c = collections.Counter(r[0] for (n, dev), r in results.items() if dev == d)
     print(f"{d}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + f" (of {len(conformance.cases())})")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump({f"{d}:{n}": list(r) for (n, d), r in sorted(results.items())}, f, indent=0)
+      json.dump({"devices": args.devices, "workers": args.workers, "seconds": seconds,
+                 "results": {f"{d}:{n}": list(r) for (n, d), r in sorted(results.items())}}, f, indent=0)
   if args.update_expected:
-    if args.name_filter: print("--update-expected needs a full run (no -k)", file=sys.stderr); return 2
+    if args.name_filter or args.from_json:
+      print("--update-expected needs a full run (no -k, no --from-json)", file=sys.stderr)
+      return 2
     write_expected(results, args.devices[0], os.path.join(ROOT, "tests", "onnx", "expected_failures.py"))
     sys.modules.pop("expected_failures", None)
   if not args.no_write and not args.name_filter:

@@ -60,7 +60,8 @@ _cpu_compiler: list[str | None] = []
 
 
 def cpu_compiler() -> str | None:
-  """A clang++ that has _Float16 on this host (the shim's `half`; x86-64 needs clang 15 or newer), or None."""
+  """A clang++ that has _Float16 on this host (the shim's `half`; x86-64 needs clang 15 or newer), or None. On
+  Debian 12 `clang` is 14, but clang-15 comes with pocl-opencl-icd (PoCL compiles kernels with it)."""
   if not _cpu_compiler:
     names = ["clang++"] + [f"clang++-{v}" for v in range(25, 14, -1)]
     found = None

@@ -223,10 +223,11 @@ def _saturating_round(y: Tensor, dt) -> Tensor:
   return y.round().clip(float(info.min), float(info.max)).cast(dt)
 
 
-def resize_table(in_n: int, out_n: int, scale: float, mode: str, coord_mode: str, nearest_mode: str,
-                 cubic_a: float, exclude_outside: bool, antialias: bool, roi=None):
-  """The (out_n, in_n) interpolation weights of one axis and the rows that are extrapolated (tf_crop_and_resize),
-  following onnx.reference's Resize coordinate by coordinate (computed in float64)."""
+def resize_taps(in_n: int, out_n: int, scale: float, mode: str, coord_mode: str, nearest_mode: str,
+                cubic_a: float, exclude_outside: bool, antialias: bool, roi=None):
+  """Resize along one axis as taps: for each output position the (unclamped) input indices and weights
+  (out_n, taps), and the rows that are extrapolated (tf_crop_and_resize; None if none). Follows onnx.reference's
+  Resize coordinate by coordinate, in float64; reading index i means reading index clip(i, 0, in_n - 1)."""
   out_w = scale * in_n
   y = np.arange(out_n, dtype=np.float64)
   extrap = None
@@ -260,11 +261,55 @@ def resize_table(in_n: int, out_n: int, scale: float, mode: str, coord_mode: str
     coeffs = np.where((idx < 0) | (idx >= in_n), 0.0, coeffs)
     total = coeffs.sum(-1, keepdims=True)
     coeffs = coeffs / np.where(total == 0, 1.0, total)
+  if extrap is not None and not extrap.any(): extrap = None
+  return idx, coeffs, extrap
+
+
+def resize_axis(x: Tensor, axis: int, idx: np.ndarray, coeffs: np.ndarray, extrap, extrap_value: float) -> Tensor:
+  """Apply resize taps along `axis`. Taps that repeat with a period (integer and simple rational scales: output
+  position P*q + r reads input Q*q + base[r]) become shifted, strided views of the edge-padded input, O(taps)
+  work per output; anything else multiplies by the dense (out, in) weight table."""
+  in_n, out_n = x.shape[axis], idx.shape[0]
+  if extrap is None:
+    y = _resize_periodic(move_axis(x, axis, -1), idx, coeffs)
+    if y is not None: return move_axis(y, -1, axis)
   table = np.zeros((out_n, in_n), dtype=np.float64)
-  rows = np.repeat(np.arange(out_n), taps)
+  rows = np.repeat(np.arange(out_n), idx.shape[1])
   np.add.at(table, (rows, np.clip(idx, 0, in_n - 1).reshape(-1)), coeffs.reshape(-1))
   if extrap is not None: table[extrap] = 0.0
-  return table, extrap
+  return apply_axis_table(x, axis, table, extrap, extrap_value)
+
+
+def _resize_periodic(xt: Tensor, idx: np.ndarray, coeffs: np.ndarray):
+  in_n, (out_n, taps) = xt.shape[-1], idx.shape
+  g = math.gcd(in_n, out_n)
+  period, step = out_n // g, in_n // g
+  if period > 8 or out_n == 0: return None
+  q = np.arange(out_n) // period
+  base = idx - (q * step)[:, None]
+  if not (np.array_equal(base, np.tile(base[:period], (g, 1))) and
+          np.allclose(coeffs, np.tile(coeffs[:period], (g, 1)), rtol=0, atol=1e-12)): return None
+  lo, hi = int(base.min()), int(base.max())
+  left, right = max(0, -lo), max(0, step * (g - 1) + hi - (in_n - 1))
+  lead = ((0, 0),) * (xt.ndim - 1)
+  xp = xt.pad(lead + ((left, right),), mode="edge") if left or right else xt
+  exact = not xt.dtype.is_float
+  pieces = []
+  for r in range(period):
+    acc = None
+    for t in range(taps):
+      w = float(coeffs[r, t])
+      if w == 0.0: continue
+      start = int(base[r, t]) + left
+      view = xp[(Ellipsis, slice(start, start + step * (g - 1) + 1, step))]
+      if w != 1.0:
+        if exact: return None
+        view = view * w
+      acc = view if acc is None else acc + view
+    if acc is None: return None
+    pieces.append(acc)
+  y = pieces[0].unsqueeze(-1) if period == 1 else Tensor.stack(pieces, -1)      # (..., g, period)
+  return y.reshape(xt.shape[:-1] + (out_n,)).cast(xt.dtype)
 
 
 def _resize_coeffs(ratio: float, scale: float, mode: str, nearest_mode: str, a: float, antialias: bool):

@@ -1,6 +1,7 @@
 """ONNX neural-network operators mapped onto lazy Tensor ops: convolutions, pooling, matrix products, quantized
-arithmetic, normalizations, softmax family, Resize, TopK, CumSum, Einsum, recurrent layers (unrolled over the
-static sequence length), losses, Fourier transforms and window functions, grid sampling.
+arithmetic, normalizations, the softmax family, Resize, TopK, CumSum, Einsum, recurrent layers (unrolled over the
+static sequence length), losses, Fourier transforms and window functions, grid sampling, RoiAlign, Col2Im, and
+the newer transformer operators (Attention, RMSNormalization, RotaryEmbedding, LinearAttention, ...).
 
 Each handler follows the ONNX spec for every opset in use and onnx.reference where the spec leaves room.
 Attributes arrive without defaults applied; compile-time constant inputs (sizes, scales, k, axes) are read
@@ -14,14 +15,7 @@ from frontend import functional
 from frontend.onnx.registry import NodeContext, onnx_op
 from frontend.onnx import compose_nn as nn
 from frontend.onnx.compose_nn import prod
-
-# ONNX TensorProto element types used by attributes (output_dtype, output_datatype, ...)
-_ONNX_DTYPES = {1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16,
-                6: dtypes.int32, 7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64,
-                12: dtypes.uint32, 13: dtypes.uint64, 16: dtypes.bfloat16, 17: dtypes.float8e4m3fn,
-                18: dtypes.float8e4m3fnuz, 19: dtypes.float8e5m2, 20: dtypes.float8e5m2fnuz, 21: dtypes.uint4,
-                22: dtypes.int4, 23: dtypes.float4e2m1, 25: dtypes.uint2, 26: dtypes.int2}
-
+from frontend.onnx.importer import ONNX_DTYPES
 
 # ---------------------------------------------------------------- attribute and input helpers
 def _str(ctx: NodeContext, name: str, default: str) -> str:
@@ -51,8 +45,8 @@ def _present(ctx: NodeContext, i: int) -> bool: return ctx.input(i) is not None
 
 
 def _const(ctx: NodeContext, i: int, what: str) -> np.ndarray:
-  """A compile-time constant input, or a one-line error naming it."""
-  if not ctx.is_const(i): raise ctx.fail(f"input {i} ({what}) must be a compile-time constant")
+  """The value of compile-time constant input i (`what` names it); the importer explains how to pin it if not."""
+  if i >= len(ctx.inputs) or ctx.inputs[i] is None: raise ctx.fail(f"input {i} ({what}) is required")
   return np.asarray(ctx.const_value(i))
 
 
@@ -305,12 +299,12 @@ def quantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
   axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
   if zp is not None: out_dt = zp.dtype
-  elif ctx.attr("output_dtype"): out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_dtype")))
+  elif ctx.attr("output_dtype"): out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype")))
   else: out_dt = dtypes.uint8
   if out_dt is None or out_dt.is_bool or out_dt in (dtypes.bfloat16, dtypes.float16, dtypes.float32,
                                                    dtypes.float64) or out_dt.itemsize > 2:
     raise ctx.fail(f"quantizing to {out_dt.name if out_dt else ctx.attr('output_dtype')} is not supported")
-  precision = _ONNX_DTYPES.get(int(ctx.attr("precision", 0) or 0))
+  precision = ONNX_DTYPES.get(int(ctx.attr("precision", 0) or 0))
   dt = precision or promote(x.dtype, scale.dtype)
   if dt.storage_only: dt = dtypes.float32
   v = x.cast(dt) / _quant_param(scale, x.shape, axis, block).cast(dt)
@@ -330,7 +324,7 @@ def quantize_linear(ctx: NodeContext):
 def dequantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
   axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
-  out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_dtype", 0) or 0)) or scale.dtype
+  out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype", 0) or 0)) or scale.dtype
   if x.dtype.is_float: v = x.cast(dtypes.float32)            # float8 / float4e2m1: the zero point must be 0
   elif x.dtype.storage_only or x.dtype.itemsize <= 2:
     xi = x.cast(dtypes.int32)
@@ -527,9 +521,9 @@ def _resize(ctx: NodeContext, x: Tensor, scales, sizes, roi, mode: str, coord: s
     if n_out == 0: raise ctx.fail(f"output size 0 on axis {a}")
     axis_nearest = nearest
     if nearest == "simple": axis_nearest = "ceil" if scale < 1 else "floor"
-    table, extrap = nn.resize_table(x.shape[a], n_out, scale, mode, coord, axis_nearest, cubic_a, exclude,
-                                    antialias and scale < 1, lo_hi if lo_hi is not None else (0.0, 1.0))
-    y = nn.apply_axis_table(y, a, table, extrap, extrap_value)
+    idx, coeffs, extrap = nn.resize_taps(x.shape[a], n_out, scale, mode, coord, axis_nearest, cubic_a, exclude,
+                                         antialias and scale < 1, lo_hi if lo_hi is not None else (0.0, 1.0))
+    y = nn.resize_axis(y, a, idx, coeffs, extrap, extrap_value)
   return y
 
 
@@ -811,7 +805,7 @@ def softmax_cross_entropy_loss(ctx: NodeContext):
 def _window(ctx: NodeContext, terms: list[tuple[float, int]]):
   """sum_j a_j * cos(2 pi m_j n / N) for n < size, N = size (periodic) or size - 1 (symmetric)."""
   size = int(_const(ctx, 0, "size").reshape(-1)[0])
-  out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_datatype", 1)), dtypes.float32)
+  out_dt = ONNX_DTYPES.get(int(ctx.attr("output_datatype", 1)), dtypes.float32)
   periodic = int(ctx.attr("periodic", 1))
   denom = size if periodic else size - 1
   n = Tensor.arange(size, dtype=dtypes.float32, device=ctx.input(0).device)
@@ -1226,7 +1220,7 @@ def attention(ctx: NodeContext):
   qk_bias = (qk + bias).cast(dt)
   mode = int(ctx.attr("qk_matmul_output_mode", 0))
   qk_out = qk_bias if mode == 2 else qk
-  precision = _ONNX_DTYPES.get(int(ctx.attr("softmax_precision", 0) or 0))
+  precision = ONNX_DTYPES.get(int(ctx.attr("softmax_precision", 0) or 0))
   probs = _masked_softmax(qk_bias.cast(precision) if precision is not None else qk_bias.cast(dt.compute))
   masked_rows = bias.max(-1, keepdim=True) == -math.inf
   probs = masked_rows.where(0.0, probs).cast(probs.dtype)
@@ -1340,7 +1334,7 @@ def mel_weight_matrix(ctx: NodeContext):
   mels, dft_len, rate, lo_hz, hi_hz = (_const(ctx, i, name).reshape(()) for i, name in
                                        enumerate(("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
                                                   "upper_edge_hertz")))
-  out_dt = _ONNX_DTYPES.get(int(ctx.attr("output_datatype", 1)), dtypes.float32)
+  out_dt = ONNX_DTYPES.get(int(ctx.attr("output_datatype", 1)), dtypes.float32)
   n_mels, bins = int(mels), int(dft_len) // 2 + 1
   # the triangle edges (spectrogram bin numbers) follow from the constant inputs, computed as the reference does
   lo_mel = 2595 * np.log1p(lo_hz / 700) / np.log(10)

@@ -120,6 +120,7 @@ CASES = [
   Case("casts", _casts, rtol=1e-3, atol=1e-3, tags=frozenset({"half"})),
   Case("bitcast", _bitcast, tags=frozenset({"half"})),
   Case("bitcast_back", _bitcast_back, rtol=1e-3, tags=frozenset({"half"})),
+  Case("bitcast_bool", lambda: (t(data(4, 8)) > 0).bitcast(dtypes.uint8) * 3),
   Case("conv2d", _conv, rtol=1e-4, atol=1e-4),
   Case("float64", _f64, rtol=1e-12, atol=1e-12, tags=frozenset({"f64"})),
 ]

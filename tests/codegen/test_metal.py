@@ -2,20 +2,22 @@
 address spaces), the shim rejects known-bad kernels (so passing means something), and the kernels run on the CPU
 through the shim against the numpy interpreter. Apple's own compiler and GPUs are exercised only on macOS, by the
 Metal runtime."""
+import sys
 import warnings
 
-import numpy as np
 import pytest
 
 import metal_check
 from gpu_cases import CASES, check, programs, run_case
 from codegen.render import get_renderer
 from ir import dtypes
+from runtimes import RuntimeUnavailable, get_runtime
 
-pytestmark = pytest.mark.skipif(metal_check.clang() is None, reason="clang++ is not installed (apt-get install clang)")
+needs_clang = pytest.mark.skipif(metal_check.clang() is None, reason="clang++ is not installed (apt-get install clang)")
 METAL_CASES = [c for c in CASES if "f64" not in c.tags]
 
 
+@needs_clang
 @pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
 def test_kernels_pass_the_shim(case):
   _, _, progs = programs(case, "metal")
@@ -88,10 +90,12 @@ BAD = [
 ]
 
 
+@needs_clang
 def test_good_kernel_passes():
   assert metal_check.syntax_errors(GOOD) == ""
 
 
+@needs_clang
 @pytest.mark.parametrize("what,edit,message", BAD, ids=[b[0] for b in BAD])
 def test_shim_rejects_bad_kernels(what, edit, message):
   old, new = edit
@@ -103,12 +107,11 @@ def test_shim_rejects_bad_kernels(what, edit, message):
 
 # ---- CPU runs through the shim ----
 
+@needs_clang
 @pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
 def test_kernels_run_on_cpu(case):
-  if "half" in case.tags and metal_check.cpu_compiler() is None:
-    pytest.skip("no host clang++ with _Float16 (clang 15 or newer) for half kernels")
-  if metal_check.cpu_compiler() is None and metal_check.clang() is None:
-    pytest.skip("clang++ is not installed (apt-get install clang)")
+  if metal_check.cpu_compiler() is None:
+    pytest.skip("no host clang++ with _Float16 (clang 15 or newer: apt-get install clang-15)")
 
   def execute(prg, arrays):
     metal_check.run_on_cpu(prg.src, prg.name, arrays, prg.global_size, prg.local_size)
@@ -118,8 +121,10 @@ def test_kernels_run_on_cpu(case):
     check(case, run_case(case, "metal", execute))
 
 
+@needs_clang
 def test_cpu_run_catches_a_wrong_kernel():
   """The CPU path compares for real: the sum kernel with its accumulation turned into a subtraction fails."""
+  if metal_check.cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (apt-get install clang-15)")
   case = next(c for c in CASES if c.name == "sum")
 
   def execute(prg, arrays):
@@ -127,4 +132,36 @@ def test_cpu_run_catches_a_wrong_kernel():
     metal_check.run_on_cpu(prg.src.replace("+val", "-val"), prg.name, arrays, prg.global_size, prg.local_size)
 
   with pytest.raises(AssertionError):
+    check(case, run_case(case, "metal", execute))
+
+
+# ---- the Metal runtime: macOS only ----
+
+@pytest.fixture(scope="module")
+def metal_runtime():
+  try:
+    return get_runtime("metal")
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
+
+
+def test_runtime_unavailable_off_macos():
+  if sys.platform == "darwin": pytest.skip("on macOS the Metal runtime can run")
+  with pytest.raises(RuntimeUnavailable, match=r"^metal: needs macOS \(Metal framework\)$"):
+    get_runtime("metal")
+
+
+@pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
+def test_kernels_run_on_metal(case, metal_runtime):
+  rt = metal_runtime
+
+  def execute(prg, arrays):
+    bufs = [rt.alloc(a.nbytes) for a in arrays]
+    for b, a in zip(bufs, arrays): rt.copyin(b, a)
+    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
+    rt.synchronize()
+    for b, a in zip(bufs, arrays): a[:] = rt.copyout(b)
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
     check(case, run_case(case, "metal", execute))

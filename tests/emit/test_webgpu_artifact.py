@@ -180,7 +180,8 @@ def test_files_manifest_and_plan(bundles, name):
   plan = plan_of(folder)
   assert [t["name"] for t in plan["inputs"]] == [t["name"] for t in manifest["inputs"]]
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
-  assert plan["weightsBytes"] == manifest["weights"]["nbytes"] and plan["weightsSha256"] == manifest["weights"]["sha256"]
+  assert plan["weightsBytes"] == manifest["weights"]["nbytes"]
+  assert plan["weightsSha256"] == manifest["weights"]["sha256"]
   header = Path(folder, "weights.safetensors").read_bytes()[:manifest["weights"]["header_bytes"]]
   assert header[8:].decode("ascii") == plan["header"]
   assert [w["offset"] for w in plan["weights"]] == [t["offset"] for t in manifest["weights"]["tensors"]]
@@ -221,7 +222,8 @@ def test_whole_buffer_plan(bundles):
       written = [a for a, b in zip(call["args"], bindings) if not b[1]]
       assert set(call["clear"]) <= set(written)
   cnn = plan_of(bundles["cnn"][1])
-  assert sum(b["label"].startswith("slot ") for b in cnn["buffers"]) < len(manifest_of(bundles["cnn"][1])["arena_buffers"])
+  cnn_slots = sum(b["label"].startswith("slot ") for b in cnn["buffers"])
+  assert cnn_slots < len(manifest_of(bundles["cnn"][1])["arena_buffers"])     # slots are shared
 
 
 def test_packed_outputs_are_cleared(bundles):
@@ -367,7 +369,8 @@ def test_webgpu_artifact_needs_the_limits(bundles, wgpu_runtime, tmp_path):
   _, folder = bundles["mlp"]
   copy = tmp_path / "mlp"
   shutil.copytree(folder, copy)
-  js = (copy / "model.js").read_text().replace('"maxStorageBuffersPerShaderStage": 8', '"maxStorageBuffersPerShaderStage": 99')
+  limit = '"maxStorageBuffersPerShaderStage": '
+  js = (copy / "model.js").read_text().replace(limit + "8", limit + "99")
   (copy / "model.js").write_text(js)
   manifest = manifest_of(str(copy))
   manifest["files"]["model.js"] = hashlib.sha256(js.encode()).hexdigest()
@@ -532,6 +535,38 @@ def test_model_js_float16_helpers(bundles, node, tmp_path):
   np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
 
 
+USE_TYPES = """
+import { load, Outputs, Model } from "./model";
+async function main(): Promise<void> {
+  const m: Model = await load("weights.safetensors");
+  const out: Outputs = await m.run({ x: new BigInt64Array(5), v: new Float32Array(27) });
+  const a: BigInt64Array = out.output_0.data;
+  const b: Int32Array = out["output_1"].data;
+  const shape: number[] = out.output_0.shape;
+  await m.dispose();
+  console.log(a, b, shape);
+}
+main();
+"""
+
+
+def test_model_d_ts_with_tsc(bundles, tmp_path):
+  """model.d.ts type-checks a correct use under --strict and rejects a wrong input type and a missing input."""
+  tsc = os.environ.get("TGC_TSC") or shutil.which("tsc")
+  if tsc is None: pytest.skip("tsc not found: npm install -g typescript (or set TGC_TSC)")
+  shutil.copy(Path(bundles["int64"][1], "model.d.ts"), tmp_path / "model.d.ts")
+  (tmp_path / "use.ts").write_text(USE_TYPES)
+  flags = ["--noEmit", "--strict", "--target", "es2022", "--moduleResolution", "node"]
+  run([tsc, *flags, "use.ts"], cwd=tmp_path)
+  missing = "main();\nload().then((m) => m.run({ x: new BigInt64Array(5) }));"
+  bad = USE_TYPES.replace("x: new BigInt64Array(5), ", "x: new Float32Array(5), ").replace("main();", missing)
+  (tmp_path / "bad.ts").write_text(bad)
+  result = run([tsc, *flags, "bad.ts"], cwd=tmp_path, check=False)
+  assert result.returncode != 0
+  assert "bad.ts(5," in result.stdout and "not assignable to type 'BigInt64Array" in result.stdout
+  assert "Property '\"v\"' is missing" in result.stdout
+
+
 # ---------------------------------------------------------------- headless Chromium (SwiftShader WebGPU)
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -693,7 +728,9 @@ def test_browser_errors(bundles, browser, server):
     messages = page.evaluate("""async () => {
       const model = window.tgc.model;
       const good = window.tgc.randomInputs(0);
-      const attempt = async (feeds) => { try { await model.run(feeds); return "ran"; } catch (e) { return e.message; } };
+      const attempt = async (feeds) => {
+        try { await model.run(feeds); return "ran"; } catch (e) { return e.message; }
+      };
       const big = BigInt64Array.from(good.x); big[2] = 2n ** 40n;
       const results = [
         await attempt({ x: good.x }),

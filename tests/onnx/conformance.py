@@ -6,6 +6,7 @@
 constants (`consts`), as a user would with `--const`; such cases are flagged "needed const"."""
 from __future__ import annotations
 import functools
+import re
 import warnings
 from typing import Any
 
@@ -44,18 +45,32 @@ def cases() -> list:
 
 
 def case_op(case) -> str:
-  """The operator a case tests: its only node's op type, or the op the test name starts with."""
+  """The operator a case tests: its only node's op type; for an "_expanded" case (the operator's function body)
+  the op of the case it expands; otherwise the longest ONNX op whose snake_case name starts the case name."""
   g = case.model.graph
   if len(g.node) == 1: return g.node[0].op_type
+  base = re.sub(r"_expanded(_ver\d+)?$", "", case.name)
+  single = _single_node_ops()
+  if base in single: return single[base]
   name = case.name[len("test_"):]
-  types = {n.op_type for n in g.node}
   best = ""
-  for t in types:
-    snake = "".join("_" + ch.lower() if ch.isupper() else ch for ch in t).lstrip("_")
-    if name.startswith(snake) or name.startswith(t.lower()):
-      if len(t) > len(best): best = t
-  if best: return best
-  return name.split("_expanded")[0].split("_")[0]
+  for op in _all_op_names() | {n.op_type for n in g.node}:
+    if name.startswith(_snake(op)) and len(op) > len(best): best = op
+  return best or name.split("_")[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _single_node_ops() -> dict[str, str]:
+  return {c.name: c.model.graph.node[0].op_type for c in cases() if len(c.model.graph.node) == 1}
+
+
+@functools.lru_cache(maxsize=1)
+def _all_op_names() -> frozenset:
+  return frozenset(s.name for s in onnx.defs.get_all_schemas_with_history())
+
+
+def _snake(op: str) -> str:
+  return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", op).lower()
 
 
 def const_inputs(model: onnx.ModelProto) -> list[str]:
