@@ -7,8 +7,9 @@ The host code in templates/webgpu is generic; what is model-specific reaches it 
 written into model.js between the lines `// tgc:plan begin` and `// tgc:plan end` (`const PLAN = {...};`). The
 plan holds the kernels (WGSL as a list of lines, work-group size, storage bindings), the buffers, each call's
 work-group counts and bound buffers, the I/O and weight tables, the expected safetensors header and the device
-features and limits the model needs. tgc's Python runtime for these artifacts (`runtimes/artifact_webgpu.py`,
-`read_plan`) reads the plan back out of model.js, so it runs exactly the WGSL and buffer plan a browser runs.
+features and limits the model needs (`limits`; the ones above WebGPU's defaults are requested: `requestLimits`).
+tgc's Python runtime for these artifacts (`runtimes/artifact_webgpu.py`, `read_plan`) reads the plan back out of
+model.js, so it runs exactly the WGSL and buffer plan a browser runs.
 
 Buffers (one GPUBuffer each; WebGPU validates usage per whole buffer, so intermediates are not sub-ranges of one
 arena): inputs, outputs, weights, then the slots of `codegen.memory.plan_slots` (intermediates whose lifetimes do
@@ -138,11 +139,12 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind("weight")],
           "buffers": buffers, "kernels": kernels, "calls": calls,
           "features": sorted({"shader-f16" for k in cm.kernels.values() if "enable f16;" in k.prefix}),
-          "limits": required_limits(cm, buffers, kernels, calls)}
+          "limits": (limits := required_limits(cm, buffers, kernels, calls)),
+          "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
 
 
 def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict], calls: list[dict]) -> dict:
-  """The device limits the plan needs, by their JS names (at least WebGPU's defaults, which every device has)."""
+  """The device limits the plan needs, by their JS names. Only those above WebGPU's defaults are requested."""
   need = {"maxStorageBuffersPerShaderStage": max([len(k["bindings"]) for k in kernels] + [0]),
           "maxStorageBufferBindingSize": max([buffers[a]["size"] for c in calls for a in c["args"]] + [0]),
           "maxBufferSize": max([b["size"] for b in buffers] + [0]),
@@ -151,7 +153,7 @@ def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict],
           "maxComputeWorkgroupStorageSize": max([_workgroup_bytes(k) for k in cm.kernels.values()] + [0])}
   for axis, dim in zip("XYZ", range(3)):
     need[f"maxComputeWorkgroupSize{axis}"] = max([k["workgroupSize"][dim] for k in kernels] + [0])
-  return {name: max(need[name], DEFAULT_LIMITS[name]) for name in DEFAULT_LIMITS}
+  return {name: need[name] for name in DEFAULT_LIMITS}
 
 
 def pretty(value, indent: int = 0) -> str:
@@ -227,8 +229,7 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   info = {"module": "model.js", "types": "model.d.ts", "demo": "index.html", "api": "load(weights, {device})",
           "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
           "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],
-          "limits": {k: v for k, v in plan["limits"].items() if v > DEFAULT_LIMITS[k]},
-          "limits_needed": plan["limits"], "int64": "narrowed to 32-bit words on the device",
+          "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"], "int64": "narrowed to 32-bit words on the device",
           "float16": "stored packed, computed in f32", "buffers": "one GPUBuffer per input, output, weight and slot",
           "slot_buffers": slot_plan(cm)[1]}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)

@@ -2,7 +2,8 @@
 
   DEBUG=1..4   1: kernel count and time per realize, 2: the schedule, 3: each kernel's IR, 4: generated source
   DEVICE       default Tensor device ("numpy", "c", "opencl", ...); default "c"
-  TGC_CACHE    directory for the compiled-kernel and tuning caches; default ~/.cache/tgc
+  TGC_CACHE_DIR  directory for the compiled-kernel and tuning caches; default ~/.cache/tgc
+  CC           the C compiler artifacts are built with (default cc)
   BEAM         beam width for kernel search (0: hand-coded heuristics)
   NOOPT        1: no opt actions at all (plain loops), for debugging
 """
@@ -18,13 +19,15 @@ class Config:
   cache_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".cache", "tgc"))
   beam: int = 0
   noopt: bool = False
+  cc: str = "cc"
 
   @staticmethod
   def from_env(env=os.environ) -> Config:
     c = Config()
     c.debug = int(env.get("DEBUG", "0") or 0)
     c.device = env.get("DEVICE", c.device).lower()
-    c.cache_dir = env.get("TGC_CACHE", c.cache_dir)
+    c.cache_dir = os.path.expanduser(env.get("TGC_CACHE_DIR") or c.cache_dir)
+    c.cc = env.get("CC") or c.cc
     c.beam = int(env.get("BEAM", "0") or 0)
     c.noopt = env.get("NOOPT", "0") not in ("", "0")
     return c

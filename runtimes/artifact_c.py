@@ -16,6 +16,7 @@ import tempfile
 import time as _time
 
 import numpy as np
+from ir.config import config
 
 from runtimes.base import cache_root
 
@@ -54,7 +55,7 @@ class CArtifact:
                cflags: tuple[str, ...] | None = None, cache_dir: str | None = None):
     self.folder = os.path.abspath(folder)
     self.manifest: dict = self._load_manifest()
-    self.compiler = compiler or os.environ.get("CC") or "cc"
+    self.compiler = compiler or config.cc
     self.cflags = tuple(cflags) if cflags is not None else DEFAULT_CFLAGS
     self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_c")
     self.symbol: str = self.manifest["target_info"]["api_prefix"]

@@ -17,6 +17,7 @@ import tempfile
 import time as _time
 
 import numpy as np
+from ir.config import config
 
 from runtimes.artifact_c import FORMAT_VERSION, ArtifactError, CArtifact, _compiler_id, _read
 from runtimes.base import RuntimeUnavailable, cache_root
@@ -36,7 +37,7 @@ class OpenCLArtifact(CArtifact):
     self._ctx = None
     self.folder = os.path.abspath(folder)
     self.manifest: dict = self._load_manifest()
-    self.compiler = compiler or os.environ.get("CC") or "cc"
+    self.compiler = compiler or config.cc
     self.cflags = tuple(cflags) if cflags is not None else DEFAULT_CFLAGS
     self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_opencl")
     self.symbol: str = self.manifest["target_info"]["api_prefix"]

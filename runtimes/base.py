@@ -25,8 +25,6 @@ RUNTIME_CLASSES: dict[str, str] = {
   "webgpu": "runtimes.webgpu:WebGPURuntime",
 }
 
-CACHE_DIR_ENV = "TGC_CACHE_DIR"
-DEFAULT_CACHE_ROOT = os.path.join("~", ".cache", "tgc")
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -133,7 +131,8 @@ _runtimes_lock = threading.Lock()
 
 def cache_root() -> str:
   """The root folder of tgc's on-disk caches: $TGC_CACHE_DIR, else ~/.cache/tgc."""
-  return os.path.expanduser(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_ROOT)
+  from ir.config import config
+  return config.cache_dir
 
 
 def _runtime_class(name: str) -> Callable[..., Runtime]:

@@ -23,12 +23,21 @@ def pytest_configure(config: pytest.Config) -> None:
     root = tempfile.mkdtemp(prefix="tgc-tests-")
     _owned_roots.append(root)
     os.environ[TEMP_ROOT_ENV] = root
+  config.addinivalue_line("markers", "webgpu: uses the WebGPU runtime (run apart from OpenCL: see below)")
   folders = {"POCL_CACHE_DIR": "pocl", "XDG_RUNTIME_DIR": "xdg-runtime", "TGC_CACHE_DIR": "tgc-cache"}
   for variable, folder in folders.items():
     path = os.path.join(root, folder)
     os.makedirs(path, mode=0o700)
     os.chmod(path, 0o700)
     os.environ[variable] = path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  """Tests that touch WebGPU get the `webgpu` marker: Mesa's software Vulkan (lavapipe) and PoCL each load their
+  own LLVM, and both in one process abort ("Option ... registered more than once"), so scripts/test.sh runs the
+  webgpu tests in a pytest run of their own."""
+  for item in items:
+    if "webgpu" in item.nodeid.lower() or "wgsl" in item.nodeid.lower(): item.add_marker(pytest.mark.webgpu)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

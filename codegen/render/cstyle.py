@@ -59,9 +59,10 @@ class CStyleRenderer:
     if d.is_bool: return "1" if v else "0"
     if d.is_float:
       if math.isnan(v): return self.nan(d)
-      if math.isinf(v): return ("-" if v < 0 else "") + self.inf(d)
-      return f"{float(v).hex()}{self.float_suffix.get(d, '')}" if v != int(v) or abs(v) >= 1e16 else \
+      if math.isinf(v): return ("(-" if v < 0 else "") + self.inf(d) + (")" if v < 0 else "")
+      text = f"{float(v).hex()}{self.float_suffix.get(d, '')}" if v != int(v) or abs(v) >= 1e16 else \
         f"{float(v)!r}{self.float_suffix.get(d, '')}"
+      return f"({text})" if text.startswith("-") else text   # a - (-1.5), never a--1.5
     if d in (dtypes.int64,): return f"{v}LL" if v != -(1 << 63) else "(-9223372036854775807LL-1)"
     if d in (dtypes.uint64,): return f"{v}ULL"
     if d in (dtypes.uint32,): return f"{v}u"

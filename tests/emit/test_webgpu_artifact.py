@@ -12,6 +12,7 @@ import http.server
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -198,8 +199,11 @@ def test_files_manifest_and_plan(bundles, name):
     k = cm.kernels[c.kernel]
     assert plan["kernels"][call["kernel"]]["name"] == c.kernel
     assert call["workgroups"] == [g // s for g, s in zip(k.global_size, k.local_size)]
-  assert all(plan["limits"][k] >= v for k, v in DEFAULT_LIMITS.items())
-  assert plan["limits"]["maxStorageBuffersPerShaderStage"] == 8      # browsers' default: requested as is
+  assert set(plan["limits"]) == set(DEFAULT_LIMITS)
+  assert plan["limits"]["maxStorageBuffersPerShaderStage"] == max(len(k["bindings"]) for k in plan["kernels"])
+  assert plan["limits"]["maxComputeWorkgroupsPerDimension"] == max(n for c in plan["calls"] for n in c["workgroups"])
+  assert plan["requestLimits"] == {}          # small models need nothing beyond the defaults every device has
+  assert info["limits_needed"] == plan["limits"] and info["limits_requested"] == {}
 
 
 def test_whole_buffer_plan(bundles):
@@ -369,8 +373,8 @@ def test_webgpu_artifact_needs_the_limits(bundles, wgpu_runtime, tmp_path):
   _, folder = bundles["mlp"]
   copy = tmp_path / "mlp"
   shutil.copytree(folder, copy)
-  limit = '"maxStorageBuffersPerShaderStage": '
-  js = (copy / "model.js").read_text().replace(limit + "8", limit + "99")
+  js = re.sub(r'"maxStorageBuffersPerShaderStage": \d+', '"maxStorageBuffersPerShaderStage": 99',
+              (copy / "model.js").read_text())
   (copy / "model.js").write_text(js)
   manifest = manifest_of(str(copy))
   manifest["files"]["model.js"] = hashlib.sha256(js.encode()).hexdigest()
@@ -500,7 +504,7 @@ const results = [
   await attempt(weights.subarray(0, weights.length - 4)),
   await attempt(flipped),
   await attempt(new Uint8Array(readFileSync({cnn_weights}))),
-  await attempt(weights, fake({{ maxStorageBuffersPerShaderStage: 4 }})),
+  await attempt(weights, fake({{ maxStorageBuffersPerShaderStage: 2 }})),
   await attempt(42),
 ];
 console.log(JSON.stringify(results));
@@ -512,7 +516,8 @@ console.log(JSON.stringify(results));
   assert results[2] == prefix + "the weights file is truncated (1196 of 1200 bytes)"
   assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 is ")
   assert results[4].startswith(prefix + "the weights file does not belong to this model: ")
-  assert results[5] == prefix + "the given GPUDevice allows maxStorageBuffersPerShaderStage = 4; the model needs 8"
+  need = plan_of(str(folder))["limits"]["maxStorageBuffersPerShaderStage"]
+  assert results[5] == prefix + f"the given GPUDevice allows maxStorageBuffersPerShaderStage = 2; the model needs {need}"
   assert results[6] == prefix + "the weights must be a URL, a string, an ArrayBuffer or a typed array, not number"
 
 

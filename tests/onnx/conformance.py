@@ -44,6 +44,13 @@ def cases() -> list:
     return list(collect_testcases())
 
 
+def stratified_sample(all_cases, per_op: int = 2) -> list[str]:
+  """The first `per_op` cases (by name) of every operator: what CI runs on the non-reference targets."""
+  by_op: dict[str, list[str]] = {}
+  for c in sorted(all_cases, key=lambda c: c.name): by_op.setdefault(case_op(c), []).append(c.name)
+  return sorted(n for names in by_op.values() for n in names[:per_op])
+
+
 def case_op(case) -> str:
   """The operator a case tests: its only node's op type; for an "_expanded" case (the operator's function body)
   the op of the case it expands; otherwise the longest ONNX op whose snake_case name starts the case name."""

@@ -1,6 +1,7 @@
-"""The official ONNX node conformance cases through the importer on device "numpy" (no kernel compilation): every
-case passes except the known failures in expected_failures.py, which must really fail (xfail strict).
-scripts/conformance.py runs the same cases on compiled devices and writes docs/conformance.md."""
+"""The official ONNX node conformance cases through the importer: every case on the reference device "numpy" and on
+"c", a stratified sample (every operator twice) on "opencl" and "webgpu". Every case passes except the known
+failures in expected_failures.py, which must really fail (xfail strict). scripts/conformance.py runs all cases on
+every device and writes docs/conformance.md."""
 from __future__ import annotations
 import os
 import sys
@@ -12,32 +13,43 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conformance  # noqa: E402
-from expected_failures import EXPECTED_FAILURES  # noqa: E402
+from expected_failures import EXPECTED_FAILURES, TARGET_FAILURES  # noqa: E402
 
 CASES = {c.name: c for c in conformance.cases()}
+FULL_DEVICES = ("numpy", "c")
+SAMPLED_DEVICES = ("opencl", "webgpu")
 
 
 def _params():
+  sample = conformance.stratified_sample(CASES.values())
   out = []
-  for name in sorted(CASES):
-    if name in EXPECTED_FAILURES:
-      category, reason = EXPECTED_FAILURES[name]
-      out.append(pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"{category}: {reason}")))
-    else: out.append(name)
+  for device in FULL_DEVICES + SAMPLED_DEVICES:
+    for name in (sorted(CASES) if device in FULL_DEVICES else sample):
+      known = EXPECTED_FAILURES.get(name) or TARGET_FAILURES.get(device, {}).get(name)
+      marks = [pytest.mark.xfail(strict=True, reason=f"{known[0]}: {known[1]}")] if known else []
+      out.append(pytest.param(device, name, marks=marks, id=f"{device}-{name}"))
   return out
 
 
 def test_expected_failures_are_cases():
-  unknown = sorted(set(EXPECTED_FAILURES) - set(CASES))
+  listed = set(EXPECTED_FAILURES).union(*TARGET_FAILURES.values())
+  unknown = sorted(listed - set(CASES))
   assert not unknown, f"expected_failures.py lists cases that do not exist: {unknown}"
 
 
-@pytest.mark.parametrize("name", _params())
-def test_node_case(name):
+@pytest.mark.parametrize("device,name", _params())
+def test_node_case(device, name):
+  if device != "numpy": _require(device)
   with warnings.catch_warnings(), np.errstate(all="ignore"):
     warnings.simplefilter("ignore")
-    status, detail = conformance.run_case(CASES[name], "numpy")
+    status, detail = conformance.run_case(CASES[name], device)
   assert status == "pass", f"{status}: {detail}"
+
+
+def _require(device: str):
+  from runtimes import get_runtime, RuntimeUnavailable
+  try: get_runtime(device)
+  except RuntimeUnavailable as e: pytest.skip(str(e))
 
 
 # ---------------------------------------------------------------- importer behaviour on small hand-built models

@@ -40,8 +40,19 @@ CASE_TIMEOUT_S = 90           # one compile + run + reference; cold kernel cache
 MAX_RUN_BYTES = 64 << 20      # artifacts needing more I/O + arena memory are compiled but not run
 OPSET = 17
 
-# case id -> reason: mutants that expose a known bug (they must fail: xfail strict)
-KNOWN_FAILURES: dict[str, str] = {}
+# case id -> reason: mutants that expose a known importer bug (they must fail: xfail strict; remove an entry once
+# its bug is fixed)
+KNOWN_FAILURES: dict[str, str] = {
+  "broadcast-199": "exit 3: a node input name that is not valid UTF-8 (protobuf returns bytes) crashes the "
+                   "importer's topological sort (sorted() over str and bytes)",
+  "conv-037": "negative Conv pads are accepted (ONNX: pads must not be negative)",
+  "concat-047": "Split axis 9 on a rank-2 input is accepted",
+  "slice_gather-131": "Gather axis -5 on a rank-2 input is accepted (wrapped)",
+  "reshape_transpose-152": "Transpose perm [2, 0, -5] is accepted (negative entries wrapped)",
+  "reshape_transpose-196": "Transpose perm [1, 2**31] is accepted",
+  "broadcast-100": "Mul(float64, float32) is accepted and promoted instead of reported as a type mismatch",
+  "reductions-195": "ReduceMax keepdims=2 keeps the axis; onnx.reference and onnxruntime drop it (keepdims != 1)",
+}
 
 
 # ---------------------------------------------------------------- seed models

@@ -182,6 +182,21 @@ def test_resize_cubic_antialias_and_axes():
                    coordinate_transformation_mode="half_pixel"), inputs, ("roi", "scales"), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode,coord,scales", [("nearest", "half_pixel", [1, 1, 3, 0.5]),
+                                               ("linear", "half_pixel", [1, 1, 3, 1.5]),
+                                               ("linear", "pytorch_half_pixel", [1, 1, 0.5, 2]),
+                                               ("cubic", "asymmetric", [1, 1, 2, 0.25])])
+def test_resize_periodic_taps(mode, coord, scales):
+  """Integer and simple rational scales take the shifted-view path; the result must equal the reference."""
+  x = _randn(2, 3, 6, 8)
+  inputs = {"x": x, "roi": np.zeros(0, np.float32), "scales": np.array(scales, np.float32)}
+  _compare(_single("Resize", inputs, opset=19, mode=mode, coordinate_transformation_mode=coord), inputs,
+           ("roi", "scales"), rtol=1e-4, atol=1e-5)
+  q = {"x": (x * 40 + 100).astype(np.uint8), "roi": inputs["roi"], "scales": inputs["scales"]}
+  if mode == "nearest":
+    _compare(_single("Resize", q, opset=19, mode=mode, coordinate_transformation_mode=coord), q, ("roi", "scales"))
+
+
 def test_einsum_general():
   inputs = {"a": _randn(2, 3, 4, 4), "b": _randn(4, 5)}
   _compare(_single("Einsum", inputs, equation="...ii,ij->...j"), inputs)
