@@ -135,6 +135,7 @@ def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
 
 def _beam_opts(target: str, width: int):
   """opts_for(item) running a BEAM search timed on the target's runtime here."""
+  from codegen.compiled import artifact_renderer
   from codegen.search import beam_search
   from runtimes import get_runtime, RuntimeUnavailable
   from runtimes.timing import kernel_timer
@@ -143,9 +144,11 @@ def _beam_opts(target: str, width: int):
   except (RuntimeUnavailable, ValueError) as e:
     raise UserError(f"--beam needs a {target} runtime on this machine: {e}") from None
 
+  lower_as = artifact_renderer(target)     # what the artifact's kernels are lowered with (webgpu: int64 narrowed)
+
   def opts_for(item):
     timer = kernel_timer(rt, [nbytes(b) for b in item.bufs])
-    return beam_search(item.ast, target, timer, width, getattr(rt, "device_name", target))
+    return beam_search(item.ast, lower_as, timer, width, getattr(rt, "device_name", target))
   return opts_for
 
 

@@ -229,9 +229,9 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   info = {"module": "model.js", "types": "model.d.ts", "demo": "index.html", "api": "load(weights, {device})",
           "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
           "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],
-          "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"], "int64": "narrowed to 32-bit words on the device",
-          "float16": "stored packed, computed in f32", "buffers": "one GPUBuffer per input, output, weight and slot",
-          "slot_buffers": slot_plan(cm)[1]}
+          "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"],
+          "int64": "narrowed to 32-bit words on the device", "float16": "stored packed, computed in f32",
+          "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1]}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
   return files, manifest
 

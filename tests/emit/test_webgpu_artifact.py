@@ -433,11 +433,12 @@ def _onnx_model(path: Path, double: bool = False) -> str:
 
 
 def test_cli_onnx_int64_and_float64(wgpu_runtime, tmp_path):
-  """ONNX int64 tensors run as 32-bit words and validate exactly; float64 is refused with a one-line error."""
+  """ONNX int64 tensors run as 32-bit words (BEAM searches the same narrowed kernels) and validate exactly; float64
+  is refused with a one-line error."""
   from click.testing import CliRunner
   from aot.cli import cli
   model = _onnx_model(tmp_path / "i64.onnx")
-  result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "-o", str(tmp_path / "i64")])
+  result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "--beam", "2", "-o", str(tmp_path / "i64")])
   assert result.exit_code == 0, result.output
   result = CliRunner().invoke(cli, ["validate", str(tmp_path / "i64")])
   assert result.exit_code == 0 and "OK" in result.stdout, result.output
@@ -517,7 +518,8 @@ console.log(JSON.stringify(results));
   assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 is ")
   assert results[4].startswith(prefix + "the weights file does not belong to this model: ")
   need = plan_of(str(folder))["limits"]["maxStorageBuffersPerShaderStage"]
-  assert results[5] == prefix + f"the given GPUDevice allows maxStorageBuffersPerShaderStage = 2; the model needs {need}"
+  assert results[5] == prefix + f"the given GPUDevice allows maxStorageBuffersPerShaderStage = 2; the model needs " \
+                                f"{need}"
   assert results[6] == prefix + "the weights must be a URL, a string, an ArrayBuffer or a typed array, not number"
 
 
