@@ -1,11 +1,12 @@
 """tgc as an ONNX backend (`onnx.backend.base.Backend`): `TgcBackend.prepare(model, device)` compiles the model
 through the real pipeline (`aot.pipeline.compile_model`, the same steps as `tgc compile`) into an artifact folder
 in a private temporary folder, and the returned `TgcRep` runs that artifact with the target's artifact runtime
-(`runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact` where present), so what is tested is
-the code a user ships.
+(`aot.pipeline.ARTIFACT_RUNTIMES`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
+so what is tested is the code a user ships.
 
-Devices: "c" (also "CPU"), "opencl". The compiler never sees input values, except those of inputs that set shapes
-(a Reshape's shape, Slice's starts, reduce axes, ...): the caller names them, exactly as `tgc compile --const`:
+Devices: "c" (also "CPU"), "opencl", "webgpu": targets `aot.pipeline` compiles and has an artifact runtime for
+(`supports_device` says which this build has). The compiler never sees input values, except those of inputs that
+set shapes (a Reshape's shape, Slice's starts, reduce axes, ...): the caller names them, as `tgc compile --const`:
 
     rep = TgcBackend.prepare(model, "c", consts={"shape": np.array([2, 6])})   # baked in now
     rep = TgcBackend.prepare(model, "c", const_inputs=["shape"])   # baked in from the first run's inputs
@@ -34,10 +35,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 from aot.errors import UserError
 
 # device string (lower case, before any ":id") -> tgc target
-DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl"}
-# target -> (module, class) of the Python runtime that loads that target's artifact folders
-ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"),
-                     "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact")}
+DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu"}
 MODEL_STEM = "model"      # file stem of the model written for the pipeline: the artifact's symbol prefix
 MAX_ARTIFACTS = 8         # artifacts a representation keeps loaded when compiling per run
 
@@ -46,12 +44,22 @@ def device_target(device: str) -> str:
   """The tgc target for an ONNX backend device string ("CPU", "c", "opencl", "OpenCL:0", ...)."""
   kind = str(device).split(":")[0].strip().lower()
   if kind not in DEVICE_TARGETS:
-    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: c (or CPU), opencl")
+    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: c (or CPU), opencl, webgpu")
   return DEVICE_TARGETS[kind]
 
 
+def _artifact_runtimes() -> dict[str, tuple[str, str]]:
+  """target -> (module, class) of the Python runtime that loads that target's artifact folders (the pipeline's)."""
+  from aot import pipeline
+  return dict(getattr(pipeline, "ARTIFACT_RUNTIMES", {"c": ("runtimes.artifact_c", "CArtifact")}))
+
+
 def _runtime_class(target: str):
-  module, name = ARTIFACT_RUNTIMES[target]
+  runtimes = _artifact_runtimes()
+  if target not in runtimes:
+    raise UserError(f"running {target} artifacts is not supported by this build of tgc; supported: "
+                    f"{', '.join(runtimes)}")
+  module, name = runtimes[target]
   try: return getattr(importlib.import_module(module), name)
   except (ImportError, AttributeError) as error:
     raise UserError(f"running {target} artifacts is not supported by this build of tgc ({module}.{name} is "
@@ -287,8 +295,9 @@ class TgcBackend(Backend):
     from aot.pipeline import SUPPORTED_TARGETS
     try: target = device_target(device)
     except UserError: return False
-    module = ARTIFACT_RUNTIMES[target][0]
-    try: found = importlib.util.find_spec(module) is not None
+    runtimes = _artifact_runtimes()
+    if target not in runtimes: return False
+    try: found = importlib.util.find_spec(runtimes[target][0]) is not None
     except (ImportError, ValueError): found = False
     return target in SUPPORTED_TARGETS and found
 
