@@ -584,6 +584,7 @@ class Tensor:
     x = self
     if not isinstance(w, Tensor): w = Tensor(w, x.device)
     if x.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: 0-d operand ({x.shape} @ {w.shape})")
+    if x.ndim == 1 and w.ndim == 1: return x.reshape(1, -1).matmul(w.reshape(-1, 1)).reshape(())
     if x.ndim == 1: return x.reshape(1, -1).matmul(w).reshape(w.shape[:-2] + w.shape[-1:])
     if w.ndim == 1: return x.matmul(w.reshape(-1, 1)).reshape(x.shape[:-1])
     if x.shape[-1] != w.shape[-2]:

@@ -55,10 +55,11 @@ def _first_line(e: BaseException) -> str:
 def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
   """("pass" | "fail" | "error", detail) of one node case compiled for `target` and run as an artifact. "error":
   the pipeline refused the model (detail: the one-line message `tgc compile` prints), the artifact failed to build
-  or run ("artifact: ..."), or tgc crashed ("internal error: ...", a bug). Passing cases that needed constant
-  inputs say "needed const: ..."."""
+  or run ("artifact: ..."), the machine cannot run the target ("unavailable: ..."), or tgc crashed ("internal
+  error: ...", a bug). Passing cases that needed constant inputs say "needed const: ..."."""
   from aot.errors import UserError
   from aot.onnx_backend import TgcBackend
+  from runtimes import RuntimeUnavailable
   model = case.model
   inputs, expected = case.data_sets[0]
   g = model.graph
@@ -79,6 +80,8 @@ def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
     got = [np.asarray(o) for o in rep.run({n: a for n, a in by_name.items() if n not in needed})]
   except UserError as e:
     return "error", str(e)
+  except RuntimeUnavailable as e:     # this machine cannot run the target (the message names the missing piece)
+    return "error", f"unavailable: {_first_line(e)}"
   except ValueError as e:      # runtimes.artifact_c.ArtifactError and friends: building or running the artifact
     return "error", f"artifact: {type(e).__name__}: {_first_line(e)}"
   except Exception as e:

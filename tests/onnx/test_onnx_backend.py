@@ -38,8 +38,25 @@ def _reshape_model() -> onnx.ModelProto:
 def test_devices():
   assert device_target("CPU") == "c" and device_target("c") == "c" and device_target("OpenCL:0") == "opencl"
   assert TgcBackend.supports_device("CPU") and TgcBackend.supports_device("c")
-  assert not TgcBackend.supports_device("CUDA") and not TgcBackend.supports_device("tpu")
+  assert device_target("webgpu") == "webgpu" and not TgcBackend.supports_device("tpu")
   with pytest.raises(UserError, match="device 'tpu' is not supported"): TgcBackend.prepare(_reshape_model(), "tpu")
+
+
+@pytest.mark.parametrize("device", ["opencl", "webgpu"])
+def test_other_targets(device):
+  """The same artifacts for the GPU-style targets (PoCL / wgpu on lavapipe here); skipped, naming what is missing,
+  where the runtime cannot run. Ids contain the device name: tests/conftest.py runs webgpu ones apart."""
+  from runtimes import RuntimeUnavailable
+  if not TgcBackend.supports_device(device): pytest.skip(f"this build has no {device} target or artifact runtime")
+  x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+  try:
+    out = TgcBackend.run_node(helper.make_node("Reshape", ["x", "s"], ["y"]), [x, np.array([2, 6])], device=device,
+                              consts=["s"])
+  except RuntimeUnavailable as error: pytest.skip(str(error))
+  np.testing.assert_array_equal(out[0], x.reshape(2, 6))
+  case = next(c for c in conformance.cases() if c.name == "test_softmax_example")
+  status, detail = backend_conformance.run_case_compiled(case, device)
+  assert status == "pass", f"{status}: {detail}"
 
 
 def test_run_node_and_named_outputs():
