@@ -80,7 +80,8 @@ def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str
   for i, (nm, b, data) in enumerate(weights):
     index[b] = len(buffers)
     buffers.append(BufferInfo("weight", i, nm, symbol(nm, used, "w"), tuple(b.arg[1]), b.dtype, _nbytes(b)))
-    weight_data[nm] = np.ascontiguousarray(data).reshape(b.arg[1])
+    # storage-only weights are their (packed) storage words, flat; the others take the tensor's shape
+    weight_data[nm] = np.ascontiguousarray(data).reshape(-1 if b.dtype.storage_only else b.arg[1])
   kernels: dict[str, KernelProgram] = {}
   by_ast: dict[str, str] = {}
   calls_bufs: list[list[UOp]] = []

@@ -4,7 +4,7 @@ A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/ou
 from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
-from ir import Ops, UOp, DType
+from ir import Ops, UOp, DType, lowp
 from codegen.schedule import ScheduleItem, schedule, find_realize_points
 from frontend import buffers, realize as _realize
 from frontend.interpreter import evaluate
@@ -182,7 +182,8 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
 
 
 def _read(b: UOp) -> np.ndarray:
-  return _realize.to_numpy(b)
+  """A weight's data as the kernels read it: values, or for storage-only dtypes the (packed) storage words."""
+  return _realize.raw_storage(b) if b.dtype.storage_only else _realize.to_numpy(b)
 
 
 def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
@@ -194,6 +195,7 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
       depends[n] = n in inputs or any(depends[s] for s in n.src)
   points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER]
   if not points: return roots
-  vals = evaluate(points, lambda b: _read(b).reshape(b.arg[1]))
-  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, buffers.host_array(v)) for p, v in zip(points, vals)}
+  vals = evaluate(points, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
+  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only
+                                   else buffers.host_array(v)) for p, v in zip(points, vals)}
   return [substitute(r, mapping) for r in roots]

@@ -203,6 +203,10 @@ def _topo_order(graph: onnx.GraphProto, outer: set[str]) -> list[int]:
   """Node positions in a topological order (stable: ties keep file order). Raises OnnxError naming a node on a
   cycle, an output produced twice or an input nobody produces."""
   nodes = list(graph.node)
+  for i, n in enumerate(nodes):
+    for name in list(n.input) + list(n.output):
+      if not isinstance(name, str):   # protobuf hands back bytes for names that are not valid UTF-8
+        raise OnnxError(f"node {i} ({n.op_type}): tensor name {name!r} is not valid UTF-8")
   producer: dict[str, int] = {}
   for i, n in enumerate(nodes):
     for o in n.output:

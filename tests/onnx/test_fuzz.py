@@ -43,8 +43,6 @@ OPSET = 17
 # case id -> reason: mutants that expose a known importer bug (they must fail: xfail strict; remove an entry once
 # its bug is fixed)
 KNOWN_FAILURES: dict[str, str] = {
-  "broadcast-199": "exit 3: a node input name that is not valid UTF-8 (protobuf returns bytes) crashes the "
-                   "importer's topological sort (sorted() over str and bytes)",
   "conv-037": "negative Conv pads are accepted (ONNX: pads must not be negative)",
   "concat-047": "Split axis 9 on a rank-2 input is accepted",
   "slice_gather-131": "Gather axis -5 on a rank-2 input is accepted (wrapped)",

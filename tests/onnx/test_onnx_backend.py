@@ -113,8 +113,6 @@ def test_storage_only_types_round_trip():
   assert out.dtype == b.dtype and out.astype(np.float32).tolist() == [[0.25, 1.5625, 9.0]]
 
 
-@pytest.mark.xfail(strict=True, reason="bfloat16 weights are written to the artifact as values, not bit patterns "
-                   "(frontend/jit.py Capture.weights hold decoded values of storage-only buffers)")
 def test_storage_only_weights():
   ml_dtypes = pytest.importorskip("ml_dtypes")
   c = numpy_helper.from_array(np.array([1.0, 3.0], ml_dtypes.bfloat16), "c")
