@@ -18,16 +18,22 @@ class Slot:
 def _align(n: int, a: int = ALIGN) -> int: return (n + a - 1) // a * a
 
 
-def plan_memory(calls: list[list], sizes: dict) -> tuple[list[Slot], int]:
-  """`calls[i]` lists the buffers call i touches; `sizes[b]` their byte sizes (only these are planned).
-  Returns the slots and the arena size. Greedy: in order of first use, place each buffer at the lowest offset
-  that does not collide with a live buffer (best fit among gaps)."""
+def lifetimes(calls: list[list], sizes: dict) -> tuple[dict, dict]:
+  """The first and last call index touching each planned buffer."""
   first, last = {}, {}
   for i, bufs in enumerate(calls):
     for b in bufs:
       if b not in sizes: continue
       first.setdefault(b, i)
       last[b] = i
+  return first, last
+
+
+def plan_memory(calls: list[list], sizes: dict) -> tuple[list[Slot], int]:
+  """`calls[i]` lists the buffers call i touches; `sizes[b]` their byte sizes (only these are planned).
+  Returns the slots and the arena size. Greedy: in order of first use, place each buffer at the lowest offset
+  that does not collide with a live buffer (best fit among gaps)."""
+  first, last = lifetimes(calls, sizes)
   order = sorted(first, key=lambda b: (first[b], -sizes[b]))
   live: list[Slot] = []
   out: list[Slot] = []
@@ -53,12 +59,7 @@ def plan_slots(calls: list[list], sizes: dict) -> tuple[dict, list[int]]:
   """A plan in whole buffers instead of offsets (for targets such as WebGPU that validate buffer usage per whole
   buffer): buffers whose lifetimes do not overlap share a slot; a slot is as big as its biggest buffer.
   Returns buffer -> slot number and the slot sizes."""
-  first, last = {}, {}
-  for i, bufs in enumerate(calls):
-    for b in bufs:
-      if b not in sizes: continue
-      first.setdefault(b, i)
-      last[b] = i
+  first, last = lifetimes(calls, sizes)
   slot_of: dict = {}
   slot_size: list[int] = []
   slot_free_at: list[int] = []     # index of the last call using the slot's current buffer
