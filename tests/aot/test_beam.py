@@ -4,12 +4,14 @@ import os
 from click.testing import CliRunner
 from aot.cli import cli
 from ir.config import config
+from runtimes import get_runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(HERE, "..", "..", "examples", "tiny_mlp.py") + ":build"
 
 
 def test_compile_with_beam_validates(tmp_path, monkeypatch):
+  get_runtime("c")   # the runtime singleton keeps the session's cache folder; only the BEAM cache moves
   monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
   out = tmp_path / "art"
   runner = CliRunner()

@@ -11,6 +11,7 @@ from runtimes.timing import kernel_timer
 
 
 def test_beam_finds_valid_opts_and_caches(tmp_path, monkeypatch):
+  get_runtime("c")   # the runtime singleton keeps the session's cache folder; only the BEAM cache moves
   monkeypatch.setattr(config, "cache_dir", str(tmp_path))
   a = np.random.default_rng(0).standard_normal((64, 32), dtype=np.float32)
   b = np.random.default_rng(1).standard_normal((32, 48), dtype=np.float32)
