@@ -47,6 +47,22 @@ def _read(path: str) -> bytes:
     raise ArtifactError(f"{path}: cannot read ({error.strerror})") from None
 
 
+def load_manifest(folder: str, target: str, what: str) -> dict:
+  """The manifest of an artifact folder, checked for its format version and target (`what`: 'a C artifact')."""
+  path = os.path.join(folder, "manifest.json")
+  if not os.path.isfile(path): raise ArtifactError(f"{folder}: not an artifact folder (no manifest.json)")
+  try:
+    manifest = json.loads(_read(path))
+  except ValueError as error:
+    raise ArtifactError(f"{path}: invalid JSON ({error})") from None
+  if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+    got = manifest.get("format_version") if isinstance(manifest, dict) else None
+    raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
+  if manifest.get("target") != target:
+    raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not {what}")
+  return manifest
+
+
 class CArtifact:
   """A loaded `c` artifact. `weights_path` overrides the folder's weights file (embedded bundles otherwise use
   the copy linked into the library). One instance owns one model context; `close` releases it."""
@@ -85,19 +101,7 @@ class CArtifact:
     self._ctx = ctx
 
   # ---- loading ----
-  def _load_manifest(self) -> dict:
-    path = os.path.join(self.folder, "manifest.json")
-    if not os.path.isfile(path): raise ArtifactError(f"{self.folder}: not an artifact folder (no manifest.json)")
-    try:
-      manifest = json.loads(_read(path))
-    except ValueError as error:
-      raise ArtifactError(f"{path}: invalid JSON ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-      got = manifest.get("format_version") if isinstance(manifest, dict) else None
-      raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
-    if manifest.get("target") != "c":
-      raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not a C artifact")
-    return manifest
+  def _load_manifest(self) -> dict: return load_manifest(self.folder, "c", "a C artifact")
 
   def _sources(self) -> dict[str, bytes]:
     """The C sources, checked against the manifest's sha256."""

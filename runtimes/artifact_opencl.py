@@ -10,16 +10,13 @@ platform or device raises `RuntimeUnavailable` naming the missing piece."""
 from __future__ import annotations
 import ctypes
 import hashlib
-import json
 import os
 import subprocess
 import tempfile
-import time as _time
 
-import numpy as np
 from ir.config import config
 
-from runtimes.artifact_c import FORMAT_VERSION, ArtifactError, CArtifact, _compiler_id, _read
+from runtimes.artifact_c import ArtifactError, CArtifact, _compiler_id, load_manifest
 from runtimes.base import RuntimeUnavailable, cache_root
 
 DEFAULT_CFLAGS = ("-O2",)
@@ -60,19 +57,7 @@ class OpenCLArtifact(CArtifact):
     self._ctx = ctx
 
   # ---- loading ----
-  def _load_manifest(self) -> dict:
-    path = os.path.join(self.folder, "manifest.json")
-    if not os.path.isfile(path): raise ArtifactError(f"{self.folder}: not an artifact folder (no manifest.json)")
-    try:
-      manifest = json.loads(_read(path))
-    except ValueError as error:
-      raise ArtifactError(f"{path}: invalid JSON ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-      got = manifest.get("format_version") if isinstance(manifest, dict) else None
-      raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
-    if manifest.get("target") != "opencl":
-      raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not an OpenCL artifact")
-    return manifest
+  def _load_manifest(self) -> dict: return load_manifest(self.folder, "opencl", "an OpenCL artifact")
 
   def _build(self) -> str:
     """The shared library of this folder's host loader, built once per content."""

@@ -20,7 +20,7 @@ import time as _time
 
 import numpy as np
 
-from runtimes.artifact_c import FORMAT_VERSION, ArtifactError, CArtifact, _read
+from runtimes.artifact_c import ArtifactError, CArtifact, _read, load_manifest
 from runtimes.base import RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
@@ -76,19 +76,7 @@ class WebGPUArtifact:
     self._setup(weights)
 
   # ---- loading ----
-  def _load_manifest(self) -> dict:
-    path = os.path.join(self.folder, "manifest.json")
-    if not os.path.isfile(path): raise ArtifactError(f"{self.folder}: not an artifact folder (no manifest.json)")
-    try:
-      manifest = json.loads(_read(path))
-    except ValueError as error:
-      raise ArtifactError(f"{path}: invalid JSON ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-      got = manifest.get("format_version") if isinstance(manifest, dict) else None
-      raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
-    if manifest.get("target") != "webgpu":
-      raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not a WebGPU artifact")
-    return manifest
+  def _load_manifest(self) -> dict: return load_manifest(self.folder, "webgpu", "a WebGPU artifact")
 
   def _checked(self, name: str) -> bytes:
     path = os.path.join(self.folder, name)
