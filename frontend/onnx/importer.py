@@ -2,7 +2,8 @@
 
 `load_model` parses the file (external data too), runs the ONNX checker and shape inference, sorts the nodes
 (naming a node on a cycle), pins symbolic input dims, lists every operator without a handler in one error, and
-does one analysis build on placeholders: that folds every constant subgraph (nodes whose inputs are all
+does one analysis build on placeholders: that checks each node against its ONNX schema (`node_checks`; handlers
+check axes and window attributes against the ranks), folds every constant subgraph (nodes whose inputs are all
 compile-time constants run right away on the "numpy" device; Shape and Size read static shapes) and gives the
 output shapes and dtypes. Calling the `OnnxGraph` builds the lazy graph on the inputs' device; nothing is computed
 there except the folded constants, which become Tensors (weights) once per device.
@@ -18,10 +19,11 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
-from ir import DType, dtypes
+from ir import DType, dtypes, lowp
 from frontend import buffers
 from frontend.tensor import Tensor
 from frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
+from frontend.onnx import node_checks
 
 ONNX_DTYPES: dict[int, DType] = {
   TensorProto.FLOAT: dtypes.float32, TensorProto.DOUBLE: dtypes.float64, TensorProto.FLOAT16: dtypes.float16,
@@ -272,6 +274,22 @@ def _check_subgraph(graph: onnx.GraphProto, outer: set[str]) -> None:
     for g in _subgraphs(n): _check_subgraph(g, outer)
 
 
+GROWN_FOLD_MIN = 4096    # elements: a folded value at least this big that takes more bytes than its inputs is not kept
+
+
+def _nbytes(v: tuple) -> int:
+  return lowp.storage_nbytes(v[1], v[0].size)
+
+
+def _grows_weights(vals: list, outs: list) -> bool:
+  """Whether a folded node turns its constant inputs into bigger data (int8 weights dequantized to float32, float16
+  weights cast up, a fill): the node then stays a computation in the model, so the weights stay small. Small values
+  (shape arithmetic) are always folded."""
+  outs = [o for o in outs if o is not None]
+  if not outs or max(o[0].size for o in outs) < GROWN_FOLD_MIN: return False
+  return sum(_nbytes(o) for o in outs) > sum(_nbytes(v) for v in vals if isinstance(v, tuple))
+
+
 def _op_key(node: onnx.NodeProto) -> str:
   return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
 
@@ -310,6 +328,8 @@ class OnnxGraph:
     self._folded: dict[tuple, list] = {}
     self._declared: dict[str, int] = {}
     _collect_types(self.graph, self._declared)
+    # names whose dtype is exactly the model's: inputs, weights, declared values (storage-only results cast back)
+    self.typed_names = set(self._declared) | set(self.weights) | {i.name for i in self.graph.input}
     self._device_consts: dict[tuple[str, str], Tensor] = {}
     bad = self.unsupported()
     if bad: raise OnnxError(_unsupported_message(bad))
@@ -435,6 +455,7 @@ class OnnxGraph:
       else:
         dt, shape = (v[1], np.shape(v[0])) if isinstance(v, tuple) else (v.dtype, v.shape)
         types.append(onnx.helper.make_tensor_type_proto(to_onnx_type(dt), list(shape)))
+    _check_node(node, label, scope, domain, {a.name: attribute_value(a) for a in resolved.attribute}, names, vals)
     fn = function_body(resolved, scope.opset(domain), scope.opset(""), types)
     if fn is None:
       raise OnnxError(_unsupported_message([(_op_key(node), scope.opset(domain), label)]))
@@ -457,6 +478,7 @@ class OnnxGraph:
     names = [n if n and not scope.is_absent(n) else "" for n in node.input]
     while names and not names[-1]: names.pop()
     vals = [scope.lookup(n, label, node.op_type) if n else None for n in names]
+    _check_node(node, label, scope, domain, attrs, names, vals)
     fold = all(v is None or isinstance(v, tuple) for v in vals) or node.op_type in ("Shape", "Size")
     consts = [v if isinstance(v, tuple) else None for v in vals]
 
@@ -486,8 +508,9 @@ class OnnxGraph:
         Tensor.realize_all(*[t for t in res if t is not None])
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
-      _store(scope, node, label, outs)
-      return
+      if not _grows_weights(vals, outs) or node.op_type in ("Shape", "Size"):
+        _store(scope, node, label, outs)
+        return
     tins = [None if v is None else scope.as_tensor(n, v) for n, v in zip(names, vals)]
     ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                       const_value, is_const, domain, {"device": scope.device, "graph": self})
@@ -521,6 +544,18 @@ class OnnxGraph:
     order = _toposort(graph, outer.all_names() | {v.name for v in graph.input})
     self.run_nodes(order, scope)
     return [scope.lookup(o.name, graph.name or "subgraph", "output") for o in graph.output]
+
+
+def _check_node(node: onnx.NodeProto, label: str, scope: _Scope, domain: str, attrs: dict, names: list,
+                vals: list) -> None:
+  """The model's own nodes against their schemas (node_checks); nodes of a function body that ONNX defines are
+  built from values the checked call already passed."""
+  if scope.attrs_of_call() is not None: return
+  opset = scope.opset(domain)
+  node_checks.check_flag_attributes(node.op_type, domain, opset, label, attrs)
+  types = [None if v is None else v[1] if isinstance(v, tuple) else v.dtype for v in vals]
+  loose = frozenset(i for i, n in enumerate(names) if n and n not in scope.graph.typed_names)
+  node_checks.check_input_types(node.op_type, domain, opset, label, names, types, loose)
 
 
 def _resolved_attrs(node: onnx.NodeProto, scope: _Scope) -> list[AttributeProto]:
@@ -777,7 +812,7 @@ def _scan_core(g: OnnxGraph, scope: _Scope, label: str, body, state: list, xs: l
   n_out = len(body.output) - n_state
   in_axes, in_dirs = in_axes or [0] * n_scan, in_dirs or [0] * n_scan
   out_axes, out_dirs = out_axes or [0] * n_out, out_dirs or [0] * n_out
-  axes = [a % x.ndim for a, x in zip(in_axes, xs)]
+  axes = [_scan_axis(label, "scan_input_axes", a, x.ndim) for a, x in zip(in_axes, xs)]
   steps = {x.shape[a] for x, a in zip(xs, axes)}
   if len(steps) != 1: raise OnnxError(f"node {label!r} (Scan): scan inputs disagree on the sequence length")
   n = steps.pop()
@@ -795,8 +830,15 @@ def _scan_core(g: OnnxGraph, scope: _Scope, label: str, body, state: list, xs: l
   for o, a, d in zip(outs, out_axes, out_dirs):
     if d: o = o[::-1]
     if not o: raise OnnxError(f"node {label!r} (Scan): zero iterations give scan outputs of unknown shape")
-    results.append(Tensor.stack(o, a % (o[0].ndim + 1)))
+    results.append(Tensor.stack(o, _scan_axis(label, "scan_output_axes", a, o[0].ndim + 1)))
   return results
+
+
+def _scan_axis(label: str, what: str, axis: int, rank: int) -> int:
+  if not -rank <= axis < rank:
+    raise OnnxError(f"node {label!r} (Scan): attribute {what} has {axis}, out of range for rank {rank} "
+                    f"(allowed: {-rank}..{rank - 1})")
+  return axis % rank
 
 
 _CONTROL = {"If": _if, "Loop": _loop, "Scan": _scan}

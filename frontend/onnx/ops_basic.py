@@ -325,7 +325,8 @@ def _reduce_axes(ctx: NodeContext, x: Tensor):
   elif ctx.opset < _AXES_INPUT_OPSET.get(ctx.op_type, 18): axes = ctx.attr("axes", None)
   else: axes = None
   if not axes: return () if ctx.attr("noop_with_empty_axes", 0) else None
-  return tuple(sorted({a % max(x.ndim, 1) for a in axes}))
+  what = "attribute axes" if ctx.opset < _AXES_INPUT_OPSET.get(ctx.op_type, 18) else "axes (input 1)"
+  return tuple(sorted(set(ctx.axes(axes, max(x.ndim, 1), what, unique=False))))
 
 
 def _reduce(ctx, pre, red, post=None):
@@ -389,7 +390,7 @@ for _n, _p in _REDUCTIONS.items(): _register_reduction(_n, _p)
 @onnx_op("ArgMax", "ArgMin")
 def _argmax(ctx):
   x = _x(ctx)
-  axis = ctx.attr("axis", 0) % max(x.ndim, 1)
+  axis = ctx.axis(ctx.attr("axis", 0), max(x.ndim, 1))
   keep = bool(ctx.attr("keepdims", 1))
   last = bool(ctx.attr("select_last_index", 0))
   n = x.shape[axis]
@@ -452,7 +453,9 @@ def _reshape(ctx):
 @onnx_op("Flatten")
 def _flatten(ctx):
   x = _x(ctx)
-  axis = ctx.attr("axis", 1)
+  axis = int(ctx.attr("axis", 1))
+  if not -x.ndim <= axis <= x.ndim:
+    raise ctx.fail(f"attribute axis {axis} is out of range for a rank-{x.ndim} input (allowed: {-x.ndim}..{x.ndim})")
   if axis < 0: axis += x.ndim
   return x.reshape(C.prod(x.shape[:axis]), C.prod(x.shape[axis:]))
 
@@ -461,7 +464,11 @@ def _flatten(ctx):
 def _transpose(ctx):
   x = _x(ctx)
   perm = ctx.attr("perm", None)
-  return x.permute(tuple(perm) if perm is not None else tuple(reversed(range(x.ndim))))
+  return x.permute(tuple(ctx.perm(perm, x.ndim)) if perm is not None else tuple(reversed(range(x.ndim))))
+
+
+def _axes_what(ctx: NodeContext, opset_input: int) -> str:
+  return "axes (input 1)" if ctx.opset >= opset_input else "attribute axes"
 
 
 def _axes_arg(ctx: NodeContext, opset_input: int):
@@ -474,7 +481,7 @@ def _squeeze(ctx):
   x = _x(ctx)
   axes = _axes_arg(ctx, 13)
   if axes is None: return x.reshape(tuple(s for s in x.shape if s != 1))
-  axes = {a % x.ndim for a in axes}
+  axes = set(ctx.axes(axes, x.ndim, _axes_what(ctx, 13)))
   for a in axes:
     if x.shape[a] != 1: raise ctx.fail(f"cannot squeeze axis {a} of size {x.shape[a]} (shape {x.shape})")
   return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
@@ -484,8 +491,7 @@ def _squeeze(ctx):
 def _unsqueeze(ctx):
   x = _x(ctx)
   axes = _axes_arg(ctx, 13) or []
-  r = x.ndim + len(axes)
-  axes = sorted(a % r for a in axes)
+  axes = sorted(ctx.axes(axes, x.ndim, _axes_what(ctx, 13), extra=len(axes)))
   shape = list(x.shape)
   for a in axes: shape.insert(a, 1)
   return x.reshape(tuple(shape))
@@ -501,15 +507,15 @@ def _expand(ctx):
 @onnx_op("Concat")
 def _concat(ctx):
   xs = [t for t in ctx.inputs if t is not None]
-  axis = ctx.attr("axis", 0)
+  axis = ctx.axis(ctx.attr("axis", 0), xs[0].ndim)
   if len(xs) == 1: return xs[0]
-  return functional.cat(xs, axis % xs[0].ndim)
+  return functional.cat(xs, axis)
 
 
 @onnx_op("Split")
 def _split(ctx):
   x = _x(ctx)
-  axis = ctx.attr("axis", 0) % x.ndim
+  axis = ctx.axis(ctx.attr("axis", 0), x.ndim)
   n = x.shape[axis]
   if ctx.opset >= 13 and ctx.input(1) is not None: sizes = _ints(ctx, 1)
   elif ctx.opset < 13 and ctx.attr("split", None): sizes = list(ctx.attr("split"))
@@ -540,7 +546,8 @@ def _slice(ctx):
     starts, ends = _ints(ctx, 1), _ints(ctx, 2)
     axes = _ints(ctx, 3) if ctx.input(3) is not None else None
     steps = _ints(ctx, 4) if ctx.input(4) is not None else None
-  axes = list(range(len(starts))) if axes is None else [a % x.ndim for a in axes]
+  axes = list(range(len(starts))) if axes is None else \
+    ctx.axes(axes, x.ndim, "attribute axes" if ctx.opset < 10 else "axes (input 3)")
   steps = steps or [1] * len(starts)
   idx = [slice(None)] * x.ndim
   for a, s, e, st in zip(axes, starts, ends, steps):
@@ -552,7 +559,7 @@ def _slice(ctx):
 @onnx_op("Gather")
 def _gather(ctx):
   x = ctx.inputs[0]
-  axis = ctx.attr("axis", 0) % x.ndim
+  axis = ctx.axis(ctx.attr("axis", 0), x.ndim)
   if ctx.is_const(1):
     idx = np.asarray(ctx.const_value(1))
     if idx.size <= 64: return C.take_const(x, axis, idx)
@@ -562,7 +569,7 @@ def _gather(ctx):
 @onnx_op("GatherElements")
 def _gather_elements(ctx):
   x, idx = ctx.inputs[0], ctx.inputs[1]
-  return functional.gather(x, ctx.attr("axis", 0) % x.ndim, C.index_int(idx))
+  return functional.gather(x, ctx.axis(ctx.attr("axis", 0), x.ndim), C.index_int(idx))
 
 
 @onnx_op("GatherND")
@@ -573,7 +580,8 @@ def _gather_nd(ctx):
 @onnx_op("ScatterElements", "Scatter")
 def _scatter_elements(ctx):
   data, idx, upd = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
-  return C.scatter_elements(data, idx, upd.cast(data.dtype), ctx.attr("axis", 0), ctx.attr("reduction", "none"))
+  axis = ctx.axis(ctx.attr("axis", 0), data.ndim)
+  return C.scatter_elements(data, idx, upd.cast(data.dtype), axis, ctx.attr("reduction", "none"))
 
 
 @onnx_op("ScatterND")
@@ -595,7 +603,7 @@ def _pad(ctx):
   else:
     pads = _ints(ctx, 1)
     if ctx.input(2) is not None: value = ctx.inputs[2]
-    axes = [a % x.ndim for a in _ints(ctx, 3)] if ctx.input(3) is not None else list(range(x.ndim))
+    axes = ctx.axes(_ints(ctx, 3), x.ndim, "axes (input 3)") if ctx.input(3) is not None else list(range(x.ndim))
   if len(pads) != 2 * len(axes): raise ctx.fail(f"pads {pads} do not match {len(axes)} axes")
   pairs = [(0, 0)] * x.ndim
   for k, a in enumerate(axes): pairs[a] = (pads[k], pads[k + len(axes)])
@@ -633,7 +641,7 @@ def _one_hot(ctx):
   if idx.dtype.is_float: idx = idx.cast(dtypes.int64)
   off = values.shrink(((0, 1),)).reshape(())
   on = values.shrink(((1, 2),)).reshape(())
-  return C.one_hot(idx, depth, ctx.attr("axis", -1), off, on)
+  return C.one_hot(idx, depth, ctx.axis(ctx.attr("axis", -1), idx.ndim, extra=1), off, on)
 
 
 @onnx_op("DepthToSpace")
@@ -685,7 +693,7 @@ def _compress(ctx):
   cond = np.asarray(ctx.const_value(1)).reshape(-1).astype(bool)
   axis = ctx.attr("axis", None)
   if axis is None: x, axis = x.reshape(-1), 0
-  axis %= x.ndim
+  axis = ctx.axis(axis, x.ndim)
   idx = np.nonzero(cond[:x.shape[axis]])[0]
   return C.take_const(x, axis, idx)
 
@@ -707,6 +715,7 @@ def _unique(ctx):
     flat = arr.reshape(-1)
     y, idx, inv, cnt = np.unique(flat, return_index=True, return_inverse=True, return_counts=True)
   else:
+    axis = ctx.axis(axis, arr.ndim)
     y, idx, inv, cnt = np.unique(arr, axis=axis, return_index=True, return_inverse=True, return_counts=True)
   inv = inv.reshape(-1)
   if not sorted_:
@@ -723,7 +732,8 @@ def _unique(ctx):
 @onnx_op("ReverseSequence")
 def _reverse_sequence(ctx):
   x, lens = ctx.inputs[0], ctx.inputs[1]
-  bax, tax = ctx.attr("batch_axis", 1) % x.ndim, ctx.attr("time_axis", 0) % x.ndim
+  bax, tax = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
+  if {bax, tax} != {0, 1}: raise ctx.fail(f"batch_axis {bax} and time_axis {tax} must be 0 and 1, one each")
   nb, nt = x.shape[bax], x.shape[tax]
   t = C.arange(nt, x.device).reshape(1, nt)
   lens2 = C.index_int(lens).reshape(nb, 1)
@@ -739,7 +749,7 @@ def _reverse_sequence(ctx):
 def _center_crop_pad(ctx):
   x = _x(ctx)
   shape = _ints(ctx, 1)
-  axes = [a % x.ndim for a in ctx.attr("axes", list(range(x.ndim)))]
+  axes = ctx.axes(ctx.attr("axes", list(range(x.ndim))), x.ndim)
   for a, target in zip(axes, shape):
     n = x.shape[a]
     if target < n:
@@ -762,7 +772,7 @@ def _tensor_scatter(ctx):
   """Write `update` into `past_cache` along `axis` at each batch row's write index (circular: modulo the cache
   length); positions the update does not cover keep the cache."""
   past, upd = ctx.inputs[0], ctx.inputs[1]
-  axis = ctx.attr("axis", -2) % past.ndim
+  axis = ctx.axis(ctx.attr("axis", -2), past.ndim)
   maxlen, seq = past.shape[axis], upd.shape[axis]
   nb = past.shape[0]
   w = C.index_int(ctx.input(2)) if ctx.input(2) is not None else Tensor.zeros(nb, dtype=dtypes.int32,

@@ -64,11 +64,29 @@ def _outputs(ctx: NodeContext, outs: list):
 def _channel_shape(x: Tensor) -> tuple[int, ...]: return (1, -1) + (1,) * (x.ndim - 2)
 
 
+def _window_ints(ctx: NodeContext, name: str, nd: int, default=None, low: int = 1):
+  """A conv/pool window attribute (strides, dilations: one value >= 1 per spatial axis; pads: begins then ends,
+  each >= 0, `low` 0), checked against the spec; `default` when it is absent."""
+  v = _ints(ctx, name)
+  if v is None: return default
+  want = 2 * nd if name == "pads" else nd
+  if len(v) != want:
+    raise ctx.fail(f"attribute {name} {v} has {len(v)} values; {want} expected for {nd} spatial axes")
+  bad = [i for i in v if i < low]
+  if bad:
+    raise ctx.fail(f"attribute {name} {v} has the value {bad[0]}; each must be >= {low}")
+  return v
+
+
+def _strides_dilations(ctx: NodeContext, nd: int):
+  return _window_ints(ctx, "strides", nd, [1] * nd), _window_ints(ctx, "dilations", nd, [1] * nd)
+
+
 def _conv_common(ctx: NodeContext, x: Tensor, kernel):
   nd = len(kernel)
-  strides = _ints(ctx, "strides", [1] * nd)
-  dilations = _ints(ctx, "dilations", [1] * nd)
-  pads = nn.resolve_pads(_str(ctx, "auto_pad", "NOTSET"), ctx.attr("pads"), x.shape[2:], kernel, strides, dilations)
+  strides, dilations = _strides_dilations(ctx, nd)
+  pads = nn.resolve_pads(_str(ctx, "auto_pad", "NOTSET"), _window_ints(ctx, "pads", nd, low=0), x.shape[2:], kernel,
+                         strides, dilations)
   return strides, dilations, pads
 
 
@@ -85,8 +103,7 @@ def conv_transpose(ctx: NodeContext):
   x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
   nd = w.ndim - 2
   kernel = w.shape[2:]
-  strides = _ints(ctx, "strides", [1] * nd)
-  dilations = _ints(ctx, "dilations", [1] * nd)
+  strides, dilations = _strides_dilations(ctx, nd)
   out_pad = _ints(ctx, "output_padding", [0] * nd)
   group = int(ctx.attr("group", 1))
   auto_pad = _str(ctx, "auto_pad", "NOTSET")
@@ -94,7 +111,7 @@ def conv_transpose(ctx: NodeContext):
   if out_shape is not None and len(out_shape) == nd + 2: out_shape = out_shape[2:]
   ins = x.shape[2:]
   natural = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, ins, out_pad, kernel, dilations)]
-  pads_attr = _ints(ctx, "pads")
+  pads_attr = _window_ints(ctx, "pads", nd, low=0)
   if pads_attr is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
     targets = out_shape or [i * s for i, s in zip(ins, strides)]
     begins = []
@@ -116,9 +133,9 @@ def _pool_args(ctx: NodeContext, x: Tensor):
   if not kernel: raise ctx.fail("attribute kernel_shape is required")
   nd = len(kernel)
   if x.ndim != nd + 2: raise ctx.fail(f"input of shape {x.shape} does not fit kernel_shape {kernel}")
-  strides = _ints(ctx, "strides", [1] * nd)
-  dilations = _ints(ctx, "dilations", [1] * nd)
-  pads = nn.resolve_pads(_str(ctx, "auto_pad", "NOTSET"), ctx.attr("pads"), x.shape[2:], kernel, strides, dilations)
+  strides, dilations = _strides_dilations(ctx, nd)
+  pads = nn.resolve_pads(_str(ctx, "auto_pad", "NOTSET"), _window_ints(ctx, "pads", nd, low=0), x.shape[2:], kernel,
+                         strides, dilations)
   return kernel, strides, dilations, pads, bool(ctx.attr("ceil_mode", 0))
 
 
@@ -174,8 +191,8 @@ def max_unpool(ctx: NodeContext):
   kernel = _ints(ctx, "kernel_shape")
   if not kernel: raise ctx.fail("attribute kernel_shape is required")
   nd = len(kernel)
-  strides = _ints(ctx, "strides", [1] * nd)
-  pads = nn.resolve_pads("NOTSET", ctx.attr("pads"), x.shape[2:], kernel, strides, [1] * nd)
+  strides = _window_ints(ctx, "strides", nd, [1] * nd)
+  pads = nn.resolve_pads("NOTSET", _window_ints(ctx, "pads", nd, low=0), x.shape[2:], kernel, strides, [1] * nd)
   inferred = [(i - 1) * s - b - e + k for i, s, (b, e), k in zip(x.shape[2:], strides, pads, kernel)]
   shape = [int(v) for v in _const(ctx, 2, "output_shape")][2:] if _present(ctx, 2) else inferred
   n, c = x.shape[:2]
@@ -298,6 +315,7 @@ def _int_range(dt) -> tuple[int, int]:
 def quantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
   axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+  if scale.numel() > 1: axis = ctx.axis(axis, x.ndim)      # per-axis or blocked: the axis is used
   if zp is not None: out_dt = zp.dtype
   elif ctx.attr("output_dtype"): out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype")))
   else: out_dt = dtypes.uint8
@@ -324,6 +342,7 @@ def quantize_linear(ctx: NodeContext):
 def dequantize_linear(ctx: NodeContext):
   x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
   axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+  if scale.numel() > 1: axis = ctx.axis(axis, x.ndim)      # per-axis or blocked: the axis is used
   out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype", 0) or 0)) or scale.dtype
   if x.dtype.is_float: v = x.cast(dtypes.float32)            # float8 / float4e2m1: the zero point must be 0
   elif x.dtype.storage_only or x.dtype.itemsize <= 2:
@@ -392,7 +411,7 @@ def instance_normalization(ctx: NodeContext):
 @onnx_op("LayerNormalization")
 def layer_normalization(ctx: NodeContext):
   x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
-  axis = int(ctx.attr("axis", -1)) % x.ndim
+  axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
   stash = int(ctx.attr("stash_type", 1)) == 1
   y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), float(ctx.attr("epsilon", 1e-5)), stash)
   y = y.cast(x.dtype) * scale
@@ -419,7 +438,7 @@ def group_normalization(ctx: NodeContext):
 @onnx_op("MeanVarianceNormalization")
 def mean_variance_normalization(ctx: NodeContext):
   x = ctx.input(0)
-  axes = tuple(a % x.ndim for a in _ints(ctx, "axes", [0, 2, 3]))
+  axes = tuple(ctx.axes(_ints(ctx, "axes", [0, 2, 3]), x.ndim))
   mean = x.mean(axes, keepdim=True)
   var = (x * x).mean(axes, keepdim=True) - mean * mean
   return ((x - mean) / (var.sqrt() + 1e-9)).cast(x.dtype)
@@ -442,9 +461,9 @@ def _softmax_like(ctx: NodeContext, fn):
   x = ctx.input(0)
   if x.ndim == 0: return fn(x.reshape(1), 0).reshape(())
   if ctx.opset < 13:
-    axis = int(ctx.attr("axis", 1)) % x.ndim
+    axis = ctx.axis(ctx.attr("axis", 1), x.ndim)
     return fn(x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:])), 1).reshape(x.shape)
-  return fn(x, int(ctx.attr("axis", -1)) % x.ndim)
+  return fn(x, ctx.axis(ctx.attr("axis", -1), x.ndim))
 
 
 @onnx_op("Softmax")
@@ -486,7 +505,7 @@ def dropout(ctx: NodeContext):
 # ---------------------------------------------------------------- resize
 def _resize(ctx: NodeContext, x: Tensor, scales, sizes, roi, mode: str, coord: str, nearest: str, axes=None):
   r = x.ndim
-  axes = [a % r for a in axes] if axes else list(range(r))
+  axes = ctx.axes(axes, r) if axes else list(range(r))
   cubic_a = float(ctx.attr("cubic_coeff_a", -0.75))
   exclude = bool(ctx.attr("exclude_outside", 0))
   extrap_value = float(ctx.attr("extrapolation_value", 0.0))
@@ -557,7 +576,7 @@ def upsample(ctx: NodeContext):
 def top_k(ctx: NodeContext):
   x = ctx.input(0)
   k = int(ctx.attr("k")) if ctx.opset < 10 else int(_const(ctx, 1, "K").reshape(-1)[0])
-  axis = int(ctx.attr("axis", -1)) % x.ndim
+  axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
   if not 0 <= k <= x.shape[axis]: raise ctx.fail(f"k={k} out of range for axis {axis} of shape {x.shape}")
   values, indices = nn.topk(x, k, axis, bool(ctx.attr("largest", 1)))
   return [values, indices]
@@ -566,7 +585,7 @@ def top_k(ctx: NodeContext):
 @onnx_op("CumSum")
 def cum_sum(ctx: NodeContext):
   x = ctx.input(0)
-  axis = int(_const(ctx, 1, "axis").reshape(-1)[0]) % x.ndim
+  axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
   return nn.cumsum(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
 
 
@@ -842,9 +861,9 @@ def _complex_parts(x: Tensor):
 def dft(ctx: NodeContext):
   x = ctx.input(0)
   if ctx.opset >= 20:
-    axis = int(_const(ctx, 2, "axis").reshape(-1)[0]) if _present(ctx, 2) else -2
-  else: axis = int(ctx.attr("axis", 1))
-  axis %= x.ndim
+    axis = ctx.axis(_const(ctx, 2, "axis").reshape(-1)[0], x.ndim, "axis (input 2)") if _present(ctx, 2) else \
+      x.ndim - 2
+  else: axis = ctx.axis(ctx.attr("axis", 1), x.ndim)
   if axis == x.ndim - 1: raise ctx.fail("axis must not be the last (complex) axis")
   inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
   n = x.shape[axis]
@@ -1048,9 +1067,8 @@ def col2im(ctx: NodeContext):
   image = [int(v) for v in _const(ctx, 1, "image_shape").reshape(-1)]
   block = [int(v) for v in _const(ctx, 2, "block_shape").reshape(-1)]
   nd = len(image)
-  strides = _ints(ctx, "strides", [1] * nd)
-  dilations = _ints(ctx, "dilations", [1] * nd)
-  pads = nn.resolve_pads("NOTSET", ctx.attr("pads"), image, block, strides, dilations)
+  strides, dilations = _strides_dilations(ctx, nd)
+  pads = nn.resolve_pads("NOTSET", _window_ints(ctx, "pads", nd, low=0), image, block, strides, dilations)
   n, ck, length = x.shape
   k = prod(block)
   c = ck // k
@@ -1085,14 +1103,14 @@ def _unclaimed(*names: str):
 @_unclaimed("CumProd")
 def cum_prod(ctx: NodeContext):
   x = ctx.input(0)
-  axis = int(_const(ctx, 1, "axis").reshape(-1)[0]) % x.ndim
+  axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
   return nn.cumprod(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
 
 
 @_unclaimed("LpNormalization")
 def lp_normalization(ctx: NodeContext):
   x = ctx.input(0)
-  axis, p = int(ctx.attr("axis", -1)) % x.ndim, int(ctx.attr("p", 2))
+  axis, p = ctx.axis(ctx.attr("axis", -1), x.ndim), int(ctx.attr("p", 2))
   xf = x._float()
   if p == 1: norm = xf.abs().sum(axis, keepdim=True)
   elif p == 2: norm = (xf * xf).sum(axis, keepdim=True).sqrt()
@@ -1103,7 +1121,7 @@ def lp_normalization(ctx: NodeContext):
 @_unclaimed("RMSNormalization")
 def rms_normalization(ctx: NodeContext):
   x, scale = ctx.input(0), ctx.input(1)
-  axis = int(ctx.attr("axis", -1)) % x.ndim
+  axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
   stash = int(ctx.attr("stash_type", 1)) == 1
   xf = x.cast(dtypes.float32) if stash and x.dtype != dtypes.float64 else x._float()
   ms = (xf * xf).mean(tuple(range(axis, x.ndim)), keepdim=True)
@@ -1303,9 +1321,8 @@ def deform_conv(ctx: NodeContext):
   kernel = _ints(ctx, "kernel_shape", list(w.shape[2:]))
   kh, kw = kernel
   group, og = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
-  sh, sw = _ints(ctx, "strides", [1, 1])
-  dh, dw = _ints(ctx, "dilations", [1, 1])
-  pads = _ints(ctx, "pads", [0, 0, 0, 0])
+  (sh, sw), (dh, dw) = _strides_dilations(ctx, 2)
+  pads = _window_ints(ctx, "pads", 2, [0, 0, 0, 0], low=0)
   oh, ow = offset.shape[2:]
   kk, pp = kh * kw, oh * ow
   off = offset.cast(dtypes.float32).reshape(n, og, kh, kw, 2, oh, ow)

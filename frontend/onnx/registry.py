@@ -33,6 +33,33 @@ class NodeContext:
   def fail(self, msg: str) -> OnnxError:
     return OnnxError(f"node {self.name!r} ({self.op_type}): {msg}")
 
+  # ---------------------------------------------------------- axis arguments, checked against the rank
+  def axis(self, value, rank: int, what: str = "attribute axis", extra: int = 0) -> int:
+    """An ONNX axis (negative counts from the end) as 0..rank+extra-1. `extra` counts the dims a result adds
+    (Unsqueeze, OneHot), whose negative axes count from the result's end. Outside [-(rank+extra),
+    rank+extra-1]: an OnnxError naming the node, `what` and the value."""
+    n = rank + extra
+    v = int(value)
+    if not -n <= v < n:
+      allowed = f"{-n}..{n - 1}" if n else "none"
+      raise self.fail(f"{what} {v} is out of range for a rank-{rank} input (allowed: {allowed})")
+    return v % n
+
+  def axes(self, values, rank: int, what: str = "attribute axes", extra: int = 0, unique: bool = True) -> list[int]:
+    """Each of `values` checked and normalized as `axis`; with `unique` a repeated axis is an error too."""
+    out = [self.axis(v, rank, what, extra) for v in values]
+    if unique and len(set(out)) != len(out):
+      raise self.fail(f"{what} {[int(v) for v in values]} repeat an axis (rank {rank + extra})")
+    return out
+
+  def perm(self, values, rank: int, what: str = "attribute perm") -> list[int]:
+    """A permutation of 0..rank-1 (ONNX Transpose: no negative entries, each axis once)."""
+    perm = [int(v) for v in values]
+    if sorted(perm) != list(range(rank)):
+      of = f"0..{rank - 1}" if rank else "no axes"
+      raise self.fail(f"{what} {perm} is not a permutation of {of} (the input has rank {rank})")
+    return perm
+
 
 OPS: dict[str, Callable[[NodeContext], Any]] = {}
 

@@ -42,15 +42,7 @@ OPSET = 17
 
 # case id -> reason: mutants that expose a known importer bug (they must fail: xfail strict; remove an entry once
 # its bug is fixed)
-KNOWN_FAILURES: dict[str, str] = {
-  "conv-037": "negative Conv pads are accepted (ONNX: pads must not be negative)",
-  "concat-047": "Split axis 9 on a rank-2 input is accepted",
-  "slice_gather-131": "Gather axis -5 on a rank-2 input is accepted (wrapped)",
-  "reshape_transpose-152": "Transpose perm [2, 0, -5] is accepted (negative entries wrapped)",
-  "reshape_transpose-196": "Transpose perm [1, 2**31] is accepted",
-  "broadcast-100": "Mul(float64, float32) is accepted and promoted instead of reported as a type mismatch",
-  "reductions-195": "ReduceMax keepdims=2 keeps the axis; onnx.reference and onnxruntime drop it (keepdims != 1)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 # ---------------------------------------------------------------- seed models

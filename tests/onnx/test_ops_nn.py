@@ -232,3 +232,24 @@ if __name__ == "__main__":
   parser.add_argument("-k", default="")
   args = parser.parse_args()
   sys.exit(_summary(args.device, args.k))
+
+
+def test_dequantized_weights_stay_int8_in_the_artifact(tmp_path):
+  """A QDQ weight (int8 initializer -> DequantizeLinear -> MatMul) is not folded into float32 weights: the artifact
+  stores the int8 tensor (a quarter of the bytes) and dequantizes in its kernels; outputs match onnx.reference."""
+  from onnx import numpy_helper
+  from onnx.reference import ReferenceEvaluator
+  from aot.onnx_backend import TgcBackend
+  w = _RNG.integers(-128, 127, (256, 64)).astype(np.int8)
+  scale = (np.abs(_randn(64)) * 0.01 + 0.001).astype(np.float32)
+  graph = helper.make_graph(
+    [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], axis=1), helper.make_node("MatMul", ["x", "wf"], ["y"])],
+    "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(scale, "s")])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+  x = _randn(4, 256)
+  with TgcBackend.prepare(model, "c") as rep:
+    got = rep.run([x])[0]
+    assert rep.last.report.weights_bytes < w.size * 2, "the int8 weight was stored as float32"
+  np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
