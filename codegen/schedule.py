@@ -1,6 +1,7 @@
 """The scheduler: splits a lazy graph into kernels. Elementwise chains fuse into their producer/consumer reduce;
 movement ops become index arithmetic; a kernel break happens only where needed (a reduce that is broadcast,
-shared, or nested in another reduce). Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
+shared, or nested in another reduce; a computed value a reduce would recompute for each use through an expand).
+Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
@@ -33,39 +34,92 @@ def _expands(n: UOp) -> bool:
   return n.op is Ops.EXPAND and any(a != b for a, b in zip(n.src[0].shape, n.arg))
 
 
+def _numel(n: UOp) -> int:
+  return math.prod(n.shape)
+
+
+def _source_sizes(roots: list[UOp]) -> dict[UOp, int]:
+  """Per node, the element count of the largest value it is computed from without broadcasting: buffers, reduces
+  and requested copies count their own elements, constants one, any other node the largest of its sources. A node
+  with more elements than that is a broadcast (an expand of something smaller)."""
+  sizes: dict[UOp, int] = {}
+  for r in roots:
+    for n in r.toposort():
+      if n in sizes: continue
+      if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS): sizes[n] = _numel(n)
+      else: sizes[n] = max((sizes[s] for s in n.src), default=1)
+  return sizes
+
+
+def _is_const(n: UOp) -> bool:
+  while n.op in GroupOp.Movement: n = n.src[0]
+  return n.op is Ops.CONST
+
+
+def _cheap_to_recompute(n: UOp, realize: set[UOp]) -> bool:
+  """Casts plus at most one arithmetic op with a constant operand, over loads (buffers, realized values, reduces
+  that get realized anyway): recomputing that per use costs less than a kernel and a buffer."""
+  arithmetic, stack, seen = 0, [n], set()
+  while stack:
+    m = stack.pop()
+    if m in seen: continue
+    seen.add(m)
+    if m is not n and (m in realize or m.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS)): continue
+    if m.op in GroupOp.ALU:
+      arithmetic += 1
+      if arithmetic > 1 or not any(_is_const(s) for s in m.src): return False
+    stack.extend(m.src)
+  return True
+
+
+def _worth_realizing(n: UOp, loop_size: int, sizes: dict[UOp, int], realize: set[UOp]) -> bool:
+  """Whether an elementwise value that a reduce reads through an expand (a broadcast operand, a window: each element
+  feeds several iterations of the reduce) is computed once into a buffer of its own instead of per use."""
+  # movement ops stay index math; buffers and constants are plain loads
+  if n.op not in GroupOp.Elementwise: return False
+  # the reduce visits fewer elements than n has (an expanded slice): recomputing is cheaper than all of n
+  if _numel(n) >= loop_size: return False
+  # n itself broadcasts smaller values: a buffer would be a copy bigger than its sources, realize those instead
+  if _numel(n) > sizes[n]: return False
+  # a cast or one op with a constant over a load: cheaper than a kernel and a buffer
+  return not _cheap_to_recompute(n, realize)
+
+
 def find_realize_points(roots: list[UOp]) -> set[UOp]:
-  """Nodes that must be materialized in a buffer of their own: outputs, and reduces that are broadcast
-  (recomputing them per output element would repeat the reduction), used by several nodes, or nested inside
-  another reduce."""
+  """Nodes that must be materialized in a buffer of their own: outputs, reduces that are broadcast (recomputing
+  them per output element would repeat the reduction), used by several nodes, or nested inside another reduce,
+  and computed elementwise values a reduce reads through an expand (see `_worth_realizing`)."""
   users = _consumers(roots)
+  sizes = _source_sizes(roots)
   realize: set[UOp] = {r for r in roots if r.op is not Ops.BUFFER}
   realize |= {n for r in roots for n in r.toposort() if n.op is Ops.CONTIGUOUS}
   for n in {n for r in roots for n in r.toposort() if n.op is Ops.REDUCE_AXIS}:
     if len(users.get(n, ())) > 1: realize.add(n)
-  # walk down from each kernel root; a reduce reached through an expand or inside another reduce is realized
+  # walk down from each kernel root; what it would recompute per use is realized, until nothing changes
   changed = True
   while changed:
     changed = False
     for root in list(realize):
-      for red in _fused_reduces(root, realize):
-        if red not in realize: realize.add(red); changed = True
+      for n in _recomputed(root, realize, sizes):
+        if n not in realize: realize.add(n); changed = True
   return realize
 
 
-def _fused_reduces(root: UOp, realize: set[UOp]) -> list[UOp]:
-  """Reduces that must be realized because, seen from `root`, they sit behind an expand or in another reduce."""
+def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp]:
+  """Nodes that, fused into `root`'s kernel, would be computed many times per element: reduces behind an expand or
+  inside another reduce, and elementwise values a reduce reads through an expand."""
   out, seen = [], set()
-  stack = [(root, False, False)]
+  stack: list[tuple[UOp, bool, int]] = [(root, False, 0)]     # node, behind an expand, enclosing reduce's loop size
   while stack:
-    n, expanded, in_reduce = stack.pop()
-    if (n, expanded, in_reduce) in seen: continue
-    seen.add((n, expanded, in_reduce))
+    n, expanded, loop = stack.pop()
+    if (n, expanded, loop) in seen: continue
+    seen.add((n, expanded, loop))
     if n is not root and n in realize: continue
-    if n.op is Ops.REDUCE_AXIS and n is not root:
-      if expanded or in_reduce: out.append(n); continue
-      stack.append((n.src[0], False, True)); continue
-    if n.op is Ops.REDUCE_AXIS: stack.append((n.src[0], False, True)); continue
-    for s in n.src: stack.append((s, expanded or _expands(n), in_reduce))
+    if n.op is Ops.REDUCE_AXIS:
+      if n is not root and (expanded or loop): out.append(n); continue
+      stack.append((n.src[0], False, max(1, _numel(n.src[0])))); continue
+    if n is not root and expanded and loop and _worth_realizing(n, loop, sizes, realize): out.append(n); continue
+    for s in n.src: stack.append((s, expanded or _expands(n), loop))
   return out
 
 
@@ -191,7 +245,10 @@ class ScheduleError(ValueError):
 
 def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> None:
   """Add realize points until no kernel binds more than `max_buffers` buffers (its inputs and its output): the
-  fused node reading the most inputs that still fits in a kernel of its own is split off first."""
+  fused node reading the most inputs that still fits in a kernel of its own is split off first, preferring nodes
+  that are computed (not movement) and no bigger than their sources (never a broadcast copy: an expand stays index
+  math of the kernel that reads it)."""
+  sizes = _source_sizes(roots)
   while True:
     leaves: dict[UOp, frozenset] = {}
     for r in roots:
@@ -213,7 +270,7 @@ def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> Non
     if not fits:
       raise ScheduleError(f"a kernel computing a tensor of shape {root.shape} reads {len(leaves[root])} buffers; "
                           f"the target allows {max_buffers} storage buffers per kernel")
-    realize.add(max(fits, key=lambda m: (len(leaves[m]), m.key)))
+    realize.add(max(fits, key=lambda m: (_numel(m) <= sizes[m], m.op not in GroupOp.Movement, len(leaves[m]), m.key)))
 
 
 def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tuple[list[ScheduleItem], list[UOp]]:

@@ -2,6 +2,7 @@
 with the new input buffers and builds no graph) and `trace` (the capture directly, for ahead-of-time compiles).
 A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/output specs and weights."""
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field
 import numpy as np
 from ir import Ops, UOp, DType, lowp
@@ -163,14 +164,12 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     placeholders.append(b)
     return b
   items, out_bufs = schedule(roots, new_buffer, max_buffers)
-  # an output that is an input or a weight still gets its own buffer (a copy kernel)
-  fixed = [b if b not in input_bufs and buffers.device_of(b) == "capture" else None for b in out_bufs]
-  if any(f is None for f in fixed):
-    copies = [UOp(Ops.CONTIGUOUS, b.dtype, (b,)) for b in out_bufs]
-    more, copied = schedule([c for c, f in zip(copies, fixed) if f is None], new_buffer)
-    items += more
-    it = iter(copied)
-    out_bufs = [f if f is not None else next(it) for f in fixed]
+  # an output that is an input, a weight or another output's buffer still gets its own buffer (a copy kernel)
+  out_bufs = list(out_bufs)
+  for i, b in enumerate(out_bufs):
+    if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
+      more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
+      items += more
   written = {it.bufs[0] for it in items}
   weights = {}
   for it in items:
@@ -186,14 +185,23 @@ def _read(b: UOp) -> np.ndarray:
   return _realize.raw_storage(b) if b.dtype.storage_only else _realize.to_numpy(b)
 
 
+def _grows(n: UOp) -> bool:
+  """Whether holding `n`'s value would take more bytes than the buffers it is computed from (int8 weights
+  dequantized to float32, float16 weights cast up): such values stay computed in the kernels, weights stay small."""
+  sources = {b for b in n.toposort() if b.op is Ops.BUFFER}
+  source_bytes = sum(lowp.storage_nbytes(b.dtype, math.prod(b.arg[1])) for b in sources)
+  return bool(sources) and lowp.storage_nbytes(n.dtype, math.prod(n.shape)) > source_bytes
+
+
 def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
-  """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value."""
+  """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value, unless that value
+  is bigger than the buffers it comes from (`_grows`)."""
   from ir import substitute
   depends: dict[UOp, bool] = {}
   for r in roots:
     for n in r.toposort():
       depends[n] = n in inputs or any(depends[s] for s in n.src)
-  points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER]
+  points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
   if not points: return roots
   vals = evaluate(points, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
   mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only

@@ -72,3 +72,12 @@ def test_dtype_a_device_lacks_is_a_clear_error(monkeypatch):
   monkeypatch.setattr(realize, "unsupported_dtypes", lambda device: {__import__("ir").dtypes.float64})
   with pytest.raises(TypeError, match="dtype float64 is not supported on device opencl"):
     x.cast(__import__("ir").dtypes.float64).numpy()
+
+
+def test_trace_gives_every_output_its_own_buffer():
+  """Outputs that hash-cons to one graph (x+1 twice), or that are an input, still get distinct output buffers."""
+  x = Tensor(np.arange(3, dtype=np.float32), device="numpy")
+  cap = trace(lambda x: [x + 1, x + 1, x], x)
+  bufs = [b for _, b in cap.outputs]
+  assert len(set(bufs)) == 3 and cap.inputs[0][1] not in bufs
+  assert len(cap.items) == 3        # one kernel for x+1, a copy for its second use, a copy of the input
