@@ -136,7 +136,7 @@ def cli():
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
-              help="Target language of the artifact: c, opencl, webgpu.")
+              help="Target language of the artifact: c, opencl, webgpu, cuda, metal.")
 @click.option("--out", "-o", "out_dir", required=True, metavar="OUT",
               help="Artifact folder to write (replaced if it is one).")
 @click.option("--name", help="Model name used in generated symbols (default: the file name).")

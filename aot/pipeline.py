@@ -19,11 +19,13 @@ from codegen.names import symbol
 from aot.errors import UserError, describe
 from aot import models
 
-SUPPORTED_TARGETS = ("c", "opencl", "webgpu")
+SUPPORTED_TARGETS = ("c", "opencl", "webgpu", "metal", "cuda")
 # target -> (module, class) of the Python runtime that loads its artifacts (the CArtifact interface)
 ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"),
                      "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact"),
-                     "webgpu": ("runtimes.artifact_webgpu", "WebGPUArtifact")}
+                     "webgpu": ("runtimes.artifact_webgpu", "WebGPUArtifact"),
+                     "metal": ("runtimes.artifact_metal", "MetalArtifact"),
+                     "cuda": ("runtimes.artifact_cuda", "CUDAArtifact")}
 MANIFEST = "manifest.json"
 SOURCE_SUFFIXES = (".c", ".h", ".cl", ".cu", ".metal", ".m", ".mm", ".swift", ".js", ".ts", ".wgsl", ".html")
 PROGRESS_AFTER_S = 2.0     # without DEBUG, per-kernel progress appears once a compile has run this long
@@ -127,9 +129,10 @@ def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None,
 
 def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:
   """A limit of the target language the model runs into (WGSL: no float64, 64-bit integers only as 32-bit words,
-  buffer and work-group limits) is the user's to know: those messages start with the target's name."""
-  if target == "webgpu" and str(error).startswith("webgpu:"):
-    return UserError(f"{spec.text}: cannot compile for {target}: {str(error)[len('webgpu:'):].strip()}")
+  buffer and work-group limits; Metal: no float64) is the user's to know: those messages start with the target's
+  name."""
+  if target in ("webgpu", "metal") and str(error).startswith(f"{target}:"):
+    return UserError(f"{spec.text}: cannot compile for {target}: {str(error)[len(target) + 1:].strip()}")
   return error
 
 

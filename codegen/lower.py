@@ -2,6 +2,7 @@
 unrolls, map grid ranges to launch dimensions, linearize, render. The result carries everything a runtime or
 an artifact needs to launch it."""
 from __future__ import annotations
+import itertools
 import math
 from dataclasses import dataclass
 from ir import Ops, UOp, dtypes, substitute
@@ -29,29 +30,30 @@ class KernelProgram:
   ops: int                              # arithmetic ops per launch (estimate, for reports)
 
 
-def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | None = None) -> tuple[UOp, tuple, tuple]:
+def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
   """Give grid ranges their launch dimension (last global range -> dim 0) and fold extra dims into the first.
-  With `max_per_dim`, a global range of more work-groups than that is split over free launch dimensions."""
+  With `max_per_dim` (work-groups per dimension: one limit, or one per dimension x, y, z), a global range wider
+  than its dimension allows is split over free launch dimensions; where none is free and dimension 0 allows more
+  than the others (CUDA), all global ranges are folded into dimension 0 and split from there."""
   rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
   globs = [r for r in rs if r.arg[1] == "global"]
   locs = {r.arg[0]: r for r in rs if r.arg[1] in ("local", "group")}
   glob_ids = {g.arg[0] for g in globs}
   orphans = sum(1 for p in _local_parents(k_ast).values() if p not in glob_ids)   # locals needing a dim of their own
+  limits = _dim_limits(max_per_dim, max_dims) if max_per_dim else None
   if len(globs) + orphans > max_dims:
-    n_fold = len(globs) + orphans - max_dims + 1
-    if n_fold > len(globs): raise ValueError("kernel needs more launch dimensions than the target has")
-    fold, keep = globs[:n_fold], globs[n_fold:]
-    if any(r.arg[0] in _local_parents(k_ast).values() for r in fold):
-      raise ValueError("cannot fold a launch dimension that has a local split")
-    total = math.prod(r.src[0].arg for r in fold)
-    merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), (fold[0].arg[0], "global"))
-    sub, stride = {}, total
-    for r in fold:
-      stride //= r.src[0].arg
-      sub[r] = (merged // stride) % r.src[0].arg if stride > 1 else merged % r.src[0].arg
-    k_ast = simplify(substitute(k_ast, sub))
-    globs = [merged] + keep
-  if max_per_dim: k_ast, globs = _split_wide(k_ast, globs, locs, max_dims, max_per_dim)
+    slots = max_dims - orphans
+    if slots < 1: raise ValueError("kernel needs more launch dimensions than the target has")
+    groups = _fold_groups(globs, slots, limits, set(_local_parents(k_ast).values()))
+    if groups is None: raise ValueError("cannot fold a launch dimension that has a local split")
+    globs = []
+    for group in groups:
+      if len(group) > 1: k_ast, merged = _fold(k_ast, group, group[0].arg[0])
+      globs.append(merged if len(group) > 1 else group[0])
+  if limits:
+    k_ast, globs = _split_wide(k_ast, globs, locs, max_dims, limits)
+    if len(limits) > 1 and limits[0] > max(limits[1:]) and _over_limit(globs, limits):
+      k_ast, globs = _split_wide(*_fold_into_x(k_ast, globs), locs, max_dims, limits)
   parents = _local_parents(k_ast)
   gsize, lsize, sub = [1, 1, 1], [1, 1, 1], {}
   dim_of = {}
@@ -72,18 +74,81 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | None = None) -> tuple[UO
   return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
 
 
-def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int, limit: int) -> tuple[UOp, list[UOp]]:
-  """Split each global range of more than `limit` work-groups as hi*n + lo over a free launch dimension. `lo`
-  keeps the range's id, so a LOCAL split of it stays on lo's dimension. n is the largest divisor that makes both
-  parts fit; when none does, the parts are rounded up and every store is gated by the original range. Ranges
-  that still do not fit (no free dimension) are left for the renderer to report."""
+def _fold_groups(globs: list[UOp], slots: int, limits: tuple[int, ...] | None,
+                 split_ids: set) -> list[list[UOp]] | None:
+  """How to fold the global ranges (outermost first) into `slots` launch dimensions: consecutive ranges form one
+  group each. Without limits the outermost ranges are folded into the first group. With `limits` (work-groups per
+  dimension), the grouping with the fewest groups over their dimension's limit, then the smallest largest group.
+  A range with a LOCAL split cannot share a group. None when no grouping is possible."""
+  n = len(globs)
+  options = [(0,) + cuts + (n,) for cuts in itertools.combinations(range(1, n), slots - 1)]
+  if limits is None: options = [(0, n - slots + 1) + tuple(range(n - slots + 2, n + 1))]
+  best, best_key = None, None
+  for bounds in options:
+    groups = [globs[a:b] for a, b in zip(bounds, bounds[1:])]
+    if any(len(g) > 1 and any(r.arg[0] in split_ids for r in g) for g in groups): continue
+    sizes = [math.prod(r.src[0].arg for r in g) for g in groups]
+    over = sum(size > limits[slots - 1 - i] for i, size in enumerate(sizes)) if limits else 0
+    key = (over, max(sizes))
+    if best_key is None or key < best_key: best, best_key = groups, key
+  return best
+
+
+def _fold(k_ast: UOp, fold: list[UOp], keep_id: int) -> tuple[UOp, UOp]:
+  """Replace the global ranges `fold` (outermost first) by one range over their product, with range id `keep_id`
+  (a LOCAL split of that range stays attached to the merged one)."""
+  total = math.prod(r.src[0].arg for r in fold)
+  merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), (keep_id, "global"))
+  sub, stride = {}, total
+  for r in fold:
+    stride //= r.src[0].arg
+    sub[r] = (merged // stride) % r.src[0].arg if stride > 1 else merged % r.src[0].arg
+  return simplify(substitute(k_ast, sub)), merged
+
+
+def _dim_limits(max_per_dim: int | tuple[int, ...], max_dims: int) -> tuple[int, ...]:
+  """Work-groups allowed per launch dimension (x, y, z): one number for all, or one each (CUDA: 2^31-1, 65535,
+  65535)."""
+  return tuple(max_per_dim) if isinstance(max_per_dim, tuple) else (max_per_dim,) * max_dims
+
+
+def _over_limit(globs: list[UOp], limits: tuple[int, ...]) -> list[UOp]:
+  """The global ranges with more work-groups than their launch dimension allows (the last range is dimension 0)."""
+  return [g for i, g in enumerate(globs) if g.src[0].arg > limits[len(globs) - 1 - i]]
+
+
+def _fold_into_x(k_ast: UOp, globs: list[UOp]) -> tuple[UOp, list[UOp]]:
+  """Every global range in launch dimension 0, for targets whose dimension 0 holds far more work-groups than the
+  others (CUDA): used when a range is too wide for its dimension and no dimension is free to split it. The merged
+  range keeps the id of the one range with a LOCAL split, so that split stays on dimension 0."""
+  split = set(_local_parents(k_ast).values())
+  carriers = [g for g in globs if g.arg[0] in split]
+  if len(carriers) > 1: return k_ast, globs     # two LOCAL splits cannot share a dimension: left to the renderer
+  k_ast, merged = _fold(k_ast, globs, (carriers or globs)[0].arg[0])
+  return k_ast, [merged]
+
+
+def _divisors(n: int) -> list[int]:
+  """Every divisor of n (trial division up to its square root)."""
+  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+  return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
+                limits: tuple[int, ...]) -> tuple[UOp, list[UOp]]:
+  """Split each global range of more work-groups than its launch dimension allows (`limits` per dimension) as
+  hi*n + lo over a free launch dimension: lo keeps the range's dimension and id, so a LOCAL split of it stays on
+  lo's dimension, and hi takes the next one. n is the largest divisor that makes both parts fit; when none does,
+  the parts are rounded up and every store is gated by the original range. Ranges that still do not fit (no free
+  dimension) are left for the renderer to report."""
   parents = _local_parents(k_ast)
   free = max_dims - len(globs) - sum(1 for lid in locs if parents.get(lid) not in {g.arg[0] for g in globs})
-  while free > 0 and any(g.src[0].arg > limit for g in globs):
-    g = max(globs, key=lambda r: r.src[0].arg)
-    total = g.src[0].arg
-    lo_n = next((d for d in range(min(limit, total), -(-total // limit) - 1, -1) if total % d == 0), None)
-    if lo_n is None: lo_n = -(-total // -(-total // limit))
+  while free > 0 and (over := _over_limit(globs, limits)):
+    g = max(over, key=lambda r: r.src[0].arg)
+    total, dim = g.src[0].arg, len(globs) - 1 - globs.index(g)
+    lo_limit, hi_limit = limits[dim], limits[dim + 1]
+    lo_n = max((d for d in _divisors(total) if d <= lo_limit and total // d <= hi_limit), default=None)
+    if lo_n is None: lo_n = -(-total // -(-total // lo_limit))
     hi_n = -(-total // lo_n)
     new_id = 1 + max(n.arg[0] for n in k_ast.toposort() if n.op is Ops.RANGE)
     lo = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, lo_n),), g.arg)

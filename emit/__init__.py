@@ -18,4 +18,12 @@ def write_artifact(cm: CompiledModel, out_dir: str, embed_weights: bool = False)
     if embed_weights: raise ValueError("embedding the weights is supported for target c only, not webgpu")
     from emit.webgpu import write_webgpu_bundle
     return write_webgpu_bundle(cm, out_dir)
-  raise ValueError(f"no artifact writer for target {cm.target!r} (available: c, opencl, webgpu)")
+  if cm.target == "cuda":
+    if embed_weights: raise ValueError("embedding the weights is supported for target c only, not cuda")
+    from emit.cuda import write_cuda_bundle
+    return write_cuda_bundle(cm, out_dir)
+  if cm.target == "metal":
+    if embed_weights: raise ValueError("embedding the weights is supported for target c only, not metal")
+    from emit.metal import write_metal_bundle
+    return write_metal_bundle(cm, out_dir)
+  raise ValueError(f"no artifact writer for target {cm.target!r} (available: c, opencl, webgpu, cuda, metal)")

@@ -9,9 +9,11 @@ passed)."""
 from __future__ import annotations
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from codegen.compiled import BufferInfo, CompiledModel
 from codegen.lower import KernelProgram
+from codegen.memory import ALIGN as ARENA_ALIGN
 from codegen.names import comment_safe, symbol
 from emit.c_literals import c_bytes, c_string
 from emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
@@ -190,4 +192,66 @@ def write_c_bundle(cm: CompiledModel, out_dir: str, embed_weights: bool = False)
   """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
   check_empty_dir(out_dir)
   files, manifest = c_sources(cm, embed_weights)
+  return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})
+
+
+# ---- shared by the device bundles (opencl, cuda, metal; webgpu uses bundle_start and write_bundle) ----
+
+def bundle_start(cm: CompiledModel, target: str, title: str,
+                 check: Callable[[CompiledModel], None] | None = None) -> tuple[str, WeightsFile]:
+  """What every bundle writer begins with: the model checked (compiled for `target`; `title` names the bundle in the
+  error; names unique; then `check`), its API symbol and its weights file."""
+  if cm.target != target:
+    raise ValueError(f"the {title} bundle needs a model compiled for target {target!r}, not {cm.target!r}")
+  _check_names(cm)
+  if check is not None: check(cm)
+  return symbol(cm.name, None, "m"), build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape,
+                                                                    cm.weights[b.name]) for b in cm.of_kind("weight")])
+
+
+def kernel_parts(cm: CompiledModel) -> tuple[str, str]:
+  """Each prefix line of the kernels once (first use order), and the kernels, as the device kernel files hold them."""
+  prefix: list[str] = []
+  for k in cm.kernels.values():
+    prefix.extend(line for line in k.prefix if line not in prefix)
+  return "".join(line + "\n" for line in prefix), "\n".join(k.function.rstrip() + "\n" for k in cm.kernels.values())
+
+
+def kernel_file(cm: CompiledModel, target: str) -> str:
+  """The text of a device bundle's kernel file from templates/<target>/model.<ext>.tmpl: each prefix line of the
+  kernels once (first use order), then the kernels."""
+  kernel_prefix, kernels = kernel_parts(cm)
+  values = {"model_comment": f"\"{comment(cm.name)}\"", "version": tgc_version(), "kernel_prefix": kernel_prefix,
+            "kernels": kernels}
+  name = {"opencl": "model.cl.tmpl", "metal": "model.metal.tmpl"}[target]
+  return fill(read_template(target, name), values, f"templates/{target}/{name}")
+
+
+def host_values(cm: CompiledModel, sym: str, weights: WeightsFile, counts: dict[str, int]) -> dict[str, str]:
+  """The placeholder values every device host library fills: names, documentation, sizes, the weights header, the
+  tensor tables, and for each count `num_<key>` and `<key>_len` (at least 1: C arrays are never empty)."""
+  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment(cm.name)}\"",
+            "io_doc": _io_doc(cm), "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
+            "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header)}
+  values.update({f"num_{key}": str(n) for key, n in counts.items()})
+  values.update({f"{key}_len": str(max(n, 1)) for key, n in counts.items()})
+  values.update(_tables(cm))
+  return values
+
+
+def device_manifest(cm: CompiledModel, sym: str, weights: WeightsFile, params: dict[str, list[Param]],
+                    files: dict[str, bytes], info: dict) -> dict:
+  """The manifest of a device bundle (weights in WEIGHTS_FILE, never embedded): kernel arguments from the parsed
+  signatures, and `info` over the target_info fields every device host library shares."""
+  kernel_args = {name: [{"index": p.index, "dtype": _arg_dtype(cm, name, p.index), "mutable": p.mutable}
+                        for p in ps] for name, ps in params.items()}
+  shared = {"api_prefix": sym, "header": "model.h", "embed_weights": False, "arena_alignment": ARENA_ALIGN}
+  return build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, {**shared, **info})
+
+
+def write_bundle(out_dir: str, sources: Callable[[], tuple[dict[str, bytes], dict]]) -> list[str]:
+  """Write the files and manifest `sources()` gives into the existing empty folder `out_dir` (checked first);
+  manifest.json last. Returns the paths written."""
+  check_empty_dir(out_dir)
+  files, manifest = sources()
   return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})

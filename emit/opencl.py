@@ -15,15 +15,12 @@ import zlib
 
 from codegen.compiled import CompiledModel
 from codegen.lower import KernelProgram
-from codegen.memory import ALIGN as ARENA_ALIGN, plan_slots
-from codegen.names import symbol
-from emit.c import Param, _check_names, _io_doc, _tables, comment
-from emit.c_literals import c_bytes, c_string
-from emit.common import check_empty_dir, fill, numpy_name, read_template, tgc_version, write_files
-from emit.manifest import MANIFEST, build_manifest, manifest_bytes
-from emit.weights import WeightSpec, WeightsFile, build_weights_file
+from codegen.memory import plan_slots
+from emit.c import WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, write_bundle
+from emit.c_literals import c_string
+from emit.common import fill, read_template
+from emit.weights import WeightsFile
 
-WEIGHTS_FILE = "weights.safetensors"
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
 ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_SLOT"}
 PARAM = re.compile(r"^__global\s+((?:const\s+)?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:restrict\s+)?data(\d+)$")
@@ -46,14 +43,7 @@ def kernel_params(k: KernelProgram) -> list[Param]:
 
 def kernel_source(cm: CompiledModel) -> str:
   """The text of model.cl: each prefix line once (first use order), then the kernels."""
-  prefix: list[str] = []
-  for k in cm.kernels.values():
-    for line in k.prefix:
-      if line not in prefix: prefix.append(line)
-  values = {"model_comment": f"\"{comment(cm.name)}\"", "version": tgc_version(),
-            "kernel_prefix": "".join(line + "\n" for line in prefix),
-            "kernels": "\n".join(k.function.rstrip() + "\n" for k in cm.kernels.values())}
-  return fill(read_template("opencl", "model.cl.tmpl"), values, "templates/opencl/model.cl.tmpl")
+  return kernel_file(cm, "opencl")
 
 
 def source_strings(text: str) -> str:
@@ -103,53 +93,31 @@ def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: Wei
           "max_weight_bytes": str(max([b.nbytes for b in cm.of_kind("weight")] + [0]))}
 
 
-def _arg_dtype(cm: CompiledModel, kernel: str, index: int) -> str:
-  call = next(c for c in cm.calls if c.kernel == kernel)
-  return numpy_name(cm.buffers[call.buffers[index]].dtype)
-
-
 def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  if cm.target != "opencl":
-    raise ValueError(f"the OpenCL bundle needs a model compiled for target 'opencl', not {cm.target!r}")
-  _check_names(cm)
-  sym = symbol(cm.name, None, "m")
-  weights = build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape, cm.weights[b.name])
-                                for b in cm.of_kind("weight")])
+  sym, weights = bundle_start(cm, "opencl", "OpenCL")
   params = {name: kernel_params(k) for name, k in cm.kernels.items()}
   slot_buffer, buffer_bytes = slot_buffers(cm)
   cl_text = kernel_source(cm)
   counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
             "slots": len(cm.of_kind("arena")), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
-  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment(cm.name)}\"",
-            "io_doc": _io_doc(cm), "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
-            "slot_buffer_bytes": str(sum(buffer_bytes)), "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0])),
-            "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header),
-            "source_strings": source_strings(cl_text)}
-  values.update({f"num_{key}": str(n) for key, n in counts.items()})
-  values.update({f"{key}_len": str(max(n, 1)) for key, n in counts.items()})    # C arrays are never empty
-  values.update(_tables(cm))
+  values = host_values(cm, sym, weights, counts)
+  values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
+                 "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
   values.update(_host_tables(cm, params, weights, slot_buffer))
   files = {"model.cl": cl_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
     files[name] = fill(read_template("opencl", f"{name}.tmpl"), values, f"templates/opencl/{name}.tmpl").encode()
   files[WEIGHTS_FILE] = weights.data
-  kernel_args = {name: [{"index": p.index, "dtype": _arg_dtype(cm, name, p.index), "mutable": p.mutable}
-                        for p in ps] for name, ps in params.items()}
   fp64 = any("cl_khr_fp64" in line for k in cm.kernels.values() for line in k.prefix)
-  info = {"api_prefix": sym, "header": "model.h", "source": "model.c", "c_standard": "c99",
-          "kernel_source": "model.cl", "kernel_source_embedded": True, "opencl_version": "1.2",
-          "link_libraries": ["OpenCL"], "extensions": ["cl_khr_fp64"] if fp64 else [], "embed_weights": False,
-          "weights_check": "crc32 per tensor", "arena_alignment": ARENA_ALIGN,
-          "slot_buffers": buffer_bytes,
+  info = {"source": "model.c", "c_standard": "c99", "kernel_source": "model.cl", "kernel_source_embedded": True,
+          "opencl_version": "1.2", "link_libraries": ["OpenCL"], "extensions": ["cl_khr_fp64"] if fp64 else [],
+          "weights_check": "crc32 per tensor", "slot_buffers": buffer_bytes,
           "arena_placement": "sub-buffers of one arena buffer when CL_DEVICE_MEM_BASE_ADDR_ALIGN divides every slot "
                              "offset, else the slot_buffers (whole buffers shared by slots of disjoint lifetimes)"}
-  manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
-  return files, manifest
+  return files, device_manifest(cm, sym, weights, params, files, info)
 
 
 def write_opencl_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
   """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
-  check_empty_dir(out_dir)
-  files, manifest = opencl_sources(cm)
-  return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})
+  return write_bundle(out_dir, lambda: opencl_sources(cm))

@@ -15,8 +15,9 @@ Buffers (one GPUBuffer each; WebGPU validates usage per whole buffer, so interme
 arena): inputs, outputs, weights, then the slots of `codegen.memory.plan_slots` (intermediates whose lifetimes do
 not overlap share a slot). Sizes are rounded up to 4 bytes (at least 4). Element layout on the device is the
 host's little-endian layout (sub-32-bit types are packed 4 or 2 per u32 word, which is their byte layout) except
-int64/uint64, which the webgpu lowering narrows to 32-bit words (`codegen.compiled.artifact_renderer`): the loader
-narrows them on upload (values must fit in 32 bits) and widens them on download. A kernel binding an output as
+int64/uint64 and float64, which the webgpu lowering narrows to 32-bit words (`codegen.compiled.artifact_renderer`):
+the loader narrows them on upload (integer values must fit in 32 bits; float64 is rounded to float32) and widens
+them on download. A kernel binding an output as
 `array<atomic<u32>>` (packed sub-32-bit stores by atomicOr) needs it zeroed first: the call lists it in `clear`."""
 from __future__ import annotations
 import html
@@ -29,21 +30,20 @@ import numpy as np
 from codegen.compiled import BufferInfo, CompiledModel
 from codegen.lower import KernelProgram
 from codegen.memory import plan_slots
-from codegen.names import symbol
 from codegen.render.wgsl import wgsl_bindings, wgsl_workgroup_sizes
-from emit.c import _check_names
-from emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
-from emit.manifest import MANIFEST, build_manifest, manifest_bytes
-from emit.weights import WeightSpec, WeightsFile, build_weights_file
+from emit.c import bundle_start, write_bundle
+from emit.common import fill, numpy_name, read_template, sha256, tgc_version
+from emit.manifest import build_manifest
+from emit.weights import WeightsFile
 
 WEIGHTS_FILE = "weights.safetensors"
 SOURCE_FILES = ("model.js", "model.d.ts", "index.html")
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
 PLAN_FORMAT = 1
-NARROWED = {"int64": "int32", "uint64": "uint32"}     # host dtype -> device element type (WGSL has no 64-bit ints)
+NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32"}   # host dtype -> device type (WGSL: no 64-bit)
 JS_ARRAYS = {"float32": "Float32Array", "float16": "Uint16Array", "int32": "Int32Array", "uint32": "Uint32Array",
              "int64": "BigInt64Array", "uint64": "BigUint64Array", "int16": "Int16Array", "uint16": "Uint16Array",
-             "int8": "Int8Array", "uint8": "Uint8Array", "bool": "Uint8Array"}
+             "int8": "Int8Array", "uint8": "Uint8Array", "bool": "Uint8Array", "float64": "Float64Array"}
 # WebGPU's default limits (what a device has when nothing more is requested), by the JS name of the limit
 DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBindingSize": 134217728,
                   "maxBufferSize": 268435456, "maxComputeWorkgroupsPerDimension": 65535,
@@ -59,7 +59,7 @@ def round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
 
 
 def device_nbytes(b: BufferInfo) -> int:
-  """Bytes of `b` on the device: 64-bit integers are narrowed to 32-bit words."""
+  """Bytes of `b` on the device: 64-bit integers and floats are narrowed to 32-bit words."""
   return b.nbytes // 2 if numpy_name(b.dtype) in NARROWED else b.nbytes
 
 
@@ -208,13 +208,7 @@ def _check_narrow_weights(cm: CompiledModel) -> None:
 
 def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  if cm.target != "webgpu":
-    raise ValueError(f"the WebGPU bundle needs a model compiled for target 'webgpu', not {cm.target!r}")
-  _check_names(cm)
-  _check_narrow_weights(cm)
-  sym = symbol(cm.name, None, "m")
-  weights = build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape, cm.weights[b.name])
-                                for b in cm.of_kind("weight")])
+  sym, weights = bundle_start(cm, "webgpu", "WebGPU", _check_narrow_weights)
   plan = build_plan(cm, weights)
   values = {"model_comment": _comment(cm.name), "version": tgc_version(), "plan": plan_block(plan),
             "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
@@ -230,7 +224,8 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
           "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
           "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],
           "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"],
-          "int64": "narrowed to 32-bit words on the device", "float16": "stored packed, computed in f32",
+          "int64": "narrowed to 32-bit words on the device",
+          "float64": "stored and computed as float32 on the device", "float16": "stored packed, computed in f32",
           "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1]}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
   return files, manifest
@@ -238,6 +233,4 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
 
 def write_webgpu_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
   """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
-  check_empty_dir(out_dir)
-  files, manifest = webgpu_sources(cm)
-  return write_files(out_dir, files) + write_files(out_dir, {MANIFEST: manifest_bytes(manifest)})
+  return write_bundle(out_dir, lambda: webgpu_sources(cm))

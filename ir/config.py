@@ -3,12 +3,13 @@
   DEBUG=1..4   1: kernel count and time per realize, 2: the schedule, 3: each kernel's IR, 4: generated source
   DEVICE       default Tensor device ("numpy", "c", "opencl", ...); default "c"
   TGC_CACHE_DIR  directory for the compiled-kernel and tuning caches; default ~/.cache/tgc
-  CC           the C compiler artifacts are built with (default cc)
+  CC           the C compiler kernels and artifacts are built with (default clang when installed, else cc)
   BEAM         beam width for kernel search (0: hand-coded heuristics)
   NOOPT        1: no opt actions at all (plain loops), for debugging
 """
 from __future__ import annotations
 import os
+import shutil
 from dataclasses import dataclass, field
 
 
@@ -19,7 +20,8 @@ class Config:
   cache_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".cache", "tgc"))
   beam: int = 0
   noopt: bool = False
-  cc: str = "cc"
+  # clang's SLP vectorizer turns the upcast straight-line code into vector ops; gcc 12 leaves it scalar (~4x slower)
+  cc: str = field(default_factory=lambda: "clang" if shutil.which("clang") else "cc")
 
   @staticmethod
   def from_env(env=os.environ) -> Config:

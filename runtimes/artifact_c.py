@@ -63,6 +63,26 @@ def load_manifest(folder: str, target: str, what: str) -> dict:
   return manifest
 
 
+def checked_file(folder: str, manifest: dict, name: str) -> bytes:
+  """The bytes of a file of the folder, which must match the manifest's sha256."""
+  path = os.path.join(folder, name)
+  data = _read(path)
+  if hashlib.sha256(data).hexdigest() != manifest["files"].get(name):
+    raise ArtifactError(f"{path}: does not match manifest.json (sha256); the artifact was modified")
+  return data
+
+
+def time_runs(run_once, runs: int, warmup: int) -> list[float]:
+  """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls."""
+  for _ in range(warmup): run_once()
+  times = []
+  for _ in range(runs):
+    start = _time.perf_counter()
+    run_once()
+    times.append(_time.perf_counter() - start)
+  return times
+
+
 class CArtifact:
   """A loaded `c` artifact. `weights_path` overrides the folder's weights file (embedded bundles otherwise use
   the copy linked into the library). One instance owns one model context; `close` releases it."""
@@ -205,12 +225,7 @@ class CArtifact:
   def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
     """Seconds of each of `runs` calls of the C run function, after `warmup` untimed calls."""
     ins, outs, in_ptrs, out_ptrs = self._prepare(inputs)   # the arrays must outlive the calls
-    for _ in range(warmup): self._call(in_ptrs, out_ptrs)
-    times = []
-    for _ in range(runs):
-      start = _time.perf_counter()
-      self._call(in_ptrs, out_ptrs)
-      times.append(_time.perf_counter() - start)
+    times = time_runs(lambda: self._call(in_ptrs, out_ptrs), runs, warmup)
     del ins, outs
     return times
 

@@ -5,7 +5,8 @@ manifest's sha256, and runs that plan the way model.js does, through the `wgpu` 
 `runtimes.webgpu` (lavapipe on a CPU-only machine): one buffer per plan buffer, the weights uploaded once, the
 pipelines built once; per run the inputs are written, one command buffer clears the packed outputs each call
 writes with atomics, dispatches the calls in order, and the outputs are read back. int64/uint64 tensors are
-narrowed to 32-bit words on upload (values must fit) and widened on download, as model.js does.
+narrowed to 32-bit words on upload (values must fit) and widened on download, as model.js does; float64 tensors
+likewise go through float32.
 
 Validation and benchmarks use this, so they exercise the WGSL and buffer plan the browser runs (the JS itself is
 exercised by the headless-browser tests). The interface is `CArtifact`'s (manifest, run, time, close, context
@@ -16,16 +17,15 @@ import hashlib
 import json
 import os
 import re
-import time as _time
 
 import numpy as np
 
-from runtimes.artifact_c import ArtifactError, CArtifact, _read, load_manifest
+from runtimes.artifact_c import ArtifactError, CArtifact, _read, checked_file, load_manifest, time_runs
 from runtimes.base import RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
 PLAN_FORMAT = 1
-NARROWED = {"int64": np.int32, "uint64": np.uint32}
+NARROWED = {"int64": np.int32, "uint64": np.uint32, "float64": np.float32}
 
 
 def read_plan(model_js: str, where: str = "model.js") -> dict:
@@ -78,12 +78,7 @@ class WebGPUArtifact:
   # ---- loading ----
   def _load_manifest(self) -> dict: return load_manifest(self.folder, "webgpu", "a WebGPU artifact")
 
-  def _checked(self, name: str) -> bytes:
-    path = os.path.join(self.folder, name)
-    data = _read(path)
-    if hashlib.sha256(data).hexdigest() != self.manifest["files"].get(name):
-      raise ArtifactError(f"{path}: does not match manifest.json (sha256); the artifact was modified")
-    return data
+  def _checked(self, name: str) -> bytes: return checked_file(self.folder, self.manifest, name)
 
   def _weights(self, weights_path: str | None) -> bytes:
     """The weights file, checked as model.js checks it: size, header, sha256."""
@@ -144,9 +139,10 @@ class WebGPUArtifact:
   # ---- running ----
   @staticmethod
   def _device_bytes(t: dict, arr: np.ndarray, what: str) -> np.ndarray:
-    """The bytes of a tensor as the device holds it (64-bit integers narrowed), padded to 4 bytes."""
+    """The bytes of a tensor as the device holds it (64-bit types narrowed), padded to 4 bytes."""
     arr = np.ascontiguousarray(arr).reshape(-1)
-    if t["dtype"] in NARROWED:
+    if t["dtype"] == "float64": arr = arr.astype(np.float32)
+    elif t["dtype"] in NARROWED:
       words = NARROWED[t["dtype"]]
       info = np.iinfo(words)
       bad = np.flatnonzero((arr < info.min) | (arr > info.max))
@@ -197,13 +193,7 @@ class WebGPUArtifact:
   def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
     """Seconds of each of `runs` whole runs (upload, kernels, read-back), after `warmup` untimed runs."""
     prepared = self._prepare(inputs)
-    for _ in range(warmup): self._execute(prepared)
-    times = []
-    for _ in range(runs):
-      start = _time.perf_counter()
-      self._execute(prepared)
-      times.append(_time.perf_counter() - start)
-    return times
+    return time_runs(lambda: self._execute(prepared), runs, warmup)
 
   def close(self) -> None:
     for buf in getattr(self, "_buffers", []):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
 import platform
 import re
 import subprocess
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ir.config import config
 from runtimes.base import Buffer, CompileError, Program, Runtime, RuntimeUnavailable
 
 # Every flag that affects the produced code; part of the cache key. -ffp-contract=off keeps float results
@@ -79,8 +79,7 @@ class CRuntime(Runtime):
 
   def __init__(self, cache_dir: str | None = None, compiler: str | None = None):
     self.cache_dir = os.path.expanduser(cache_dir or os.path.join("~", ".cache", "tgc", "c"))
-    # clang's SLP vectorizer turns the upcast straight-line code into vector ops; gcc 12 leaves it scalar
-    compiler = compiler or ("clang" if shutil.which("clang") else "cc")
+    compiler = compiler or config.cc
     self.compiler = compiler
     try:
       version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True)

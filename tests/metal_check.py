@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -130,3 +131,104 @@ def run_on_cpu(src: str, name: str, bufs: list[np.ndarray], global_size, local_s
   pointers = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs])
   lib.tg_run(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*local_size),
              int("threadgroup_barrier" in src))
+
+
+# ---- the Objective-C host loader of a Metal artifact (model.m) ----
+
+# ARC on (an unknown selector is an error), the shim's Foundation/ and Metal/ headers, every warning an error (a
+# message the receiver's type does not declare, an argument of the wrong type); host target, so that the C
+# library headers are the system's
+OBJC_FLAGS = ("-fsyntax-only", "-x", "objective-c", "-fobjc-arc", "-fobjc-runtime=macosx-13.0", "-Wall", "-Wextra",
+              "-Werror")
+
+
+def objc_clang() -> str | None:
+  """The clang on PATH (apt-get install clang), or None."""
+  return shutil.which("clang")
+
+
+def objc_errors(path: str) -> str:
+  """Compiler diagnostics for the Objective-C file `path` (its own folder on the include path) checked against the
+  shim's Foundation and Metal headers; "" when it is clean."""
+  folder = os.path.dirname(os.path.abspath(path))
+  proc = subprocess.run([objc_clang() or "clang", *OBJC_FLAGS, f"-I{SHIM_DIR}", f"-I{folder}", path],
+                        capture_output=True, text=True, timeout=120)
+  return "" if proc.returncode == 0 else (proc.stderr.strip() or f"clang exited with {proc.returncode}")
+
+
+def build_model_for_cpu(source: str, kernels: dict[str, int]) -> ctypes.CDLL:
+  """One shared library for every kernel of a whole model.metal (`kernels`: name -> buffer parameters), with
+  `tg_run_<name>(bufs, groups, local, threaded)` per kernel: the DRIVER of `build_for_cpu`, its runner once per
+  kernel, so that a model costs one compiler run."""
+  common, runner = DRIVER.split('extern "C"', 1)
+  runners = []
+  for name, nbufs in kernels.items():
+    args = "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(nbufs))
+    runners.append(('extern "C"' + runner).replace("tg_run(", f"tg_run_{name}(").replace("KERNEL_NAME", name)
+                   .replace("ARGS ", args))
+  unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", source, common, *runners])
+  key = hashlib.sha256(unit.encode()).hexdigest()[:24]
+  if key not in _libraries:
+    out = os.path.join(_build_dir(), f"{key}.so")
+    if not os.path.exists(out):
+      fd, tmp_src = tempfile.mkstemp(suffix=".metal", dir=_build_dir())
+      with os.fdopen(fd, "w") as f: f.write(unit)
+      tmp_out = tmp_src + ".so"
+      cmd = [cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out]
+      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+      os.unlink(tmp_src)
+      if proc.returncode != 0: raise RuntimeError(f"building the model for the CPU failed:\n{proc.stderr}")
+      os.replace(tmp_out, out)
+    lib = ctypes.CDLL(out)
+    uints = ctypes.POINTER(ctypes.c_uint)
+    for name in kernels:
+      fn = getattr(lib, f"tg_run_{name}")
+      fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
+      fn.restype = None
+    _libraries[key] = lib
+  return _libraries[key]
+
+
+class CPUBackend:
+  """The backend interface of runtimes.artifact_metal.MetalArtifact on the CPU: buffers are numpy byte arrays and
+  the whole model.metal is built once through the shim (`build_model_for_cpu`); each launch gets its buffers in
+  binding-index order (the kernels' parameters are data0, data1, ... bound at [[buffer(i)]]), each at its byte
+  offset, and runs one threadgroup after another (one thread per work-item when the kernel has barriers)."""
+  device_name = "CPU (metal_stdlib shim)"
+  max_group_threads = 1024
+
+  def __init__(self):
+    self.lib: ctypes.CDLL | None = None
+    self.barriers: dict[str, bool] = {}
+    self.launched: list[str] = []
+
+  def compile(self, source: str, kernels: list[str]) -> None:
+    starts = [m.start() for m in re.finditer(r"^kernel void ", source, re.M)]
+    functions = {re.match(r"kernel void (\w+)\(", source[a:]).group(1): source[a:b]
+                 for a, b in zip(starts, starts[1:] + [len(source)])}
+    missing = sorted(set(kernels) - set(functions))
+    assert not missing, f"model.metal lacks kernels {missing}"
+    nbufs = {name: len(re.findall(r"\[\[buffer\(\d+\)\]\]", f.split("{", 1)[0])) for name, f in functions.items()}
+    self.barriers = {name: "threadgroup_barrier" in f for name, f in functions.items()}
+    self.lib = build_model_for_cpu(source, nbufs)
+
+  def max_threads(self, kernel: str) -> int: return self.max_group_threads
+
+  def alloc(self, nbytes: int, data: bytes | None = None) -> np.ndarray:
+    buf = np.zeros(max(nbytes, 1), np.uint8)
+    if data is not None: buf[:len(data)] = np.frombuffer(data, np.uint8)
+    return buf
+
+  def write(self, buf: np.ndarray, data: bytes) -> None: buf[:len(data)] = np.frombuffer(data, np.uint8)
+
+  def read(self, buf: np.ndarray, nbytes: int) -> np.ndarray: return buf[:nbytes].copy()
+
+  def run(self, launches) -> None:
+    assert self.lib is not None, "compile first"
+    for kernel, binds, groups, threads in launches:
+      arrays = [buf[offset:] for _, buf, offset in sorted(binds, key=lambda b: b[0])]
+      assert math.prod(threads) <= self.max_group_threads, threads
+      pointers = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+      getattr(self.lib, f"tg_run_{kernel}")(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*threads),
+                                            int(self.barriers[kernel]))
+      self.launched.append(kernel)

@@ -27,7 +27,9 @@ class CStyleRenderer:
   math_fns: dict[tuple[Ops, DType], str] = {}
   has_half = False
   max_grid_dims = 3
-  max_workgroups_per_dim: int | None = None   # launch limit per grid dimension; wider ranges are split by lowering
+  # work-groups allowed per grid dimension: one limit for all or one per dimension (x, y, z); wider ranges are
+  # split by lowering
+  max_workgroups_per_dim: int | tuple[int, ...] | None = None
 
   # ---- spelling hooks ----
   def type_name(self, d: DType) -> str: return self.types[d]

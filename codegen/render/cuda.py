@@ -40,6 +40,9 @@ class CUDARenderer(CStyleRenderer):
   loops_for_grid = False
   local_qualifier = "__shared__ "
   barrier = "__syncthreads();"
+  max_workgroups_per_dim = (2**31 - 1, 65535, 65535)   # blocks per grid dimension x, y, z
+  max_block = (1024, 1024, 64)                         # threads per block dimension
+  max_threads = 1024                                   # threads per block
   types = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -67,6 +70,17 @@ class CUDARenderer(CStyleRenderer):
            not (u.src[0].dtype.is_int and u.dtype.is_int) for u in program):
       out.append(BITCAST_HELPER)
     return out
+
+  def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+    """The kernel, after checking CUDA's launch limits (lowering splits or folds grids to fit them)."""
+    if any(s > m for s, m in zip(local_size, self.max_block)) or math.prod(local_size) > self.max_threads:
+      raise ValueError(f"cuda: kernel '{name}': block size {tuple(local_size)} exceeds the limits {self.max_block} "
+                       f"and {self.max_threads} threads")
+    for u in program:
+      if u.op is Ops.RANGE and u.arg[1] == "global" and u.src[0].arg > self.max_workgroups_per_dim[u.arg[2]]:
+        raise ValueError(f"cuda: kernel '{name}' needs {u.src[0].arg} blocks in grid dimension {'xyz'[u.arg[2]]}; the "
+                         f"limit is {self.max_workgroups_per_dim[u.arg[2]]}")
+    return super().render(name, program, local_size)
 
   def kernel_signature(self, name, args, local_size):
     return f"{self.kernel_prefix}void __launch_bounds__({math.prod(local_size)}) {name}({', '.join(args)})"

@@ -165,8 +165,8 @@ def test_output_folder_rules(tmp_path):
 
 
 def test_unknown_target_and_bad_specs(tmp_path):
-  with pytest.raises(UserError, match="target metal is not supported yet; supported: c"):
-    compile_model(MLP, "metal", str(tmp_path / "x"))
+  with pytest.raises(UserError, match="target vulkan is not supported yet; supported: c"):
+    compile_model(MLP, "vulkan", str(tmp_path / "x"))
   with pytest.raises(UserError, match="model file not found: .*nope.py"):
     compile_model(str(tmp_path / "nope.py") + ":build", "c", str(tmp_path / "x"))
   with pytest.raises(UserError, match="no function 'missing'.*functions there: build"):

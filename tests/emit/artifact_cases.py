@@ -1,7 +1,10 @@
 """Helpers of the artifact tests: small models built on any device (the numpy device gives the independent
-reference), compiling a traced model to a `CompiledModel` for target c, writing its bundle, running `make` and
-C programs, and the cross toolchain check."""
+reference), compiling a traced model to a `CompiledModel` for any target, writing its bundle, copying and reading
+bundles, running `make`, C programs and the `tgc` command line, checks every bundle writer must pass, and the cross
+toolchain check."""
 from __future__ import annotations
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -14,11 +17,15 @@ import pytest
 
 from codegen.compiled import CompiledModel, compile_schedule
 from emit import write_artifact
+from emit.manifest import validate_manifest
 from frontend import Tensor
 from frontend import nn
 from frontend.jit import trace
 
 C_WARNINGS = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
+HOSTILE_INPUTS = ('we"ird\\ */ name\n%s ü', "int")
+HOSTILE_OUTPUTS = ["main", "main!"]
+HOSTILE_WEIGHTS = ["a b", "a-b", "__pad_0"]
 
 
 @dataclass
@@ -41,14 +48,15 @@ class ModelCase:
     names = self.output_names or [f"output_{i}" for i in range(len(outs))]
     return {n: o.numpy() for n, o in zip(names, outs)}
 
-  def compile(self) -> CompiledModel:
+  def compile(self, target: str = "c") -> CompiledModel:
+    """The model traced (the capture is target-independent) and lowered for `target`."""
     fn = self.build("c")
     cap = trace(fn, *[Tensor(v, device="c") for v in self.inputs.values()], input_names=list(self.inputs),
                 output_names=self.output_names)
     weights = list(cap.weights.items())
     names = self.weight_names or [f"w{i}" for i in range(len(weights))]
     assert len(names) == len(weights), f"{self.name}: {len(weights)} weights, {len(names)} names"
-    return compile_schedule(self.name, "c", cap.items, [(s.name, b) for s, b in cap.inputs],
+    return compile_schedule(self.name, target, cap.items, [(s.name, b) for s, b in cap.inputs],
                             [(s.name, b) for s, b in cap.outputs], [(n, b, v) for n, (b, v) in zip(names, weights)])
 
 
@@ -86,6 +94,16 @@ def build_two_io(device: str):
   return forward
 
 
+def build_softmax(device: str):
+  return lambda x: x.softmax(-1)
+
+
+def build_half(device: str):
+  """float16 input, weight and output (half storage; the kernels compute in float or half)."""
+  w = Tensor(np.linspace(-1, 1, 8, dtype=np.float16), device=device)
+  return lambda x: ((x.float() * w.float()).sum(-1) + x.float().max(-1)).half()
+
+
 def mlp_case() -> ModelCase:
   x = np.random.default_rng(0).standard_normal((2, 8), dtype=np.float32)
   return ModelCase("mlp", build_mlp, {"x": x})
@@ -103,11 +121,87 @@ def two_io_case(input_names=("x", "n"), output_names=None, weight_names=None, na
   return ModelCase(name, build_two_io, inputs, output_names=output_names, weight_names=weight_names)
 
 
-def emit_folder(root, case: ModelCase, embed: bool = False, sub: str | None = None) -> str:
+def softmax_case() -> ModelCase:
+  return ModelCase("softmax", build_softmax, {"x": np.random.default_rng(3).standard_normal((2, 256), np.float32)})
+
+
+def half_case() -> ModelCase:
+  x = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float16)
+  return ModelCase("half", build_half, {"x": x}, rtol=1e-2, atol=1e-2)
+
+
+def hostile_case(inputs=HOSTILE_INPUTS, name: str = 'hostile "model" */ ??/') -> ModelCase:
+  """Names that would break generated source if they reached it unsanitized."""
+  return two_io_case(inputs, HOSTILE_OUTPUTS, HOSTILE_WEIGHTS, name=name)
+
+
+def emit_folder(root, case: ModelCase, embed: bool = False, sub: str | None = None, target: str = "c") -> str:
   folder = os.path.join(str(root), sub or re.sub(r"[^A-Za-z0-9_]", "_", case.name) + ("_embed" if embed else ""))
   os.makedirs(folder)
-  write_artifact(case.compile(), folder, embed_weights=embed)
+  write_artifact(case.compile(target), folder, embed_weights=embed)
   return folder
+
+
+def emit_cases(root, cases: dict[str, Callable[[], ModelCase]], target: str) -> dict[str, tuple[ModelCase, str]]:
+  """Each case's bundle for `target` in root/<name>: name -> (case, folder)."""
+  out = {}
+  for name, make_case in cases.items():
+    case = make_case()
+    out[name] = (case, emit_folder(root, case, sub=name, target=target))
+  return out
+
+
+def copy(folder: str, tmp_path, name: str = "bundle") -> str:
+  dst = os.path.join(str(tmp_path), name)
+  shutil.copytree(folder, dst)
+  return dst
+
+
+def manifest_of(folder: str) -> dict:
+  with open(os.path.join(folder, "manifest.json")) as f: return json.load(f)
+
+
+def checked_manifest(folder: str, files: set[str], target: str, case: ModelCase) -> dict:
+  """The manifest of a bundle folder holding exactly `files`, checked: schema, per-file sha256, target, format
+  version and the inputs' original names in order."""
+  assert set(os.listdir(folder)) == files
+  manifest = manifest_of(folder)
+  validate_manifest(manifest)
+  assert set(manifest["files"]) == files - {"manifest.json"}
+  for fname, digest in manifest["files"].items():
+    with open(os.path.join(folder, fname), "rb") as f: assert hashlib.sha256(f.read()).hexdigest() == digest, fname
+  assert manifest["target"] == target and manifest["format_version"] == 1
+  assert [t["name"] for t in manifest["inputs"]] == list(case.inputs)
+  return manifest
+
+
+def assert_same_files(a: str, b: str) -> None:
+  """Two bundle folders hold the same files, byte for byte."""
+  assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+  for fname in sorted(os.listdir(a)):
+    with open(os.path.join(a, fname), "rb") as fa, open(os.path.join(b, fname), "rb") as fb:
+      assert fa.read() == fb.read(), fname
+
+
+def check_write_refusals(cm: CompiledModel, tmp_path, sources: Callable[[CompiledModel], tuple]) -> None:
+  """What every bundle writer but c's refuses: embedded weights, a folder that is not empty, and (`sources`: the
+  target's `<target>_sources`) a model compiled for another target."""
+  with pytest.raises(ValueError, match="target c only"): write_artifact(cm, str(tmp_path), embed_weights=True)
+  (tmp_path / "full").mkdir()
+  (tmp_path / "full" / "x").write_text("x")
+  with pytest.raises(ValueError, match="not empty"): write_artifact(cm, str(tmp_path / "full"))
+  target, cm.target = cm.target, "c"
+  with pytest.raises(ValueError, match=f"target '{target}'"): sources(cm)
+  cm.target = target
+
+
+def tgc(*args):
+  """The `tgc` command line run in this process; returns click's result (exceptions other than exit re-raised)."""
+  from click.testing import CliRunner
+  from aot.cli import cli
+  result = CliRunner().invoke(cli, [str(a) for a in args])
+  if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
+  return result
 
 
 def run(cmd: list[str], cwd=None, env=None, check: bool = True) -> subprocess.CompletedProcess:

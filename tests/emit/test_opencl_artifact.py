@@ -7,9 +7,7 @@ simulator (out-of-bounds accesses and local-memory races, with controls that pro
 from __future__ import annotations
 import dataclasses
 import glob
-import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -20,28 +18,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifact_cases import C_WARNINGS, ModelCase, cnn_case, compare, make, mlp_case, require_tool, run, two_io_case
-from codegen.compiled import CompiledModel, compile_schedule
+from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
+                            checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
+                            hostile_case, make, manifest_of, mlp_case, require_tool, run, softmax_case, tgc,
+                            two_io_case)
 from emit import write_artifact
 from emit.common import read_template
-from emit.manifest import validate_manifest
 from emit.opencl import kernel_params, opencl_sources
 from frontend import Tensor
-from frontend.jit import trace
 from runtimes.artifact_c import ArtifactError
 from runtimes.artifact_opencl import OpenCLArtifact
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
-HOSTILE_INPUTS = ('we"ird\\ */ name\n%s ü', "int")
 OCLGRIND_REPORTS = re.compile(r"Invalid (read|write)|data race|divergence|runtime error", re.I)
 
 
 # ---------------------------------------------------------------- models
-
-def build_softmax(device: str):
-  return lambda x: x.softmax(-1)
-
 
 def build_center(device: str):
   return lambda x: x - x.mean(-1, keepdim=True)
@@ -49,12 +42,6 @@ def build_center(device: str):
 
 def build_scale(device: str):
   return lambda x: (x * 2.0).relu()
-
-
-def build_half(device: str):
-  """float16 input, weight and output (half storage, float math)."""
-  w = Tensor(np.linspace(-1, 1, 8, dtype=np.float16), device=device)
-  return lambda x: ((x.float() * w.float()).sum(-1) + x.float().max(-1)).half()
 
 
 def build_double(device: str):
@@ -71,34 +58,13 @@ def row_case(name: str, build) -> ModelCase:
   return ModelCase(name, build, {"x": x})
 
 
-def hostile_case() -> ModelCase:
-  return two_io_case(HOSTILE_INPUTS, ["main", "main!"], ["a b", "a-b", "__pad_0"], name='hostile "model" */ ??/')
-
-
-CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case,
-         "softmax": lambda: row_case("softmax", build_softmax), "center": lambda: row_case("center", build_center),
-         "scale": lambda: row_case("scale", build_scale),
-         "half": lambda: ModelCase("half", build_half, {"x": rng(4).standard_normal((4, 8)).astype(np.float16)},
-                                   rtol=1e-2, atol=1e-2),
+CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case, "softmax": softmax_case,
+         "center": lambda: row_case("center", build_center), "scale": lambda: row_case("scale", build_scale),
+         "half": half_case,
          "double": lambda: ModelCase("double", build_double, {"x": rng(5).standard_normal((4, 8))})}
 
 
-def compile_opencl(case: ModelCase) -> CompiledModel:
-  """`case` traced (the capture is target-independent) and lowered for OpenCL."""
-  fn = case.build("c")
-  cap = trace(fn, *[Tensor(v, device="c") for v in case.inputs.values()], input_names=list(case.inputs),
-              output_names=case.output_names)
-  weights = list(cap.weights.items())
-  names = case.weight_names or [f"w{i}" for i in range(len(weights))]
-  return compile_schedule(case.name, "opencl", cap.items, [(s.name, b) for s, b in cap.inputs],
-                          [(s.name, b) for s, b in cap.outputs], [(n, b, v) for n, (b, v) in zip(names, weights)])
-
-
-def emit(root, case: ModelCase, sub: str) -> str:
-  folder = os.path.join(str(root), sub)
-  os.makedirs(folder)
-  write_artifact(compile_opencl(case), folder)
-  return folder
+def emit(root, case: ModelCase, sub: str) -> str: return emit_folder(root, case, sub=sub, target="opencl")
 
 
 # ---------------------------------------------------------------- the OpenCL toolchain here
@@ -147,23 +113,12 @@ def cl_device(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory):
   """Artifact folders written once per test process (tests copy them before building inside)."""
-  root = tmp_path_factory.mktemp("cl_bundles")
-  return {name: (make_case(), emit(root, make_case(), name)) for name, make_case in CASES.items()}
+  return emit_cases(tmp_path_factory.mktemp("cl_bundles"), CASES, "opencl")
 
 
 @pytest.fixture(scope="session")
 def references(bundles):
   return {name: case.reference() for name, (case, _) in bundles.items()}
-
-
-def copy(folder: str, tmp_path, name: str = "bundle") -> str:
-  dst = os.path.join(str(tmp_path), name)
-  shutil.copytree(folder, dst)
-  return dst
-
-
-def manifest_of(folder: str) -> dict:
-  with open(os.path.join(folder, "manifest.json")) as f: return json.load(f)
 
 
 def run_main(folder: str, inputs: dict[str, np.ndarray], env=None, args: tuple[str, ...] = ()):
@@ -180,14 +135,7 @@ def run_main(folder: str, inputs: dict[str, np.ndarray], env=None, args: tuple[s
 @pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "hostile", "scale"])
 def test_files_and_manifest(bundles, name):
   case, folder = bundles[name]
-  assert set(os.listdir(folder)) == BUNDLE_FILES
-  manifest = manifest_of(folder)
-  validate_manifest(manifest)
-  assert set(manifest["files"]) == BUNDLE_FILES - {"manifest.json"}
-  for fname, digest in manifest["files"].items():
-    assert hashlib.sha256(Path(folder, fname).read_bytes()).hexdigest() == digest, fname
-  assert manifest["target"] == "opencl" and manifest["format_version"] == 1
-  assert [t["name"] for t in manifest["inputs"]] == list(case.inputs)
+  manifest = checked_manifest(folder, BUNDLE_FILES, "opencl", case)
   info = manifest["target_info"]
   assert info["kernel_source"] == "model.cl" and info["kernel_source_embedded"] is True
   assert info["link_libraries"] == ["OpenCL"] and info["api_prefix"] == manifest["model"]["symbol"]
@@ -248,28 +196,22 @@ def test_hostile_names_stay_in_literals(bundles):
 
 
 def test_npy_code_is_shared_with_the_c_bundle():
-  """The example programs of both targets include the same .npy fragment (no copy), expanded when read."""
-  fragment = read_template("common", "npy.c.tmpl")
-  for target in ("c", "opencl"):
+  """The example programs of every target include the same .npy fragment (no copy), expanded when read; those of
+  the device targets also share one main function."""
+  fragment, device_main = read_template("common", "npy.c.tmpl"), read_template("common", "device_main.c.tmpl")
+  for target in ("c", "opencl", "cuda", "metal"):
     text = read_template(target, "main.c.tmpl")
     assert fragment in text and "{{>" not in text and text.count("static int npy_read(") == 1
+    assert (device_main in text) == (target != "c") and text.count("int main(int argc") == 1, target
 
 
 def test_deterministic(tmp_path):
-  a, b = emit(tmp_path, cnn_case(), "a"), emit(tmp_path, cnn_case(), "b")
-  for fname in sorted(os.listdir(a)):
-    assert Path(a, fname).read_bytes() == Path(b, fname).read_bytes(), fname
+  assert_same_files(emit(tmp_path, cnn_case(), "a"), emit(tmp_path, cnn_case(), "b"))
 
 
 def test_writer_refusals(tmp_path):
-  cm = compile_opencl(mlp_case())
-  with pytest.raises(ValueError, match="target c only"): write_artifact(cm, str(tmp_path), embed_weights=True)
-  (tmp_path / "full").mkdir()
-  (tmp_path / "full" / "x").write_text("x")
-  with pytest.raises(ValueError, match="not empty"): write_artifact(cm, str(tmp_path / "full"))
-  cm.target = "c"
-  with pytest.raises(ValueError, match="target 'opencl'"): opencl_sources(cm)
-  cm.target = "opencl"
+  cm = mlp_case().compile("opencl")
+  check_write_refusals(cm, tmp_path, opencl_sources)
   k = next(iter(cm.kernels.values()))
   k2 = dataclasses.replace(k, function=k.function.replace("__global const float*", "float", 1))
   with pytest.raises(ValueError, match="not a __global buffer"): kernel_params(k2)
@@ -543,14 +485,6 @@ def test_no_allocation_or_file_io_in_run(bundles, cl_device, tmp_path):
 # ---------------------------------------------------------------- the tgc command line
 
 def test_cli_compile_run_validate_bench_inspect(cl_device, tmp_path):
-  from click.testing import CliRunner
-  from aot.cli import cli
-
-  def tgc(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
-    return result
-
   model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
   result = tgc("compile", model, "--target", "opencl", "-o", out)
   assert result.exit_code == 0, result.output

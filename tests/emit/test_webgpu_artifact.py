@@ -6,31 +6,26 @@ helpers, weights checks, the missing-WebGPU error) and the real loader in headle
 driven by Playwright: given and seeded inputs, concurrent runs, errors, and the demo page without WebGPU."""
 from __future__ import annotations
 import dataclasses
-import functools
 import hashlib
-import http.server
-import importlib.util
 import json
 import os
 import re
 import shutil
-import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from artifact_cases import ModelCase, cnn_case, mlp_case, run, two_io_case
-from codegen.compiled import CompiledModel, compile_schedule
+import headless_chromium as chromium
+from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
+from artifact_cases import (ModelCase, assert_same_files, check_write_refusals, cnn_case, emit_cases, emit_folder,
+                            hostile_case, manifest_of, mlp_case, run, softmax_case, tgc)
 from codegen.render.wgsl import wgsl_bindings
 from emit import write_artifact
 from emit import webgpu as emit_webgpu
 from emit.manifest import validate_manifest
 from emit.webgpu import DEFAULT_LIMITS, webgpu_sources
 from frontend import Tensor
-from frontend.jit import trace
 from ir import dtypes
 from runtimes import RuntimeUnavailable, get_runtime
 from runtimes import artifact_webgpu
@@ -39,19 +34,10 @@ from runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
-WEBGPU_FLAG = "--enable-unsafe-webgpu"
-PAGE_TIMEOUT_MS = 120_000
 HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
 
 
 # ---------------------------------------------------------------- models
-
-def build_softmax(device: str):
-  return lambda x: x.softmax(-1)
-
 
 def build_small_ints(device: str):
   """uint8 and int8 inputs of odd length; uint8, int8 (wrapping), int32 and bool outputs (packed stores)."""
@@ -74,10 +60,6 @@ def build_int64(device: str):
   return lambda x, v: (x * 3 + w, v.argmax(-1))
 
 
-def softmax_case() -> ModelCase:
-  return ModelCase("softmax", build_softmax, {"x": np.random.default_rng(3).standard_normal((2, 256), np.float32)})
-
-
 def ints_case() -> ModelCase:
   rng = np.random.default_rng(6)
   return ModelCase("ints", build_small_ints, {"x": rng.integers(0, 256, (3, 7)).astype(np.uint8),
@@ -95,24 +77,9 @@ def int64_case() -> ModelCase:
                                           "v": rng.standard_normal((3, 9)).astype(np.float32)}, rtol=0, atol=0)
 
 
-def hostile_case() -> ModelCase:
-  return two_io_case(HOSTILE_INPUTS, ["main", "main!"], ["a b", "a-b", "__pad_0"], name='hostile "model" */ -->')
-
-
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
-         "int64": int64_case, "hostile": hostile_case}
+         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->')}
 RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile"]
-
-
-def compile_webgpu(case: ModelCase) -> CompiledModel:
-  """`case` traced (the capture is target-independent) and lowered for WebGPU."""
-  fn = case.build("c")
-  cap = trace(fn, *[Tensor(v, device="c") for v in case.inputs.values()], input_names=list(case.inputs),
-              output_names=case.output_names)
-  weights = list(cap.weights.items())
-  names = case.weight_names or [f"w{i}" for i in range(len(weights))]
-  return compile_schedule(case.name, "webgpu", cap.items, [(s.name, b) for s, b in cap.inputs],
-                          [(s.name, b) for s, b in cap.outputs], [(n, b, v) for n, (b, v) in zip(names, weights)])
 
 
 def with_inputs(case: ModelCase, inputs: dict[str, np.ndarray]) -> ModelCase:
@@ -127,10 +94,6 @@ def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], case: Model
                                atol=case.atol, err_msg=name)
 
 
-def manifest_of(folder: str) -> dict:
-  with open(os.path.join(folder, "manifest.json")) as f: return json.load(f)
-
-
 def plan_of(folder: str) -> dict:
   with open(os.path.join(folder, "model.js"), encoding="utf-8") as f: return read_plan(f.read())
 
@@ -138,15 +101,7 @@ def plan_of(folder: str) -> dict:
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory):
   """Artifact folders (one per case, under one root that the browser tests serve), written once per process."""
-  root = tmp_path_factory.mktemp("webgpu_bundles")
-  out = {}
-  for name, make_case in CASES.items():
-    folder = root / name
-    folder.mkdir()
-    case = make_case()
-    write_artifact(compile_webgpu(case), str(folder))
-    out[name] = (case, str(folder))
-  return out
+  return emit_cases(tmp_path_factory.mktemp("webgpu_bundles"), CASES, "webgpu")
 
 
 @pytest.fixture(scope="session")
@@ -177,7 +132,7 @@ def test_files_manifest_and_plan(bundles, name):
     assert hashlib.sha256(Path(folder, file).read_bytes()).hexdigest() == digest, file
   info = manifest["target_info"]
   assert info["module"] == "model.js" and info["types"] == "model.d.ts" and info["demo"] == "index.html"
-  assert info["renderer"] == "webgpu+narrow_int64" and info["features"] == []
+  assert info["renderer"] == "webgpu+narrow_int64+narrow_f64" and info["features"] == []
   plan = plan_of(folder)
   assert [t["name"] for t in plan["inputs"]] == [t["name"] for t in manifest["inputs"]]
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
@@ -187,7 +142,7 @@ def test_files_manifest_and_plan(bundles, name):
   assert header[8:].decode("ascii") == plan["header"]
   assert [w["offset"] for w in plan["weights"]] == [t["offset"] for t in manifest["weights"]["tensors"]]
   # the kernels' WGSL is the compiled source, byte for byte, with the bindings it declares
-  cm = compile_webgpu(case)
+  cm = case.compile("webgpu")
   assert [k["name"] for k in plan["kernels"]] == list(cm.kernels)
   for k in plan["kernels"]:
     src = cm.kernels[k["name"]].src
@@ -263,29 +218,20 @@ def test_hostile_names_stay_in_strings(bundles):
 
 
 def test_deterministic(tmp_path):
-  outs = []
-  for sub in ("a", "b"):
-    folder = tmp_path / sub
-    folder.mkdir()
-    write_artifact(compile_webgpu(cnn_case()), str(folder))
-    outs.append({f: (folder / f).read_bytes() for f in sorted(os.listdir(folder))})
-  assert outs[0] == outs[1]
+  a, b = (emit_folder(tmp_path, cnn_case(), sub=sub, target="webgpu") for sub in ("a", "b"))
+  assert_same_files(a, b)
 
 
 def test_writer_refusals(tmp_path):
-  cm = compile_webgpu(mlp_case())
-  with pytest.raises(ValueError, match="target c only"): write_artifact(cm, str(tmp_path), embed_weights=True)
-  (tmp_path / "x").write_text("")
-  with pytest.raises(ValueError, match="not empty"): write_artifact(cm, str(tmp_path))
-  c_model = mlp_case().compile()
-  with pytest.raises(ValueError, match="target 'webgpu'"): webgpu_sources(c_model)
+  cm = mlp_case().compile("webgpu")
+  check_write_refusals(cm, tmp_path, webgpu_sources)
 
 
 def test_int64_weights_must_fit_in_32_bits():
   big = Tensor(np.array([1, 2 ** 40], dtype=np.int64), device="c")
   case = ModelCase("big", lambda device: (lambda x: x + big), {"x": np.zeros(2, np.int64)})
   with pytest.raises(ValueError, match=r"webgpu: weight 'w0' \(int64\) holds values outside the 32-bit range"):
-    webgpu_sources(compile_webgpu(case))
+    webgpu_sources(case.compile("webgpu"))
 
 
 def test_plan_markers_agree():
@@ -386,14 +332,6 @@ def test_webgpu_artifact_needs_the_limits(bundles, wgpu_runtime, tmp_path):
 # ---------------------------------------------------------------- the tgc command line
 
 def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
-  from click.testing import CliRunner
-  from aot.cli import cli
-
-  def tgc(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
-    return result
-
   model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
   result = tgc("compile", model, "--target", "webgpu", "-o", out)
   assert result.exit_code == 0, result.output
@@ -415,26 +353,31 @@ def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
   assert not (tmp_path / "embedded").exists()
 
 
-def _onnx_model(path: Path, double: bool = False) -> str:
+def _onnx_model(path: Path, kind: str = "int64") -> str:
   import onnx
   from onnx import TensorProto as T, helper
-  if double:
+  if kind == "double":
     nodes = [helper.make_node("Mul", ["x", "x"], ["y"])]
     ins, outs, inits = [helper.make_tensor_value_info("x", T.DOUBLE, [4])], \
         [helper.make_tensor_value_info("y", T.DOUBLE, [4])], []
+  elif kind == "bitcast":
+    nodes = [helper.make_node("BitCast", ["x"], ["y"], to=T.INT64)]
+    ins, outs, inits = [helper.make_tensor_value_info("x", T.DOUBLE, [4])], \
+        [helper.make_tensor_value_info("y", T.INT64, [4])], []
   else:
     nodes = [helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("ArgMax", ["v"], ["am"], axis=1, keepdims=0)]
     ins = [helper.make_tensor_value_info("x", T.INT64, [2, 3]), helper.make_tensor_value_info("v", T.FLOAT, [2, 5])]
     outs = [helper.make_tensor_value_info("s", T.INT64, [2, 3]), helper.make_tensor_value_info("am", T.INT64, [2])]
     inits = [helper.make_tensor("c", T.INT64, [3], [1, -7, 100])]
   graph = helper.make_graph(nodes, "g", ins, outs, inits)
-  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+  opset = 26 if kind == "bitcast" else 17
+  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
   return str(path)
 
 
 def test_cli_onnx_int64_and_float64(wgpu_runtime, tmp_path):
   """ONNX int64 tensors run as 32-bit words (BEAM searches the same narrowed kernels) and validate exactly; float64
-  is refused with a one-line error."""
+  tensors run as float32 and validate within float32 tolerances; a bitcast of 64-bit words is refused in one line."""
   from click.testing import CliRunner
   from aot.cli import cli
   model = _onnx_model(tmp_path / "i64.onnx")
@@ -442,11 +385,17 @@ def test_cli_onnx_int64_and_float64(wgpu_runtime, tmp_path):
   assert result.exit_code == 0, result.output
   result = CliRunner().invoke(cli, ["validate", str(tmp_path / "i64")])
   assert result.exit_code == 0 and "OK" in result.stdout, result.output
-  model = _onnx_model(tmp_path / "f64.onnx", double=True)
+  model = _onnx_model(tmp_path / "f64.onnx", "double")
   result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "-o", str(tmp_path / "f64")])
+  assert result.exit_code == 0, result.output
+  assert "float32" in json.loads((tmp_path / "f64" / "manifest.json").read_text())["target_info"]["float64"]
+  result = CliRunner().invoke(cli, ["validate", str(tmp_path / "f64")])
+  assert result.exit_code == 0 and "OK" in result.stdout, result.output
+  model = _onnx_model(tmp_path / "bitcast.onnx", "bitcast")
+  result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "-o", str(tmp_path / "bc")])
   assert result.exit_code == 2, result.output
-  assert "cannot compile for webgpu" in result.stderr and "WGSL has no 64-bit floats" in result.stderr
-  assert not (tmp_path / "f64").exists()
+  assert "cannot compile for webgpu" in result.stderr and "WGSL has no 64-bit types" in result.stderr
+  assert not (tmp_path / "bc").exists()
 
 
 # ---------------------------------------------------------------- model.js under node (no WebGPU there)
@@ -576,99 +525,30 @@ def test_model_d_ts_with_tsc(bundles, tmp_path):
 
 # ---------------------------------------------------------------- headless Chromium (SwiftShader WebGPU)
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-  def log_message(self, *args) -> None: pass
-
-
 @pytest.fixture(scope="session")
 def server(bundles):
   """The bundles' root folder over http://127.0.0.1:<free port> (a secure context), from a thread."""
-  root = os.path.dirname(next(iter(bundles.values()))[1])
-  httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=root))
-  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-  thread.start()
-  yield f"http://127.0.0.1:{httpd.server_address[1]}"
-  httpd.shutdown()
-  httpd.server_close()
-
-
-def _require_browser():
-  if not os.path.exists(CHROMIUM): pytest.skip(f"{CHROMIUM} not found: install the Debian package chromium")
-  if importlib.util.find_spec("playwright") is None:
-    pytest.skip("playwright not installed: pip install playwright (it drives /usr/bin/chromium; no "
-                "`playwright install` needed)")
-
-
-def _launch(playwright, webgpu: bool = True):
-  profile = tempfile.mkdtemp(prefix="tgc-chromium-")
-  context = playwright.chromium.launch_persistent_context(
-    profile, executable_path=CHROMIUM, headless=True, ignore_default_args=["--headless"],
-    args=CHROMIUM_FLAGS + ([WEBGPU_FLAG] if webgpu else []))
-  return context, profile
+  with chromium.serve(os.path.dirname(next(iter(bundles.values()))[1])) as url:
+    yield url
 
 
 @pytest.fixture(scope="session")
 def playwright_instance():
-  _require_browser()
-  from playwright.sync_api import sync_playwright
-  manager = sync_playwright()
-  instance = manager.start()
-  yield instance
-  manager.__exit__(None, None, None)
+  reason = chromium.missing_browser()
+  if reason: pytest.skip(reason)
+  with chromium.playwright_session() as instance:
+    yield instance
 
 
 @pytest.fixture(scope="session")
 def browser(playwright_instance, server):
   """Chromium with WebGPU (a fresh profile); skips when it offers no WebGPU adapter."""
-  context, profile = _launch(playwright_instance)
-  page = context.new_page()
-  page.goto(f"{server}/mlp/index.html?autorun=0")
-  has_adapter = page.evaluate("async () => !!(navigator.gpu && await navigator.gpu.requestAdapter())")
-  page.close()
-  if not has_adapter:
-    context.close()
-    shutil.rmtree(profile, ignore_errors=True)
+  context, profile = chromium.launch(playwright_instance)
+  if not chromium.has_webgpu_adapter(context, f"{server}/mlp/index.html?autorun=0"):
+    chromium.close(context, profile)
     pytest.skip("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
   yield context
-  context.close()
-  shutil.rmtree(profile, ignore_errors=True)
-
-
-def plain_inputs(inputs: dict[str, np.ndarray]) -> dict[str, list]:
-  """Inputs as window.tgcGivenInputs takes them: flat lists of what the TypedArray holds (float16: bits)."""
-  out = {}
-  for name, arr in inputs.items():
-    arr = np.asarray(arr).reshape(-1)
-    if arr.dtype == np.float16: arr = arr.view(np.uint16)
-    out[name] = [str(v) for v in arr.tolist()] if arr.dtype == np.int64 else arr.astype(np.float64).tolist() \
-        if arr.dtype.kind == "f" else arr.astype(np.int64).tolist()
-  return out
-
-
-def from_plain(values: list, shape, dtype: str) -> np.ndarray:
-  dtype = np.dtype(dtype)
-  if dtype == np.float16: return np.array(values, np.uint16).view(np.float16).reshape(shape)
-  if dtype.kind in "iu" and dtype.itemsize == 8: return np.array([int(v) for v in values], dtype).reshape(shape)
-  return np.array(values, np.float64).astype(dtype).reshape(shape)
-
-
-PLAIN_OUTPUTS = ("(outs) => Object.fromEntries(Object.entries(outs).map(([k, v]) => "
-                 "[k, {data: window.tgc.plain(v.data), shape: v.shape}]))")
-
-
-def outputs_from(page_value: dict, manifest: dict) -> dict[str, np.ndarray]:
-  dtypes_ = {o["name"]: o["dtype"] for o in manifest["outputs"]}
-  return {name: from_plain(v["data"], v["shape"], dtypes_[name]) for name, v in page_value.items()}
-
-
-def open_demo(browser, url: str, given: dict | None = None):
-  page = browser.new_page()
-  if given is not None: page.add_init_script(f"window.tgcGivenInputs = {json.dumps(given)};")
-  page.goto(url)
-  page.wait_for_function("window.tgcResult !== undefined || window.tgcError !== undefined", timeout=PAGE_TIMEOUT_MS)
-  error = page.evaluate("() => window.tgcError || null")
-  assert error is None, error
-  return page
+  chromium.close(context, profile)
 
 
 @pytest.mark.parametrize("name", RUN_CASES)
@@ -777,7 +657,7 @@ def test_browser_errors(bundles, browser, server):
 
 def test_browser_without_webgpu(playwright_instance, server, bundles):
   """Without --enable-unsafe-webgpu Chromium has no adapter: the demo page says so in plain words."""
-  context, profile = _launch(playwright_instance, webgpu=False)
+  context, profile = chromium.launch(playwright_instance, webgpu=False)
   try:
     page = context.new_page()
     page.goto(f"{server}/mlp/index.html")
@@ -787,5 +667,4 @@ def test_browser_without_webgpu(playwright_instance, server, bundles):
     assert "no WebGPU adapter is available" in text or "WebGPU is not available: navigator.gpu is missing" in text
     assert page.is_visible("#error") and page.inner_text("#status") == "Failed."
   finally:
-    context.close()
-    shutil.rmtree(profile, ignore_errors=True)
+    chromium.close(context, profile)

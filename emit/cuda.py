@@ -1,0 +1,120 @@
+"""The `cuda` bundle: `model.cu` (every kernel of the model as the CUDA renderer wrote it, `extern "C" __global__`,
+helper lines once, followed by a C-callable host library on the CUDA runtime API: the weights file read, checked
+and uploaded once, the intermediates in one device arena at the memory plan's offsets, and a run function that
+copies the inputs in, launches the kernels in order with `<<<grid, block, 0, stream>>>` and copies the outputs
+out), `model.h` (plain C: no CUDA header needed to use it), `main.c` (the .npy example program), `Makefile`
+(nvcc, `ARCH ?= sm_80`), `weights.safetensors` and `manifest.json`.
+
+The host part of model.cu sits inside `#if !defined(__CUDACC_RTC__) && !defined(TGC_KERNELS_ONLY)`, so NVRTC
+(the Python runtime, runtimes/artifact_cuda.py) compiles the same file as kernels only. The launches are generated
+here, one statement per call with each argument cast to the exact parameter type of the rendered signature
+(`data<i>` parameters; a parameter the renderer dropped is not passed), so the compiler checks them. Tensor tables
+and header documentation are the C bundle's; model names reach the sources only through `comment` and `c_string`."""
+from __future__ import annotations
+import re
+
+from codegen.compiled import CompiledModel
+from codegen.lower import KernelProgram
+from codegen.render.cuda import CUDARenderer
+from emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_parts,
+                    write_bundle)
+from emit.c_literals import c_bytes, c_string
+from emit.common import fill, read_template, sha256
+from emit.weights import WeightsFile
+
+SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile")
+DEFAULT_ARCH = "sm_80"
+KERNELS_ONLY_MACRO = "TGC_KERNELS_ONLY"
+PARAM = re.compile(r"^((?:const\s+)?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:__restrict__\s+)?data(\d+)$")
+SIGNATURE = re.compile(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
+                       r'([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$', re.S)
+BLOCK_LIMITS, MAX_THREADS = CUDARenderer.max_block, CUDARenderer.max_threads
+GRID_LIMITS = CUDARenderer.max_workgroups_per_dim
+
+
+def kernel_params(k: KernelProgram) -> list[Param]:
+  """The parameters of a rendered CUDA kernel, in signature order; each must be a pointer `data<i>`."""
+  head = k.function.split("{", 1)[0].strip()
+  match = SIGNATURE.match(head)
+  if match is None or match.group(1) != k.name:
+    raise ValueError(f"kernel {k.name}: unexpected CUDA signature {head!r}")
+  params = []
+  for text in (p.strip() for p in match.group(2).split(",") if p.strip()):
+    m = PARAM.match(text)
+    if m is None: raise ValueError(f"kernel {k.name}: parameter {text!r} is not a pointer data<i>")
+    params.append(Param(int(m.group(2)), " ".join(m.group(1).split())))
+  return params
+
+
+def launch_dims(k: KernelProgram) -> tuple[list[int], list[int]]:
+  """Grid (blocks) and block (threads) of a kernel, checked against CUDA's limits."""
+  glob, block = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
+  if len(glob) != 3 or len(block) != 3 or any(s < 1 or g % s for g, s in zip(glob, block)):
+    raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of block size {block}")
+  grid = [g // s for g, s in zip(glob, block)]
+  if any(b > m for b, m in zip(block, BLOCK_LIMITS)) or block[0] * block[1] * block[2] > MAX_THREADS:
+    raise ValueError(f"kernel {k.name}: block {block} exceeds CUDA's limits {list(BLOCK_LIMITS)}, "
+                     f"{MAX_THREADS} threads")
+  if any(g > m for g, m in zip(grid, GRID_LIMITS)):
+    raise ValueError(f"kernel {k.name}: grid {grid} exceeds CUDA's limits {list(GRID_LIMITS)}")
+  return grid, block
+
+
+def _pointer(b, p: Param, offset: dict[str, int]) -> str:
+  cast = f"({p.ctype} *)"
+  if b.kind == "weight": return f"{cast}(w + {offset[b.name]})"
+  if b.kind == "arena": return f"{cast}(a + {b.offset})"
+  return f"{cast}{'inputs' if b.kind == 'input' else 'outputs'}[{b.index}]"
+
+
+def _launches(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
+  """The body of tg_launch (one `<<<>>>` statement per call, each followed by an error check) and of
+  tg_check_kernels (cudaFuncGetAttributes per kernel: a missing kernel image is reported by init)."""
+  offset = {t.name: t.offset for t in weights.tensors}
+  uses = {cm.buffers[i].kind for c in cm.calls for i in c.buffers}
+  lines = ["  cudaStream_t s = (cudaStream_t)ctx->stream;", "  cudaError_t e;"]
+  if "weight" in uses: lines.append("  const unsigned char *w = ctx->weights;")
+  if "arena" in uses: lines.append("  unsigned char *a = ctx->arena;")
+  if "input" not in uses: lines.append("  (void)inputs;")
+  if "output" not in uses: lines.append("  (void)outputs;")
+  for c in cm.calls:
+    grid, block = launch_dims(cm.kernels[c.kernel])
+    args = []
+    for p in params[c.kernel]:
+      if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
+      args.append(_pointer(cm.buffers[c.buffers[p.index]], p, offset))
+    launch = f"{c.kernel}<<<dim3({grid[0]}u, {grid[1]}u, {grid[2]}u), dim3({block[0]}, {block[1]}, {block[2]}), 0, s>>>"
+    lines.append(_wrap_call(launch, args))
+    lines.append(f"  if ((e = cudaGetLastError()) != cudaSuccess) return tg_fail(ctx, {{{{SYM}}}}_ERR_CUDA, "
+                 f"{c_string('launching kernel ' + c.kernel)}, e);")
+  checks = ["  cudaFuncAttributes attr;", "  cudaError_t e;"] if cm.kernels else ["  (void)ctx;"]
+  for name in cm.kernels:
+    checks.append(f"  if ((e = cudaFuncGetAttributes(&attr, {name})) != cudaSuccess) "
+                  f"return tg_fail(ctx, {{{{SYM}}}}_ERR_CUDA, {c_string('cudaFuncGetAttributes ' + name)}, e);")
+  return {"launches": "\n".join(lines), "kernel_checks": "\n".join(checks)}
+
+
+def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
+  """Every file of the bundle but the manifest, and the manifest."""
+  sym, weights = bundle_start(cm, "cuda", "CUDA")
+  params = {name: kernel_params(k) for name, k in cm.kernels.items()}
+  kernel_prefix, kernels = kernel_parts(cm)
+  values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs),
+                                          "kernels": len(cm.kernels), "calls": len(cm.calls)})
+  values.update({"weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))), "kernel_prefix": kernel_prefix,
+                 "kernels": kernels, "kernels_only": KERNELS_ONLY_MACRO, "arch": DEFAULT_ARCH})
+  values.update({k: fill(v, values, k) for k, v in _launches(cm, params, weights).items()})
+  files = {name: fill(read_template("cuda", f"{name}.tmpl"), values, f"templates/cuda/{name}.tmpl").encode("utf-8")
+           for name in SOURCE_FILES}
+  files[WEIGHTS_FILE] = weights.data
+  half = any("cuda_fp16.h" in line for k in cm.kernels.values() for line in k.prefix)
+  info = {"source": "model.cu", "kernel_source": "model.cu", "cuda_api": "runtime", "default_arch": DEFAULT_ARCH,
+          "link_libraries": ["cudart"], "kernels_only_macro": KERNELS_ONLY_MACRO,
+          "headers": ["cuda_fp16.h"] if half else [], "weights_check": "sha256 of the weights file (its device copy)",
+          "launch": "grid = global_size / local_size, block = local_size"}
+  return files, device_manifest(cm, sym, weights, params, files, info)
+
+
+def write_cuda_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
+  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
+  return write_bundle(out_dir, lambda: cuda_sources(cm))

@@ -1,0 +1,120 @@
+"""The `metal` bundle: `model.metal` (every kernel of the model in Metal Shading Language, helper lines once),
+`model.h` / `model.m` (a C API implemented in Objective-C with ARC on the Metal framework: the kernel source embedded
+as strings and compiled at init, or a prebuilt `model.metallib`; a compute pipeline state per kernel; the weights file
+copied once into one buffer, the intermediates in one arena buffer at the memory plan's offsets, both bound with
+setBuffer:offset:atIndex:; a run function that encodes every launch into one command buffer), `main.c` (the .npy
+example program, plain C), `Makefile` (xcrun metal/metallib, clang -fobjc-arc, -framework Metal -framework
+Foundation), `weights.safetensors` and `manifest.json`.
+
+The host code in templates/metal is generic; what is model-specific reaches it as tables generated here (the
+kernels, each launch's threadgroups and its buffers with binding index and byte offset, weight tensors with their
+CRC-32). Kernel parameters are read from the rendered signatures (`device` pointers `data<i> [[buffer(i)]]`, in
+order; a parameter the renderer dropped is not bound). `launches` is the same plan as data: the Python runner
+(runtimes/artifact_metal.py) reads it from the manifest. The tensor tables, header documentation, kernel source
+strings and launch checks are the C and OpenCL bundles'."""
+from __future__ import annotations
+import re
+import zlib
+
+from codegen.compiled import CompiledModel
+from codegen.lower import KernelProgram
+from emit.c import WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, write_bundle
+from emit.c_literals import c_string
+from emit.common import fill, read_template
+from emit.opencl import _launch, source_strings
+from emit.weights import WeightsFile
+
+SOURCE_FILES = ("model.metal", "model.h", "model.m", "main.c", "Makefile")
+ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_ARENA"}
+PARAM = re.compile(r"^(const\s+)?device\s+([A-Za-z_][A-Za-z0-9_]*)\s*\*\s*data(\d+)\s*\[\[buffer\((\d+)\)\]\]$")
+THREAD_IDS = {"uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"}
+
+
+def kernel_params(k: KernelProgram) -> list[Param]:
+  """The buffer parameters of a rendered Metal kernel, in signature order: `device` pointers `data<i>` bound at
+  `[[buffer(i)]]` (the thread position parameters are skipped)."""
+  head = k.function.split("{", 1)[0]
+  match = re.search(rf"\bvoid {re.escape(k.name)}\((.*)\)\s*$", head, re.S)
+  if not head.lstrip().startswith("kernel void ") or match is None:
+    raise ValueError(f"kernel {k.name}: unexpected Metal signature {head.strip()!r}")
+  params = []
+  for text in (" ".join(p.split()) for p in match.group(1).split(",") if p.strip()):
+    if text in THREAD_IDS: continue
+    m = PARAM.match(text)
+    if m is None or m.group(3) != m.group(4):
+      raise ValueError(f"kernel {k.name}: parameter {text!r} is not a device buffer data<i> [[buffer(i)]]")
+    params.append(Param(int(m.group(3)), ("const " if m.group(1) else "") + m.group(2)))
+  return params
+
+
+def kernel_source(cm: CompiledModel) -> str:
+  """The text of model.metal: each prefix line once (first use order), then the kernels."""
+  return kernel_file(cm, "metal")
+
+
+def launches(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> list[dict]:
+  """Every launch in order: kernel, threadgroups per grid dimension, threads per threadgroup, and its buffers as
+  (binding index, buffer kind, index within the kind, byte offset into that buffer). Weights live in one buffer
+  holding the whole file (a tensor's offset is its file offset), intermediates in one arena buffer."""
+  offsets = {t.name: t.offset for t in weights.tensors}
+  out = []
+  for c in cm.calls:
+    glob, loc = _launch(cm.kernels[c.kernel])
+    binds = []
+    for p in params[c.kernel]:
+      if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
+      b = cm.buffers[c.buffers[p.index]]
+      offset = offsets[b.name] if b.kind == "weight" else b.offset if b.kind == "arena" else 0
+      binds.append({"binding": p.index, "kind": b.kind, "index": b.index, "offset": offset})
+    out.append({"kernel": c.kernel, "threadgroups": [g // s for g, s in zip(glob, loc)], "threads": loc,
+                "buffers": binds})
+  return out
+
+
+def _host_tables(cm: CompiledModel, plan: list[dict], weights: WeightsFile) -> dict[str, str]:
+  """The initializers of model.m's tables: weight tensors, kernels, launches and their buffers."""
+  stored = {t.name: t for t in weights.tensors}
+  rows = []
+  for b in cm.of_kind("weight"):
+    t = stored[b.name]
+    crc = zlib.crc32(weights.data[t.offset:t.offset + t.nbytes]) & 0xffffffff
+    rows.append(f"  {{{t.offset}, {t.nbytes}, 0x{crc:08x}UL}},  /* {b.symbol} */")
+  kernels = {name: i for i, name in enumerate(cm.kernels)}
+  calls, args = [], []
+  for launch in plan:
+    groups, threads = (", ".join(map(str, launch[key])) for key in ("threadgroups", "threads"))
+    calls.append(f"  {{{kernels[launch['kernel']]}, {len(launch['buffers'])}, {len(args)}, {{{groups}}}, "
+                 f"{{{threads}}}}},")
+    args.extend(f"  {{{a['binding']}, {ARG_KINDS[a['kind']]}, {a['index']}, {a['offset']}}},"
+                for a in launch["buffers"])
+  return {"weight_table": "\n".join(rows) or "  {0, 0, 0UL}",
+          "kernel_table": ",\n".join(f"  {c_string(name)}" for name in kernels) or '  ""',
+          "call_table": "\n".join(calls) or "  {0, 0, 0, {1, 1, 1}, {1, 1, 1}}",
+          "arg_table": "\n".join(args) or "  {0, TG_INPUT, 0, 0}"}
+
+
+def metal_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
+  """Every file of the bundle but the manifest, and the manifest."""
+  sym, weights = bundle_start(cm, "metal", "Metal")
+  params = {name: kernel_params(k) for name, k in cm.kernels.items()}
+  plan = launches(cm, params, weights)
+  metal_text = kernel_source(cm)
+  counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
+            "kernels": len(cm.kernels), "calls": len(cm.calls)}
+  values = host_values(cm, sym, weights, counts)
+  values["source_strings"] = source_strings(metal_text)
+  values.update(_host_tables(cm, plan, weights))
+  files = {"model.metal": metal_text.encode("utf-8")}
+  for name in SOURCE_FILES[1:]:
+    files[name] = fill(read_template("metal", f"{name}.tmpl"), values, f"templates/metal/{name}.tmpl").encode()
+  files[WEIGHTS_FILE] = weights.data
+  info = {"source": "model.m", "language": "objective-c", "objc_arc": True, "kernel_source": "model.metal",
+          "kernel_source_embedded": True, "metallib": "model.metallib (built by the Makefile; optional)",
+          "fast_math": False, "frameworks": ["Metal", "Foundation"], "weights_check": "crc32 per tensor",
+          "storage_mode": "shared", "launches": plan}
+  return files, device_manifest(cm, sym, weights, params, files, info)
+
+
+def write_metal_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
+  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
+  return write_bundle(out_dir, lambda: metal_sources(cm))

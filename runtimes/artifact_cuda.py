@@ -1,0 +1,170 @@
+"""Running a `cuda` artifact folder from Python: `CUDAArtifact` reads its manifest.json, checks model.cu and the
+weights file against it (size, safetensors header, sha256: what the bundle's own init and verify_weights check),
+compiles model.cu with NVRTC (the host library in it is left out under `__CUDACC_RTC__`) for the GPU's
+architecture, loads the module through the CUDA driver API (cuda-python, `runtimes.cuda`) and runs the manifest's
+launches in order on the bundle's buffer plan: the whole weights file in one device buffer (tensors at their file
+offsets), the intermediates in one arena at the memory plan's offsets, a buffer per input and output.
+
+`launch_plan(manifest)` turns the manifest into that list of launches without touching a GPU, so the same plan can
+be checked elsewhere (the tests run it on the CPU through a shim of the CUDA built-ins). Validation and benchmarks
+use this class; the interface is `CArtifact`'s (manifest, run, time, close, context manager). Problems with the
+artifact or the caller's data raise `ArtifactError` naming the culprit; a machine without an NVIDIA GPU and driver
+(or without NVRTC) raises `RuntimeUnavailable` saying so, after the folder itself has been checked."""
+from __future__ import annotations
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtimes.artifact_c import ArtifactError, CArtifact, _read, checked_file, load_manifest, time_runs
+from runtimes.base import Buffer, RuntimeUnavailable, cache_root
+
+KERNEL_SOURCE = "model.cu"
+GPU_NEEDED = "running a CUDA artifact needs an NVIDIA GPU and driver"
+
+
+@dataclass(frozen=True)
+class LaunchArg:
+  region: str           # "weights" (the whole weights file), "arena", "input" or "output"
+  index: int            # input/output position; 0 for weights and arena
+  offset: int           # bytes from the start of the region
+  nbytes: int
+
+
+@dataclass(frozen=True)
+class Launch:
+  kernel: str
+  global_size: tuple[int, int, int]    # threads per dimension (grid = global_size / local_size)
+  local_size: tuple[int, int, int]     # block
+  args: tuple[LaunchArg, ...]          # in kernel parameter order
+
+
+def launch_plan(manifest: dict, where: str = "manifest.json") -> list[Launch]:
+  """The launches of a cuda manifest in call order, each argument resolved to a region of device memory."""
+  kernels = {k["name"]: k for k in manifest["kernels"]}
+  tensors, slots = manifest["weights"]["tensors"], manifest["arena_buffers"]
+  io = {"input": manifest["inputs"], "output": manifest["outputs"]}
+  plan = []
+  for n, call in enumerate(manifest["calls"]):
+    k = kernels.get(call["kernel"])
+    if k is None: raise ArtifactError(f"{where}: call {n} names kernel {call['kernel']!r}, which is not listed")
+    glob, loc = tuple(k["global_size"]), tuple(k["local_size"])
+    if any(s < 1 or g % s for g, s in zip(glob, loc)):
+      raise ArtifactError(f"{where}: kernel {k['name']}: global size {list(glob)} is not a multiple of {list(loc)}")
+    args = []
+    for p in k["args"]:
+      if p["index"] >= len(call["args"]):
+        raise ArtifactError(f"{where}: call {n} of kernel {k['name']} has no argument {p['index']}")
+      ref = call["args"][p["index"]]
+      kind, i = ref["kind"], ref["index"]
+      table = tensors if kind == "weight" else slots if kind == "arena" else io.get(kind)
+      if table is None or not 0 <= i < len(table):
+        raise ArtifactError(f"{where}: call {n} of kernel {k['name']}: no {kind} buffer {i}")
+      entry = table[i]
+      if kind == "weight": args.append(LaunchArg("weights", 0, entry["offset"], entry["nbytes"]))
+      elif kind == "arena": args.append(LaunchArg("arena", 0, entry["offset"], entry["nbytes"]))
+      else: args.append(LaunchArg(kind, i, 0, entry["nbytes"]))
+    plan.append(Launch(k["name"], glob, loc, tuple(args)))
+  return plan
+
+
+def checked_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
+  """The weights file, checked as the bundle's init and verify_weights check it: size, header, sha256."""
+  info = manifest["weights"]
+  path = os.path.abspath(weights_path or os.path.join(folder, info["file"]))
+  data = _read(path)
+  if len(data) < info["nbytes"]: raise ArtifactError(f"{path}: weights data is truncated ({len(data)} bytes)")
+  if len(data) > info["nbytes"]:
+    raise ArtifactError(f"{path}: weights data is longer than expected ({len(data)} bytes, not {info['nbytes']})")
+  if int.from_bytes(data[:8], "little") + 8 != info["header_bytes"]:
+    raise ArtifactError(f"{path}: weights header does not match this model (wrong or corrupted file)")
+  if hashlib.sha256(data).hexdigest() != info["sha256"]:
+    raise ArtifactError(f"{path}: weights data is corrupted (sha256 mismatch)")
+  return data
+
+
+class _View(Buffer):
+  """A region of a CUDABuffer (a tensor inside the weights buffer or the arena); frees nothing."""
+
+  def __init__(self, parent, offset: int, nbytes: int):
+    super().__init__(parent.runtime, nbytes)
+    self.parent, self.ptr = parent, int(parent.ptr) + offset
+
+
+class CUDAArtifact:
+  """A loaded `cuda` artifact on the GPU of `runtime` (default: the shared CUDA runtime, device 0).
+  `weights_path` overrides the folder's weights file. `close` releases the device memory."""
+
+  _check_inputs = CArtifact._check_inputs
+
+  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, cache_dir: str | None = None):
+    self._buffers: dict = {}
+    self.folder = os.path.abspath(folder)
+    self.manifest: dict = load_manifest(self.folder, "cuda", "a CUDA artifact")
+    self.inputs: list[dict] = self.manifest["inputs"]
+    self.outputs: list[dict] = self.manifest["outputs"]
+    self.source = checked_file(self.folder, self.manifest, KERNEL_SOURCE).decode("utf-8")
+    self.weights = checked_weights(self.folder, self.manifest, weights_path)
+    self.launches = launch_plan(self.manifest, os.path.join(self.folder, "manifest.json"))
+    self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_cuda")
+    if runtime is None:
+      from runtimes import get_runtime
+      try:
+        runtime = get_runtime("cuda")
+      except RuntimeUnavailable as error:
+        raise RuntimeUnavailable(f"cuda artifact {self.folder}: {GPU_NEEDED} ({error})") from None
+    self.runtime = runtime
+    self._setup()
+
+  def _setup(self) -> None:
+    from runtimes.cuda import CUDAProgram, compile_only
+    rt = self.runtime
+    image = compile_only(self.source, self.manifest["model"]["symbol"], rt.arch, self.cache_dir)
+    self._programs = {k["name"]: CUDAProgram(rt, k["name"], image) for k in self.manifest["kernels"]}
+    weights = rt.alloc(len(self.weights))
+    rt.copyin(weights, np.frombuffer(self.weights, dtype=np.uint8))
+    self._buffers = {("weights", 0): weights, ("arena", 0): rt.alloc(int(self.manifest["arena_bytes"]))}
+    for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+      for i, spec in enumerate(specs): self._buffers[(kind, i)] = rt.alloc(int(spec["nbytes"]))
+    self._calls = []
+    for launch in self.launches:
+      bufs = []
+      for a in launch.args:
+        base = self._buffers[(a.region, a.index)]
+        bufs.append(_View(base, a.offset, a.nbytes) if a.region in ("weights", "arena") else base)
+      self._calls.append((self._programs[launch.kernel], bufs, launch.global_size, launch.local_size))
+
+  # ---- running ----
+  def _execute(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
+    rt = self.runtime
+    for i, arr in enumerate(arrays): rt.copyin(self._buffers[("input", i)], arr)
+    for program, bufs, glob, loc in self._calls: program(*bufs, global_size=glob, local_size=loc)
+    rt.synchronize()
+    out = {}
+    for i, spec in enumerate(self.outputs):
+      raw = rt.copyout(self._buffers[("output", i)])
+      out[spec["name"]] = raw.view(np.dtype(spec["dtype"])).reshape(tuple(spec["shape"])).copy()
+    return out
+
+  def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
+    return self._check_inputs(inputs)
+
+  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run once; returns the outputs by original name, in manifest order."""
+    return self._execute(self._prepare(inputs))
+
+  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
+    """Seconds of each of `runs` whole runs (copy in, kernels, copy out), after `warmup` untimed runs."""
+    arrays = self._prepare(inputs)
+    return time_runs(lambda: self._execute(arrays), runs, warmup)
+
+  def close(self) -> None:
+    self._calls = []
+    self._programs = {}
+    self._buffers = {}      # CUDABuffer frees its memory when collected
+
+  def __enter__(self) -> CUDAArtifact: return self
+  def __exit__(self, *exc) -> None: self.close()
