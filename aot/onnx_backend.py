@@ -4,9 +4,10 @@ in a private temporary folder, and the returned `TgcRep` runs that artifact with
 (`aot.pipeline.ARTIFACT_RUNTIMES`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
 so what is tested is the code a user ships.
 
-Devices: "c" (also "CPU"), "opencl", "webgpu": targets `aot.pipeline` compiles and has an artifact runtime for
-(`supports_device` says which this build has). The compiler never sees input values, except those of inputs that
-set shapes (a Reshape's shape, Slice's starts, reduce axes, ...): the caller names them, as `tgc compile --const`:
+Devices: "c" (also "CPU"), "opencl", "webgpu", "cuda", "metal": targets `aot.pipeline` compiles and has an
+artifact runtime for (`supports_device` says which this build has). The compiler never sees input values, except
+those of inputs that set shapes (a Reshape's shape, Slice's starts, reduce axes, ...): the caller names them, as
+`tgc compile --const`:
 
     rep = TgcBackend.prepare(model, "c", consts={"shape": np.array([2, 6])})   # baked in now
     rep = TgcBackend.prepare(model, "c", const_inputs=["shape"])   # baked in from the first run's inputs
@@ -35,7 +36,8 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 from aot.errors import UserError
 
 # device string (lower case, before any ":id") -> tgc target
-DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu"}
+DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu",
+                  "cuda": "cuda", "metal": "metal"}
 MODEL_STEM = "model"      # file stem of the model written for the pipeline: the artifact's symbol prefix
 MAX_ARTIFACTS = 8         # artifacts a representation keeps loaded when compiling per run
 
@@ -44,7 +46,8 @@ def device_target(device: str) -> str:
   """The tgc target for an ONNX backend device string ("CPU", "c", "opencl", "OpenCL:0", ...)."""
   kind = str(device).split(":")[0].strip().lower()
   if kind not in DEVICE_TARGETS:
-    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: c (or CPU), opencl, webgpu")
+    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: c (or CPU), opencl, webgpu, "
+                    f"cuda, metal")
   return DEVICE_TARGETS[kind]
 
 
@@ -163,9 +166,10 @@ class TgcRep(BackendRep):
 
   def __init__(self, model: onnx.ModelProto, target: str, consts: dict | None = None,
                const_inputs: Iterable[str] | None = None, input_shapes: dict | None = None, out_dir: str | None = None,
-               name: str = MODEL_STEM):
+               name: str = MODEL_STEM, runtime_options: dict | None = None):
     self.model, self.target = model, target
     self.runtime_class = _runtime_class(target)
+    self.runtime_options = dict(runtime_options or {})
     self.name = name
     self.inputs = [i.name for i in _graph_inputs(model)]
     self.outputs = [o.name for o in model.graph.output]
@@ -227,7 +231,7 @@ class TgcRep(BackendRep):
     start = time.perf_counter()
     report = compile_model(self._model_path, self.target, folder, name=self.name,
                            input_shapes={**self.input_shapes, **shapes}, consts=consts, const_files=files)
-    runtime = self.runtime_class(report.out_dir)
+    runtime = self.runtime_class(report.out_dir, **self.runtime_options)
     compiled = _Compiled(report.out_dir, report, runtime, time.perf_counter() - start)
     if len(self._compiled) >= MAX_ARTIFACTS:
       oldest = next(iter(self._compiled))
@@ -314,8 +318,9 @@ class TgcBackend(Backend):
   def prepare(cls, model, device: str = "c", **kwargs: Any) -> TgcRep:
     """Compile `model` (ModelProto, bytes or path) for the device's target. Keywords: `consts` (name -> array,
     baked in as `--const`), `const_inputs` (names baked in from the inputs of each run), `input_shapes`
-    (name -> shape for dynamic inputs), `out_dir` (keep the first artifact there), `name` (model symbol)."""
-    known = {"consts", "const_inputs", "input_shapes", "out_dir", "name"}
+    (name -> shape for dynamic inputs), `out_dir` (keep the first artifact there), `name` (model symbol),
+    `runtime_options` (keywords for the artifact runtime, e.g. {"cflags": ("-O1",)} for c)."""
+    known = {"consts", "const_inputs", "input_shapes", "out_dir", "name", "runtime_options"}
     unknown = sorted(set(kwargs) - known)
     if unknown: raise TypeError(f"prepare: unknown keyword arguments {', '.join(unknown)}")
     return TgcRep(_as_model(model), device_target(device), **kwargs)

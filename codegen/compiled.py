@@ -55,9 +55,10 @@ def _nbytes(b: UOp) -> int:
 def artifact_renderer(target: str):
   """What artifacts of `target` are lowered with: the target name (its default renderer) or, for webgpu, a
   renderer with options. WGSL has no 64-bit integers, so int64/uint64 tensors are stored and computed as 32-bit
-  words (`WGSLRenderer(narrow_int64=True)`; loaders narrow and widen them at the boundary); float16 is stored
-  packed and computed in f32, so no device feature is needed."""
-  return WGSLRenderer(narrow_int64=True) if target == "webgpu" else target
+  words (`WGSLRenderer(narrow_int64=True)`; loaders narrow and widen them at the boundary), and float64 tensors
+  are stored and computed as float32 (`narrow_f64=True`, likewise); float16 is stored packed and computed in f32,
+  so no device feature is needed."""
+  return WGSLRenderer(narrow_int64=True, narrow_f64=True) if target == "webgpu" else target
 
 
 def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str, UOp]],

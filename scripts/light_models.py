@@ -4,12 +4,14 @@ print a table: compile time, run time, and the error against the stored output a
     python scripts/light_models.py                       # all nine models, target c
     python scripts/light_models.py squeezenet resnet50   # some of them
     python scripts/light_models.py --runs 3 --markdown
+    python scripts/light_models.py squeezenet --target webgpu   # WebGPU artifact through wgpu (lavapipe here)
 
 Two rows per model (see tests/onnx/light_models.py): "stored" is the model as shipped (every weight 0.02, made by
 ConstantOfShape) on onnx's own test input, compared with the stored light_*_output_0.pb and with onnxruntime;
 "random" has seeded random weights and input and is compared with onnxruntime. Compile time covers the pipeline
 (`tgc compile`: import, trace, lower, write; in brackets) and building the artifact's library; run time is the
-median of --runs runs of the artifact (ort: one onnxruntime run)."""
+median of --runs runs of the artifact (ort: one onnxruntime run). Targets: those the ONNX backend runs (c, opencl,
+webgpu); OpenCL (PoCL) and WebGPU (lavapipe) each load LLVM, so run them in separate invocations."""
 from __future__ import annotations
 import argparse
 import os

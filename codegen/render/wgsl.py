@@ -8,7 +8,8 @@ are `read`, the ones it stores to `read_write`.
 
 Types: no 64-bit types. int64/uint64 are rendered as i32/u32 (storage and compute) only with `narrow_int64=True`;
 otherwise rendering names the offending buffer in a ValueError (storing int64 tensors as 32-bit words is the
-caller's decision). float64 is always an error. Indices are i32.
+caller's decision). float64 is rendered as f32 only with `narrow_f64=True` (the caller then holds float64 tensors
+as float32 words), otherwise it is an error. Indices are i32.
 
 Sub-32-bit storage: buffers of bool/int8/uint8/int16/uint16/float16 (and the 8/16-bit storage words of
 bfloat16, float8, int4, ...) are `array<u32>`, 4 or 2 elements per little-endian word. `prepare` rewrites each
@@ -181,14 +182,16 @@ class WGSLRenderer(CStyleRenderer):
   max_invocations = 256
   max_storage_buffers = 8
 
-  def __init__(self, narrow_int64: bool = False, f16: bool = False, max_storage_buffers: int | None = None):
-    self.narrow_int64, self.f16 = narrow_int64, f16
+  def __init__(self, narrow_int64: bool = False, f16: bool = False, max_storage_buffers: int | None = None,
+               narrow_f64: bool = False):
+    self.narrow_int64, self.f16, self.narrow_f64 = narrow_int64, f16, narrow_f64
     if max_storage_buffers is not None: self.max_storage_buffers = max_storage_buffers
     half = "f16" if f16 else "f32"
     self.types = {dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32",
                   dtypes.uint8: "u32", dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float16: half,
                   dtypes.float32: "f32", dtypes.index: "i32"}
     if narrow_int64: self.types.update({dtypes.int64: "i32", dtypes.uint64: "u32"})
+    if narrow_f64: self.types[dtypes.float64] = "f32"
     self._packed: set[str] = set()          # names of the packed global buffers
     self._atomic: set[str] = set()          # packed buffers the kernel stores to
     self._stored: set[UOp] = set()          # global buffers the kernel stores to
@@ -197,7 +200,8 @@ class WGSLRenderer(CStyleRenderer):
 
   def __str__(self) -> str:
     """The target with its options, stable across processes (cache keys, reports): e.g. "webgpu+f16"."""
-    opts = [n for n, on in (("narrow_int64", self.narrow_int64), ("f16", self.f16)) if on]
+    opts = [n for n, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16))
+            if on]
     if self.max_storage_buffers != WGSLRenderer.max_storage_buffers: opts.append(f"bufs{self.max_storage_buffers}")
     return "+".join([self.target] + opts)
 
@@ -386,13 +390,16 @@ class WGSLRenderer(CStyleRenderer):
     where = f"webgpu: kernel '{name}'"
     bufs = sorted({s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
     for b in bufs:
-      if b.dtype == dtypes.float64:
+      if b.dtype == dtypes.float64 and not self.narrow_f64:
         raise ValueError(f"{where}: buffer data{b.arg[0]} is float64; WGSL has no 64-bit floats (use float32)")
       if b.dtype in _WIDE_INTS and not self.narrow_int64:
         raise ValueError(f"{where}: buffer data{b.arg[0]} is {b.dtype.name}; WGSL has no 64-bit integers (store it "
                          f"as 32 bits and render with WGSLRenderer(narrow_int64=True))")
     for u in program:
-      if u.dtype == dtypes.float64 or (u.dtype in _WIDE_INTS and not self.narrow_int64):
+      if u.op is Ops.BITCAST and {u.dtype, u.src[0].dtype} & {dtypes.float64, *_WIDE_INTS}:
+        raise ValueError(f"{where}: a bitcast from {u.src[0].dtype.name} to {u.dtype.name} needs 64-bit words; "
+                         f"WGSL has no 64-bit types")
+      if (u.dtype == dtypes.float64 and not self.narrow_f64) or (u.dtype in _WIDE_INTS and not self.narrow_int64):
         raise ValueError(f"{where}: {u.op.name} computes in {u.dtype.name}; WGSL has no 64-bit types")
     if len(bufs) > self.max_storage_buffers:
       raise ValueError(f"{where} binds {len(bufs)} storage buffers; the limit is {self.max_storage_buffers} "

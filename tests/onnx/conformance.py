@@ -1,7 +1,9 @@
-"""The official ONNX node conformance cases (onnx.backend.test.case.node) run through tgc's importer.
+"""The official ONNX node conformance cases (onnx.backend.test.case.node) run through tgc.
 
-`cases()` lists them; `run_case(case, device)` imports the case's model with `load_model`, builds Tensors on
-`device` from the case's inputs, evaluates and compares with the expected outputs. Graph inputs that set shapes
+`cases()` lists them; `run_case(case, device)` runs one and compares with the expected outputs: on "numpy" the
+case's model is imported with `load_model` and evaluated on the interpreter (the reference); on a target ("c",
+"opencl", "webgpu", ...) it is compiled to an artifact through the ONNX backend and run by that target's artifact
+runtime, as a user's `tgc compile` + loader would. Graph inputs that set shapes
 (a Reshape's target shape, Slice's starts, reduce axes, ...; see SHAPE_INPUTS) are passed as compile-time
 constants (`consts`), as a user would with `--const`; such cases are flagged "needed const"."""
 from __future__ import annotations
@@ -115,57 +117,116 @@ def _to_array(v: Any) -> np.ndarray:
   return np.asarray(v)
 
 
-def _decoded(arr: np.ndarray, dtype) -> np.ndarray:
-  from frontend.onnx.importer import host_values
-  return host_values(arr, dtype)
+ARTIFACT_OPTIONS = {"c": {"cflags": ("-O1",)}, "opencl": {"cflags": ("-O1",)}}   # host code built at -O1 here
 
 
 def run_case(case, device: str) -> tuple[str, str]:
-  """("pass" | "fail" | "error", detail). "fail": outputs differ; "error": import or build refused the model
-  (the detail is the one-line message); passing cases that needed constant inputs say "needed const: ..."."""
-  from frontend.tensor import Tensor
-  from frontend.onnx import OnnxError, load_model
-  from frontend.onnx.importer import array_dtype, array_to_tensor
+  """("pass" | "fail" | "error", detail) of one case on `device`: "numpy" evaluates the imported graph on the
+  interpreter (the reference); any other device is a tgc target, and the case is compiled to that target's artifact
+  and run by its artifact runtime (`run_case_compiled`). "fail": outputs differ; "error": import, compile or run
+  refused the case (the detail is the one-line message). Passing cases that needed constant inputs say
+  "needed const: ..."."""
+  return run_case_eager(case, device) if device == "numpy" else run_case_compiled(case, device)
+
+
+def _case_data(case) -> tuple[dict, list, list[str]] | str:
+  """(inputs by graph-input name, expected outputs, names of the inputs passed as constants), or the error."""
   model = case.model
   inputs, expected = case.data_sets[0]
-  g = model.graph
-  inits = {t.name for t in g.initializer}
-  names = [i.name for i in g.input if i.name not in inits]
+  inits = {t.name for t in model.graph.initializer}
+  names = [i.name for i in model.graph.input if i.name not in inits]
   try:
     arrays = [_to_array(v) for v in inputs]
     want = [_to_array(v) for v in expected]
   except TypeError as e:
-    return "error", f"test data: {e}"
-  if len(arrays) != len(names): return "error", f"test data has {len(arrays)} inputs for {len(names)} graph inputs"
-  by_name = dict(zip(names, arrays))
-  needed = const_inputs(model)
+    return f"test data: {e}"
+  if len(arrays) != len(names): return f"test data has {len(arrays)} inputs for {len(names)} graph inputs"
+  return dict(zip(names, arrays)), want, const_inputs(model)
+
+
+def run_case_eager(case, device: str = "numpy") -> tuple[str, str]:
+  """The case imported with `load_model` and evaluated with Tensors on `device` (kernels realized one by one)."""
+  from frontend.tensor import Tensor
+  from frontend.onnx import OnnxError, load_model
+  from frontend.onnx.importer import array_to_tensor
+  data = _case_data(case)
+  if isinstance(data, str): return "error", data
+  by_name, want, needed = data
   try:
-    graph = load_model(model, input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
+    graph = load_model(case.model, input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
                        consts={n: by_name[n] for n in needed})
     tensors = [array_to_tensor(by_name[n], device, dt, uniform_as_const=False) for n, _, dt in graph.inputs]
     outs = graph(*tensors)
     Tensor.realize_all(*outs)
-    got = [(o.numpy(), o.dtype) for o in outs]
+    got, got_dtypes = [o.numpy() for o in outs], [o.dtype for o in outs]
   except OnnxError as e:
     return "error", str(e)
   except Exception as e:  # a crash below the importer: report it as a failure of this case
-    return "error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return "error", f"{type(e).__name__}: {_first_line(e)}"
+  return _verdict(compare_outputs(got, want, got_dtypes), needed)
+
+
+def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
+  """The case compiled by `aot.onnx_backend.TgcBackend` for `target` -- the real `tgc compile` pipeline into a
+  temporary artifact folder -- and run by the target's artifact runtime. The compiler sees only the values of the
+  inputs that set shapes (`const_inputs`, as `tgc compile --const`). "error" details: the pipeline refused the model
+  (the one-line message `tgc compile` prints), the artifact failed to build or run ("artifact: ..."), the machine
+  cannot run the target ("unavailable: ..."), or tgc crashed ("internal error: ...", a bug)."""
+  from aot.errors import UserError
+  from aot.onnx_backend import TgcBackend
+  from runtimes import RuntimeUnavailable
+  data = _case_data(case)
+  if isinstance(data, str): return "error", data
+  by_name, want, needed = data
+  rep = None
+  try:
+    rep = TgcBackend.prepare(case.model, target, consts={n: by_name[n] for n in needed},
+                             input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
+                             runtime_options=ARTIFACT_OPTIONS.get(target, {}))
+    got = [np.asarray(o) for o in rep.run({n: a for n, a in by_name.items() if n not in needed})]
+  except UserError as e:
+    return "error", str(e)
+  except RuntimeUnavailable as e:     # this machine cannot run the target (the message names the missing piece)
+    return "error", f"unavailable: {_first_line(e)}"
+  except ValueError as e:      # runtimes.artifact_c.ArtifactError and friends: building or running the artifact
+    return "error", f"artifact: {type(e).__name__}: {_first_line(e)}"
+  except Exception as e:
+    return "error", f"internal error: {type(e).__name__}: {_first_line(e)}"
+  finally:
+    if rep is not None: rep.close()
+  return _verdict(compare_outputs(got, want), needed)
+
+
+def _verdict(result: tuple[str, str], needed: list[str]) -> tuple[str, str]:
+  if result[0] == "pass" and needed: return "pass", "needed const: " + ", ".join(needed)
+  return result
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip()
+  return text.splitlines()[0] if text else ""
+
+
+def compare_outputs(got: list, want: list, got_dtypes: list | None = None) -> tuple[str, str]:
+  """("pass", "") or ("fail" | "error", detail) for computed outputs against a case's expected outputs: same count,
+  dtypes and shapes; floats within FLOAT_TOL, others exact. Outputs are host arrays (storage-only types as ml_dtypes
+  arrays), or, with `got_dtypes`, the Tensor API's values of those dtypes (storage-only types decoded)."""
+  from frontend.onnx import OnnxError
+  from frontend.onnx.importer import array_dtype, host_values
   if len(got) != len(want): return "fail", f"{len(got)} outputs, expected {len(want)}"
-  for i, ((arr, dt), exp) in enumerate(zip(got, want)):
-    try: exp_dt = array_dtype(exp)
+  for i, (arr, exp) in enumerate(zip(got, want)):
+    try: exp_dt, dt = array_dtype(exp), (got_dtypes[i] if got_dtypes else array_dtype(arr))
     except OnnxError as e: return "error", f"output {i}: {e}"
     if dt != exp_dt: return "fail", f"output {i}: dtype {dt.name}, expected {exp_dt.name}"
     if tuple(arr.shape) != tuple(exp.shape): return "fail", f"output {i}: shape {arr.shape}, expected {exp.shape}"
-    ref = _decoded(exp, exp_dt)
+    a, ref = host_values(arr, dt), host_values(exp, exp_dt)
     try:
       if dt.is_float and (not dt.storage_only or dt.name in FLOAT_TOL):
         rtol, atol = FLOAT_TOL.get(dt.name, (1e-3, 1e-5))
-        np.testing.assert_allclose(arr.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol,
-                                   equal_nan=True)
-      else:
-        np.testing.assert_array_equal(arr, ref)
+        np.testing.assert_allclose(a.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+      else: np.testing.assert_array_equal(a, ref)
     except AssertionError as e:
       lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
       summary = next((ln for ln in lines if ln.startswith("Mismatched")), lines[0] if lines else "mismatch")
       return "fail", f"output {i}: {summary}"
-  return "pass", ("needed const: " + ", ".join(needed)) if needed else ""
+  return "pass", ""

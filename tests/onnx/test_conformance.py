@@ -1,5 +1,6 @@
-"""The official ONNX node conformance cases through the importer: every case on the reference device "numpy" and on
-"c", a stratified sample (every operator twice) on "opencl" and "webgpu". Every case passes except the known
+"""The official ONNX node conformance cases: every case on the reference device "numpy" (the imported graph on the
+interpreter) and compiled to a "c" artifact, a stratified sample (every operator twice) compiled to "opencl" and
+"webgpu" artifacts (conformance.run_case; artifacts run by their Python runtimes). Every case passes except the known
 failures in expected_failures.py, which must really fail (xfail strict). scripts/conformance.py runs all cases on
 every device and writes docs/conformance.md."""
 from __future__ import annotations

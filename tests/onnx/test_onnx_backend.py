@@ -1,7 +1,7 @@
 """aot.onnx_backend: the ONNX backend API over the real compile pipeline and the C artifact runtime. Devices and
 keywords, constants baked in now or from the first run, dynamic shapes, storage-only types at the boundary, errors,
-onnx's own BackendTest runner on a few node cases, and a sample of the node conformance cases compiled to
-artifacts (tests/onnx/backend_conformance.py; scripts/conformance.py runs them all)."""
+and onnx's own BackendTest runner on a few node cases (tests/onnx/test_conformance.py runs every node case
+through this backend)."""
 from __future__ import annotations
 import os
 import sys
@@ -13,7 +13,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import backend_conformance  # noqa: E402
 import conformance  # noqa: E402
 from aot.errors import UserError  # noqa: E402
 from aot.onnx_backend import TgcBackend, device_target  # noqa: E402
@@ -55,7 +54,7 @@ def test_other_targets(device):
   except RuntimeUnavailable as error: pytest.skip(str(error))
   np.testing.assert_array_equal(out[0], x.reshape(2, 6))
   case = next(c for c in conformance.cases() if c.name == "test_softmax_example")
-  status, detail = backend_conformance.run_case_compiled(case, device)
+  status, detail = conformance.run_case_compiled(case, device)
   assert status == "pass", f"{status}: {detail}"
 
 
@@ -164,24 +163,3 @@ def test_onnx_backend_test_runner():
   assert result.testsRun == len(RUNNER_CASES)
   problems = [f"{t.id()}: {e.strip().splitlines()[-1]}" for t, e in result.failures + result.errors]
   assert not problems and not result.skipped, problems or result.skipped
-
-
-# ---------------------------------------------------------------- conformance sample
-SAMPLE = ("test_abs", "test_matmul_3d", "test_gemm_all_attributes", "test_conv_with_autopad_same",
-          "test_maxpool_2d_pads", "test_averagepool_2d_same_upper", "test_batchnorm_example",
-          "test_transpose_all_permutations_3", "test_concat_3d_axis_negative_1", "test_gather_1",
-          "test_expand_dim_changed", "test_tile", "test_constant_pad", "test_split_equal_parts_2d", "test_top_k",
-          "test_where_example", "test_cast_FLOAT_to_FLOAT16", "test_reduce_mean_keepdims_example",
-          "test_resize_upsample_scales_nearest", "test_layer_normalization_2d_axis0", "test_cumsum_1d",
-          "test_argmax_default_axis_example", "test_clip_default_inbounds", "test_softmax_example",
-          "test_range_float_type_positive_delta")
-
-
-@pytest.mark.parametrize("name", SAMPLE)
-def test_conformance_sample_compiled(name):
-  case = next((c for c in conformance.cases() if c.name == name), None)
-  if case is None: pytest.skip(f"{name} is not a node case of this onnx")
-  with warnings.catch_warnings(), np.errstate(all="ignore"):
-    warnings.simplefilter("ignore")
-    status, detail = backend_conformance.run_case_compiled(case, "c")
-  assert status == "pass", f"{status}: {detail}"
