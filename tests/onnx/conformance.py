@@ -184,8 +184,8 @@ def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
                              input_shapes={n: a.shape for n, a in by_name.items() if n not in needed},
                              runtime_options=ARTIFACT_OPTIONS.get(target, {}))
     got = [np.asarray(o) for o in rep.run({n: a for n, a in by_name.items() if n not in needed})]
-  except UserError as e:
-    return "error", str(e)
+  except UserError as e:     # the one-line message, without the backend's temporary model path
+    return "error", re.sub(r"^\S*tgc-backend-[^/\s]+/model\.onnx: ", "", str(e))
   except RuntimeUnavailable as e:     # this machine cannot run the target (the message names the missing piece)
     return "error", f"unavailable: {_first_line(e)}"
   except ValueError as e:      # runtimes.artifact_c.ArtifactError and friends: building or running the artifact
