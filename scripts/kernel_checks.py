@@ -352,13 +352,17 @@ def run(case_names: list[str] | None, light: list[str], cpu_names: set[str], cpu
 
 
 # ---------------------------------------------------------------- counting and reporting
+_TEMP_MODEL = re.compile(r"^\S*tgc-kernel-checks-[^/\s]+/model\.onnx: ")   # the temporary file a case was saved to
+
+
 def summarize(results: list[dict]) -> dict:
   """Counts per kind of model, per target and per check, with every failure listed."""
   out: dict = {"models": {}, "targets": {}, "checks": {}, "cpu_runs": {}}
   for kind in ("node", "light"):
     rs = [r for r in results if r["kind"] == kind]
     out["models"][kind] = {"total": len(rs), "imported": sum(1 for r in rs if not r["import_error"]),
-                           "import_errors": sorted((r["name"], r["import_error"]) for r in rs if r["import_error"])}
+                           "import_errors": sorted((r["name"], _TEMP_MODEL.sub("", r["import_error"]))
+                                                   for r in rs if r["import_error"])}
   for target in TARGETS:
     built = [r for r in results if target in r["targets"] and not r["targets"][target]["build_error"]]
     errors = sorted((r["name"], r["targets"][target]["build_error"]) for r in results
