@@ -3,6 +3,7 @@ chromium binary driven by Playwright (never `playwright install`), a local http 
 context, so WebGPU is offered), and the conversions between numpy arrays and what a page hands back (the demo page
 of a webgpu artifact: window.tgcGivenInputs, window.tgcResult, window.tgc.plain)."""
 from __future__ import annotations
+import atexit
 import contextlib
 import http.server
 import importlib.util
@@ -72,16 +73,20 @@ def serve(routes: dict[str, str] | str) -> Iterator[str]:
     httpd.server_close()
 
 
+_PLAYWRIGHT: list = []      # [(manager, instance)] once started: one sync Playwright per process
+
+
 @contextlib.contextmanager
 def playwright_session():
-  """A started sync Playwright (the caller checks missing_browser() first)."""
-  from playwright.sync_api import sync_playwright
-  manager = sync_playwright()
-  instance = manager.start()
-  try:
-    yield instance
-  finally:
-    manager.__exit__(None, None, None)
+  """The process's sync Playwright (the caller checks missing_browser() first). It is started on first use and
+  stopped at exit: a sync Playwright runs an event loop in its thread, so a second one cannot start beside it
+  (tests of different files in one pytest worker share it)."""
+  if not _PLAYWRIGHT:
+    from playwright.sync_api import sync_playwright
+    manager = sync_playwright()
+    _PLAYWRIGHT.append((manager, manager.start()))
+    atexit.register(manager.__exit__, None, None, None)
+  yield _PLAYWRIGHT[0][1]
 
 
 def launch(playwright, webgpu: bool = True):
