@@ -8,6 +8,7 @@ rendered kernel signature, which is parsed here (`data<i>` parameters; a paramet
 passed)."""
 from __future__ import annotations
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -247,6 +248,18 @@ def device_manifest(cm: CompiledModel, sym: str, weights: WeightsFile, params: d
                         for p in ps] for name, ps in params.items()}
   shared = {"api_prefix": sym, "header": "model.h", "embed_weights": False, "arena_alignment": ARENA_ALIGN}
   return build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, {**shared, **info})
+
+
+def weight_rows(cm: CompiledModel, weights: WeightsFile) -> list[str]:
+  """The weight table rows of the device loaders: offset and size in weights.safetensors and the CRC-32 of the bytes
+  (`{offset, nbytes, crc}`, one per weight tensor, in the plan's order)."""
+  stored = {t.name: t for t in weights.tensors}
+  rows = []
+  for b in cm.of_kind("weight"):
+    t = stored[b.name]
+    crc = zlib.crc32(weights.data[t.offset:t.offset + t.nbytes]) & 0xffffffff
+    rows.append(f"  {{{t.offset}, {t.nbytes}, 0x{crc:08x}UL}},  /* {b.symbol} */")
+  return rows
 
 
 def write_bundle(out_dir: str, sources: Callable[[], tuple[dict[str, bytes], dict]]) -> list[str]:

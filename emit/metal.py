@@ -14,11 +14,11 @@ order; a parameter the renderer dropped is not bound). `launches` is the same pl
 strings and launch checks are the C and OpenCL bundles'."""
 from __future__ import annotations
 import re
-import zlib
 
 from codegen.compiled import CompiledModel
 from codegen.lower import KernelProgram
-from emit.c import WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, write_bundle
+from emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
+                    write_bundle)
 from emit.c_literals import c_string
 from emit.common import fill, read_template
 from emit.opencl import _launch, source_strings
@@ -73,12 +73,7 @@ def launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weights
 
 def _host_tables(cm: CompiledModel, plan: list[dict], weights: WeightsFile) -> dict[str, str]:
   """The initializers of model.m's tables: weight tensors, kernels, launches and their buffers."""
-  stored = {t.name: t for t in weights.tensors}
-  rows = []
-  for b in cm.of_kind("weight"):
-    t = stored[b.name]
-    crc = zlib.crc32(weights.data[t.offset:t.offset + t.nbytes]) & 0xffffffff
-    rows.append(f"  {{{t.offset}, {t.nbytes}, 0x{crc:08x}UL}},  /* {b.symbol} */")
+  rows = weight_rows(cm, weights)
   kernels = {name: i for i, name in enumerate(cm.kernels)}
   calls, args = [], []
   for launch in plan:

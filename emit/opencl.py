@@ -11,12 +11,12 @@ read from the rendered signatures (`__global` `data<i>` parameters, in order; a 
 not bound). The tensor tables and header documentation are the C bundle's, so both APIs describe tensors alike."""
 from __future__ import annotations
 import re
-import zlib
 
 from codegen.compiled import CompiledModel
 from codegen.lower import KernelProgram
 from codegen.memory import plan_slots
-from emit.c import WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, write_bundle
+from emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
+                    write_bundle)
 from emit.c_literals import c_string
 from emit.common import fill, read_template
 from emit.weights import WeightsFile
@@ -71,12 +71,7 @@ def _launch(k: KernelProgram) -> tuple[list[int], list[int]]:
 def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile,
                  slot_buffer: dict[int, int]) -> dict[str, str]:
   """The initializers of model.c's tables: weight tensors, arena slots, launches and their arguments."""
-  stored = {t.name: t for t in weights.tensors}
-  rows = []
-  for b in cm.of_kind("weight"):
-    t = stored[b.name]
-    crc = zlib.crc32(weights.data[t.offset:t.offset + t.nbytes]) & 0xffffffff
-    rows.append(f"  {{{t.offset}, {t.nbytes}, 0x{crc:08x}UL}},  /* {b.symbol} */")
+  rows = weight_rows(cm, weights)
   slots = [f"  {{{b.offset}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */" for b in cm.of_kind("arena")]
   calls, args = [], []
   for c in cm.calls:

@@ -100,6 +100,12 @@ def build_for_cpu(src: str, name: str, nbufs: int) -> ctypes.CDLL:
   args = "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(nbufs))
   unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", src,
                     DRIVER.replace("KERNEL_NAME", name).replace("ARGS ", args)])
+  return _cpu_library(unit, name, ["tg_run"], timeout=300)
+
+
+def _cpu_library(unit: str, what: str, runners: list[str], timeout: int) -> ctypes.CDLL:
+  """The shared library of the C++ translation unit `unit` (shim included), built once per content into the build
+  folder and loaded once per process; each of `runners` gets the `tg_run` signature."""
   key = hashlib.sha256(unit.encode()).hexdigest()[:24]
   if key not in _libraries:
     out = os.path.join(_build_dir(), f"{key}.so")
@@ -108,14 +114,16 @@ def build_for_cpu(src: str, name: str, nbufs: int) -> ctypes.CDLL:
       with os.fdopen(fd, "w") as f: f.write(unit)
       tmp_out = tmp_src + ".so"
       cmd = [cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out]
-      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
       os.unlink(tmp_src)
-      if proc.returncode != 0: raise RuntimeError(f"building {name} for the CPU failed:\n{proc.stderr}")
+      if proc.returncode != 0: raise RuntimeError(f"building {what} for the CPU failed:\n{proc.stderr}")
       os.replace(tmp_out, out)
     lib = ctypes.CDLL(out)
     uints = ctypes.POINTER(ctypes.c_uint)
-    lib.tg_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
-    lib.tg_run.restype = None
+    for runner in runners:
+      fn = getattr(lib, runner)
+      fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
+      fn.restype = None
     _libraries[key] = lib
   return _libraries[key]
 
@@ -167,26 +175,7 @@ def build_model_for_cpu(source: str, kernels: dict[str, int]) -> ctypes.CDLL:
     runners.append(('extern "C"' + runner).replace("tg_run(", f"tg_run_{name}(").replace("KERNEL_NAME", name)
                    .replace("ARGS ", args))
   unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", source, common, *runners])
-  key = hashlib.sha256(unit.encode()).hexdigest()[:24]
-  if key not in _libraries:
-    out = os.path.join(_build_dir(), f"{key}.so")
-    if not os.path.exists(out):
-      fd, tmp_src = tempfile.mkstemp(suffix=".metal", dir=_build_dir())
-      with os.fdopen(fd, "w") as f: f.write(unit)
-      tmp_out = tmp_src + ".so"
-      cmd = [cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out]
-      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-      os.unlink(tmp_src)
-      if proc.returncode != 0: raise RuntimeError(f"building the model for the CPU failed:\n{proc.stderr}")
-      os.replace(tmp_out, out)
-    lib = ctypes.CDLL(out)
-    uints = ctypes.POINTER(ctypes.c_uint)
-    for name in kernels:
-      fn = getattr(lib, f"tg_run_{name}")
-      fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
-      fn.restype = None
-    _libraries[key] = lib
-  return _libraries[key]
+  return _cpu_library(unit, "the model", [f"tg_run_{name}" for name in kernels], timeout=600)
 
 
 class CPUBackend:
