@@ -158,25 +158,22 @@ def _executor(cm, target: str):
   if target == "cuda":
     import cuda_cpu
     return lambda prg, bufs: cuda_cpu.run_on_cpu(prg.src, prg.name, bufs, prg.global_size, prg.local_size)
-  import ctypes
+  import cpu_kernels
   import metal_check
   lib = metal_check.build_model_for_cpu("\n".join(p.src for p in cm.kernels.values()),
                                         {n: p.nbufs for n, p in cm.kernels.items()})
 
   def execute(prg, bufs):
-    groups = [g // l for g, l in zip(prg.global_size, prg.local_size)]
-    assert all(g * l == t for g, l, t in zip(groups, prg.local_size, prg.global_size)), prg.global_size
-    assert math.prod(prg.local_size) <= 1024 and len(bufs) == prg.nbufs, (prg.local_size, len(bufs))
-    pointers = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs])
-    getattr(lib, f"tg_run_{prg.name}")(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*prg.local_size),
-                                       int("threadgroup_barrier" in prg.src))
+    assert len(bufs) == prg.nbufs, (prg.name, len(bufs))
+    cpu_kernels.launch(lib, prg.name, bufs, cpu_kernels.groups(prg.global_size, prg.local_size), prg.local_size,
+                       "threadgroup_barrier" in prg.src)
   return execute
 
 
 def cpu_run_problem(cm, target: str) -> str:
   """Why the compiled model cannot run on the CPU here ("" when it can)."""
-  import metal_check
-  if metal_check.cpu_compiler() is None: return "no host clang++ with _Float16 (clang 15 or newer)"
+  import cpu_kernels
+  if cpu_kernels.cpu_compiler() is None: return "no host clang++ with _Float16 (clang 15 or newer)"
   items = 0
   for call in cm.calls:
     prg = cm.kernels[call.kernel]

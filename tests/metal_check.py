@@ -5,8 +5,6 @@ the kernel has barriers, one thread per work-item with a std::barrier per thread
 """
 from __future__ import annotations
 import ctypes
-import hashlib
-import math
 import os
 import re
 import shutil
@@ -15,14 +13,17 @@ import tempfile
 
 import numpy as np
 
+from cpu_kernels import MAX_GROUP_THREADS, CPUShim, launch
+
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metal_shim")
 # the check command (TOOLCHAINS.md) plus: float math silently promoted to double is an error (Metal has no double)
 SYNTAX_FLAGS = ("--target=arm64-apple-macos13", "-std=c++17", "-fsyntax-only", "-nostdinc++", "-Wno-unknown-attributes",
                 "-Werror=double-promotion")
 RUN_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DTG_METAL_RUN", "-Wno-unknown-attributes",
-             "-ffp-contract=off")
+             "-ffp-contract=off", f"-I{SHIM_DIR}")
 
 DRIVER = r"""
+#include <metal_stdlib>
 #undef thread
 static std::barrier<>* tg_barrier = nullptr;
 void metal::threadgroup_barrier(metal::mem_flags) { if (tg_barrier) tg_barrier->arrive_and_wait(); }
@@ -57,25 +58,6 @@ def clang() -> str | None:
   return shutil.which("clang++")
 
 
-_cpu_compiler: list[str | None] = []
-
-
-def cpu_compiler() -> str | None:
-  """A clang++ that has _Float16 on this host (the shim's `half`; x86-64 needs clang 15 or newer), or None. On
-  Debian 12 `clang` is 14, but clang-15 comes with pocl-opencl-icd (PoCL compiles kernels with it)."""
-  if not _cpu_compiler:
-    names = ["clang++"] + [f"clang++-{v}" for v in range(25, 14, -1)]
-    found = None
-    for cxx in filter(None, map(shutil.which, names)):
-      proc = subprocess.run([cxx, "-x", "c++", "-fsyntax-only", "-"], input="_Float16 h(_Float16 x) { return x; }",
-                            capture_output=True, text=True, timeout=60)
-      if proc.returncode == 0:
-        found = cxx
-        break
-    _cpu_compiler.append(found)
-  return _cpu_compiler[0]
-
-
 def syntax_errors(src: str) -> str:
   """Compiler diagnostics for Metal source `src` checked against the shim; "" when it is clean."""
   with tempfile.TemporaryDirectory() as tmp:
@@ -86,59 +68,14 @@ def syntax_errors(src: str) -> str:
   return "" if proc.returncode == 0 else (proc.stderr.strip() or f"clang++ exited with {proc.returncode}")
 
 
-def _build_dir() -> str:
-  path = os.path.join(os.environ.get("TGC_CACHE_DIR") or tempfile.gettempdir(), "metal-cpu")
-  os.makedirs(path, exist_ok=True)
-  return path
-
-
-_libraries: dict[str, ctypes.CDLL] = {}
-
-
-def build_for_cpu(src: str, name: str, nbufs: int) -> ctypes.CDLL:
-  """A shared library with `tg_run(bufs, groups, local, threaded)` running kernel `name` of Metal source `src`."""
-  args = "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(nbufs))
-  unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", src,
-                    DRIVER.replace("KERNEL_NAME", name).replace("ARGS ", args)])
-  return _cpu_library(unit, name, ["tg_run"], timeout=300)
-
-
-def _cpu_library(unit: str, what: str, runners: list[str], timeout: int) -> ctypes.CDLL:
-  """The shared library of the C++ translation unit `unit` (shim included), built once per content into the build
-  folder and loaded once per process; each of `runners` gets the `tg_run` signature."""
-  key = hashlib.sha256(unit.encode()).hexdigest()[:24]
-  if key not in _libraries:
-    out = os.path.join(_build_dir(), f"{key}.so")
-    if not os.path.exists(out):
-      fd, tmp_src = tempfile.mkstemp(suffix=".metal", dir=_build_dir())
-      with os.fdopen(fd, "w") as f: f.write(unit)
-      tmp_out = tmp_src + ".so"
-      cmd = [cpu_compiler() or "clang++", *RUN_FLAGS, f"-I{SHIM_DIR}", "-x", "c++", tmp_src, "-o", tmp_out]
-      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-      os.unlink(tmp_src)
-      if proc.returncode != 0: raise RuntimeError(f"building {what} for the CPU failed:\n{proc.stderr}")
-      os.replace(tmp_out, out)
-    lib = ctypes.CDLL(out)
-    uints = ctypes.POINTER(ctypes.c_uint)
-    for runner in runners:
-      fn = getattr(lib, runner)
-      fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), uints, uints, ctypes.c_int]
-      fn.restype = None
-    _libraries[key] = lib
-  return _libraries[key]
+SHIM = CPUShim("metal-cpu", RUN_FLAGS, DRIVER, lambda n: "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(n)),
+               "threadgroup_barrier")
 
 
 def run_on_cpu(src: str, name: str, bufs: list[np.ndarray], global_size, local_size) -> None:
   """Run kernel `name` over the launch (total threads `global_size`, threadgroup `local_size`) on numpy buffers,
   in place. Kernels with barriers run one OS thread per work-item."""
-  lib = build_for_cpu(src, name, len(bufs))
-  groups = [g // l for g, l in zip(global_size, local_size)]
-  assert all(g * l == t for g, l, t in zip(groups, local_size, global_size)), (global_size, local_size)
-  assert math.prod(local_size) <= 1024, local_size
-  for b in bufs: assert b.flags.c_contiguous and b.flags.writeable
-  pointers = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs])
-  lib.tg_run(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*local_size),
-             int("threadgroup_barrier" in src))
+  SHIM.run(src, name, bufs, global_size, local_size)
 
 
 # ---- the Objective-C host loader of a Metal artifact (model.m) ----
@@ -166,16 +103,8 @@ def objc_errors(path: str) -> str:
 
 def build_model_for_cpu(source: str, kernels: dict[str, int]) -> ctypes.CDLL:
   """One shared library for every kernel of a whole model.metal (`kernels`: name -> buffer parameters), with
-  `tg_run_<name>(bufs, groups, local, threaded)` per kernel: the DRIVER of `build_for_cpu`, its runner once per
-  kernel, so that a model costs one compiler run."""
-  common, runner = DRIVER.split('extern "C"', 1)
-  runners = []
-  for name, nbufs in kernels.items():
-    args = "".join(f"tg_ptr{{bufs[{i}]}}, " for i in range(nbufs))
-    runners.append(('extern "C"' + runner).replace("tg_run(", f"tg_run_{name}(").replace("KERNEL_NAME", name)
-                   .replace("ARGS ", args))
-  unit = "\n".join(["#include <barrier>", "#include <thread>", "#include <vector>", source, common, *runners])
-  return _cpu_library(unit, "the model", [f"tg_run_{name}" for name in kernels], timeout=600)
+  `tg_run_<name>(bufs, groups, local, threaded)` per kernel, so that a model costs one compiler run."""
+  return SHIM.library(source, kernels)
 
 
 class CPUBackend:
@@ -184,7 +113,7 @@ class CPUBackend:
   binding-index order (the kernels' parameters are data0, data1, ... bound at [[buffer(i)]]), each at its byte
   offset, and runs one threadgroup after another (one thread per work-item when the kernel has barriers)."""
   device_name = "CPU (metal_stdlib shim)"
-  max_group_threads = 1024
+  max_group_threads = MAX_GROUP_THREADS
 
   def __init__(self):
     self.lib: ctypes.CDLL | None = None
@@ -216,8 +145,5 @@ class CPUBackend:
     assert self.lib is not None, "compile first"
     for kernel, binds, groups, threads in launches:
       arrays = [buf[offset:] for _, buf, offset in sorted(binds, key=lambda b: b[0])]
-      assert math.prod(threads) <= self.max_group_threads, threads
-      pointers = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-      getattr(self.lib, f"tg_run_{kernel}")(pointers, (ctypes.c_uint * 3)(*groups), (ctypes.c_uint * 3)(*threads),
-                                            int(self.barriers[kernel]))
+      launch(self.lib, kernel, arrays, groups, threads, self.barriers[kernel])
       self.launched.append(kernel)

@@ -12,7 +12,7 @@ import pytest
 
 import cuda_cpu
 from gpu_cases import CASES, check, programs, run_case
-from metal_check import cpu_compiler
+from cpu_kernels import skip_without_cpu_compiler
 from codegen.render import get_renderer
 from ir import Ops, dtypes
 from runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
@@ -117,7 +117,7 @@ def test_all_kernels_compile_with_nvcc(tmp_path):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kernels_compute_right_on_cpu(case):
-  if cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (clang 15 or newer: apt-get install clang-15)")
+  skip_without_cpu_compiler()
 
   def execute(prg, arrays):
     cuda_cpu.run_on_cpu(prg.src, prg.name, arrays, prg.global_size, prg.local_size)
@@ -129,7 +129,7 @@ def test_kernels_compute_right_on_cpu(case):
 
 def test_cpu_emulation_catches_a_wrong_kernel():
   """The CPU path compares for real: the sum kernel with its accumulation turned into a subtraction fails."""
-  if cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (apt-get install clang-15)")
+  skip_without_cpu_compiler()
   case = next(c for c in CASES if c.name == "sum")
 
   def execute(prg, arrays):

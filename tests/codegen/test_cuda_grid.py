@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from metal_check import cpu_compiler
+from cpu_kernels import skip_without_cpu_compiler
 from codegen.lower import lower
 from codegen.opts import Opt
 from codegen.render.cuda import CUDARenderer
@@ -57,7 +57,7 @@ def test_wide_grids_compute_right(sizes, how):
   if how == "fold": assert grid[0] >= 65536 and grid[1] == grid[2] == 1 and max(sizes) > 65535
   if how == "as is": assert grid == [5, 4, 6]                          # nothing over a limit: 4 dims fold as before
   if cuda_rt.nvrtc is not None: assert cuda_rt.compile_only(prg.src, prg.name, "sm_80")[:4] == b"\x7fELF"
-  if cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (clang 15 or newer: apt-get install clang-15)")
+  skip_without_cpu_compiler()
   n = math.prod(sizes)
   x = np.random.default_rng(7).standard_normal(n, dtype=np.float32)
   out = np.full(n, np.nan, np.float32)

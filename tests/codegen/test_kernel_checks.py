@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import metal_check
+from cpu_kernels import skip_without_cpu_compiler
 from runtimes import cuda as cuda_rt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,7 +39,7 @@ float32 kernel) and a float64 case."""
 
 @pytest.fixture(scope="module")
 def results(sample):
-  if metal_check.cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (clang 15+)")
+  skip_without_cpu_compiler()
   kernel_checks._worker_init()
   with np.errstate(all="ignore"):
     return [kernel_checks.check_case(c, ("metal",)) for c in sample]

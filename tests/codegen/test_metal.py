@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 import metal_check
+from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import CASES, check, programs, run_case
 from codegen.render import get_renderer
 from ir import dtypes
@@ -110,8 +111,7 @@ def test_shim_rejects_bad_kernels(what, edit, message):
 @needs_clang
 @pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
 def test_kernels_run_on_cpu(case):
-  if metal_check.cpu_compiler() is None:
-    pytest.skip("no host clang++ with _Float16 (clang 15 or newer: apt-get install clang-15)")
+  skip_without_cpu_compiler()
 
   def execute(prg, arrays):
     metal_check.run_on_cpu(prg.src, prg.name, arrays, prg.global_size, prg.local_size)
@@ -124,7 +124,7 @@ def test_kernels_run_on_cpu(case):
 @needs_clang
 def test_cpu_run_catches_a_wrong_kernel():
   """The CPU path compares for real: the sum kernel with its accumulation turned into a subtraction fails."""
-  if metal_check.cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (apt-get install clang-15)")
+  skip_without_cpu_compiler()
   case = next(c for c in CASES if c.name == "sum")
 
   def execute(prg, arrays):
@@ -133,6 +133,15 @@ def test_cpu_run_catches_a_wrong_kernel():
 
   with pytest.raises(AssertionError):
     check(case, run_case(case, "metal", execute))
+
+
+@needs_clang
+def test_cpu_build_of_a_model_without_kernels():
+  """A model whose outputs are all empty has no kernels: its CPU library still builds (the driver needs the shim
+  without the model's source) and has no runners."""
+  skip_without_cpu_compiler()
+  lib = metal_check.build_model_for_cpu("", {})
+  assert not hasattr(lib, "tg_run_model_k0")
 
 
 # ---- the Metal runtime: macOS only ----

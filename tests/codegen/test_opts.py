@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from frontend import Tensor, buffers
-from frontend.realize import _alloc, get_kernel, to_numpy
+from frontend.realize import _alloc, to_numpy
 from codegen.schedule import schedule
 from codegen.lower import lower
 from codegen.opts import Opt, Kernel, OptError

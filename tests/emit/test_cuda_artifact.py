@@ -6,7 +6,6 @@ names that cannot inject code, determinism, the manifest's launch plan run on th
 (tests/cuda_cpu.py) against the numpy interpreter, CUDAArtifact (one clear line without a GPU, the reference with
 one) and `tgc compile --target cuda`."""
 from __future__ import annotations
-import ctypes
 import dataclasses
 import json
 import os
@@ -18,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cpu_kernels
 import cuda_cpu
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, run, softmax_case, tgc, two_io_case)
-from metal_check import cpu_compiler
 from emit import write_artifact
 from emit.cuda import cuda_sources, kernel_params
 from runtimes import RuntimeUnavailable, get_runtime
@@ -217,26 +216,14 @@ def test_header_compiles_as_plain_c(bundles, tmp_path):
 
 # ---------------------------------------------------------------- the launch plan on the CPU, through the CUDA shim
 
-def _shim_library(source: str, kernels: dict[str, int], folder: str) -> ctypes.CDLL:
-  """model.cu's kernels (TGC_KERNELS_ONLY) built once as host C++ with the shim, and a `tg_run_<kernel>` launcher
-  per kernel (tests/cuda_cpu.py's driver, renamed)."""
-  head, body = cuda_cpu.DRIVER.split('extern "C" void tg_run', 1)
-  unit = [f"#define TGC_KERNELS_ONLY 1\n{source}\n{head}"]
-  for name, nbufs in kernels.items():
-    unit.append(f'extern "C" void tg_run_{name}' + body.replace("KERNEL_NAME", name).replace(
-      "ARGS", ", ".join(f"tg_ptr{{bufs[{i}]}}" for i in range(nbufs))))
-  path = os.path.join(folder, "shim.cu")
-  Path(path).write_text("\n".join(unit))
-  run([cpu_compiler(), *cuda_cpu.FLAGS, f"-I{cuda_cpu.SHIM_DIR}", "-x", "c++", path, "-o", path + ".so"])
-  return ctypes.CDLL(path + ".so")
-
-
-def run_plan_on_cpu(folder: str, inputs: dict[str, np.ndarray], work: str) -> dict[str, np.ndarray]:
+def run_plan_on_cpu(folder: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """Execute the artifact as CUDAArtifact does (launch_plan over one weights buffer, one arena, a buffer per input
   and output), with every block of every launch run on the CPU."""
   manifest = manifest_of(folder)
   source = Path(folder, "model.cu").read_text()
-  lib = _shim_library(source, {k["name"]: len(k["args"]) for k in manifest["kernels"]}, work)
+  # model.cu's kernels without its host part, one library for all
+  lib = cuda_cpu.build_model_for_cpu("#define TGC_KERNELS_ONLY 1\n" + source,
+                                     {k["name"]: len(k["args"]) for k in manifest["kernels"]})
   weights = np.frombuffer(bytearray(checked_weights(folder, manifest)), np.uint8)
   arena = np.full(max(manifest["arena_bytes"], 1), 0xAB, np.uint8)     # garbage: nothing may rely on zeros
   ins = [np.ascontiguousarray(inputs[t["name"]]).reshape(-1).view(np.uint8).copy() for t in manifest["inputs"]]
@@ -245,27 +232,24 @@ def run_plan_on_cpu(folder: str, inputs: dict[str, np.ndarray], work: str) -> di
   functions = dict(re.findall(r'void __launch_bounds__\(\d+\) (\w+)\((.*?)\n}\n', source, re.S))
   for launch in launch_plan(manifest):
     arrays = [regions[a.region][a.index][a.offset:a.offset + a.nbytes] for a in launch.args]
-    pointers = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-    grid = [g // s for g, s in zip(launch.global_size, launch.local_size)]
-    threaded = int("__syncthreads" in functions[launch.kernel])
-    block = (ctypes.c_uint * 3)(*launch.local_size)
-    getattr(lib, f"tg_run_{launch.kernel}")(pointers, (ctypes.c_uint * 3)(*grid), block, threaded)
+    cpu_kernels.launch(lib, launch.kernel, arrays, cpu_kernels.groups(launch.global_size, launch.local_size),
+                       launch.local_size, "__syncthreads" in functions[launch.kernel])
   return {t["name"]: o.view(np.dtype(t["dtype"])).reshape(t["shape"]) for t, o in zip(manifest["outputs"], outs)}
 
 
 @pytest.mark.parametrize("name", ["cnn", "softmax", "two_io", "half"])
-def test_launch_plan_computes_right_on_cpu(bundles, tmp_path, name):
-  if cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (clang 15 or newer: apt-get install clang-15)")
+def test_launch_plan_computes_right_on_cpu(bundles, name):
+  cpu_kernels.skip_without_cpu_compiler()
   case, folder = bundles[name]
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    compare(run_plan_on_cpu(folder, case.inputs, str(tmp_path)), case.reference(), case.rtol, case.atol)
+    compare(run_plan_on_cpu(folder, case.inputs), case.reference(), case.rtol, case.atol)
 
 
 def test_cpu_plan_run_catches_a_wrong_plan(bundles, tmp_path):
   """The CPU run compares for real: the cnn bundle with its last launch moved first (it then reads intermediates
   nothing has written yet) fails."""
-  if cpu_compiler() is None: pytest.skip("no host clang++ with _Float16 (apt-get install clang-15)")
+  cpu_kernels.skip_without_cpu_compiler()
   case, folder = bundles["cnn"]
   folder = copy(folder, tmp_path)
   manifest = manifest_of(folder)
@@ -273,7 +257,7 @@ def test_cpu_plan_run_catches_a_wrong_plan(bundles, tmp_path):
   manifest["calls"] = manifest["calls"][-1:] + manifest["calls"][:-1]
   Path(folder, "manifest.json").write_text(json.dumps(manifest))
   with pytest.raises(AssertionError):
-    compare(run_plan_on_cpu(folder, case.inputs, str(tmp_path)), case.reference(), case.rtol, case.atol)
+    compare(run_plan_on_cpu(folder, case.inputs), case.reference(), case.rtol, case.atol)
 
 
 # ---------------------------------------------------------------- CUDAArtifact and the command line

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import metal_check
+from cpu_kernels import cpu_compiler, skip_without_cpu_compiler
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, require_tool, run, softmax_case, tgc, two_io_case)
@@ -35,11 +36,6 @@ KIND_NAMES = {"TG_INPUT": "input", "TG_OUTPUT": "output", "TG_WEIGHT": "weight",
 
 needs_clang = pytest.mark.skipif(metal_check.clang() is None or metal_check.objc_clang() is None,
                                  reason="clang/clang++ not installed (apt-get install clang)")
-
-
-def needs_cpu_compiler() -> None:
-  if metal_check.cpu_compiler() is None:
-    pytest.skip("no host clang++ with _Float16 for CPU runs through the shim (apt-get install clang-15)")
 
 
 # ---------------------------------------------------------------- models
@@ -128,7 +124,7 @@ def test_model_m_tables_are_the_manifest_plan(bundles):
 @needs_clang
 @pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half"])
 def test_artifact_on_cpu_matches_reference(bundles, name):
-  needs_cpu_compiler()
+  skip_without_cpu_compiler()
   case, folder = bundles[name]
   backend = metal_check.CPUBackend()
   with MetalArtifact(folder, backend=backend) as art:
@@ -144,7 +140,7 @@ def test_artifact_on_cpu_matches_reference(bundles, name):
 def test_cpu_run_catches_a_wrong_kernel_or_offset(bundles, tmp_path):
   """Controls: the comparison above fails on a real bug. A kernel whose accumulation subtracts, and a plan whose
   arena offsets move one intermediate onto another's bytes, both give wrong outputs."""
-  needs_cpu_compiler()
+  skip_without_cpu_compiler()
   case, folder = bundles["cnn"]
   want = case.reference()
   wrong = copy(folder, tmp_path, "wrong_kernel")
@@ -215,7 +211,7 @@ def test_weights_and_input_errors(bundles, tmp_path):
     c_folder.mkdir()
     write_artifact(mlp_case().compile(), str(c_folder))
     MetalArtifact(str(c_folder), backend=metal_check.CPUBackend())
-  if metal_check.cpu_compiler() is None: return
+  if cpu_compiler() is None: return
   x, n = case.inputs["x"], case.inputs["n"]
   with MetalArtifact(folder, backend=metal_check.CPUBackend()) as art:
     for bad_inputs, msg in [({"x": x}, "missing input 'n'"), ({"x": x, "n": n, "z": x}, "unknown input 'z'"),
