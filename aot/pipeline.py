@@ -310,7 +310,7 @@ def artifact_runtime(art: Artifact):
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
                     f"{', '.join(ARTIFACT_RUNTIMES)}")
   import importlib
-  from runtimes.artifact_c import ArtifactError
+  from runtimes.artifact import ArtifactError
   module, name = ARTIFACT_RUNTIMES[art.target]
   try: return getattr(importlib.import_module(module), name)(art.folder)
   except ArtifactError as error:

@@ -45,13 +45,9 @@ def example_as_onnx(model) -> onnx.ModelProto:
 
 
 def timed(fn, runs: int, warmup: int = 5) -> float:
-  for _ in range(warmup): fn()
-  ts = []
-  for _ in range(runs):
-    st = time.perf_counter()
-    fn()
-    ts.append(time.perf_counter() - st)
-  return statistics.median(ts)
+  """Median seconds of `runs` calls of `fn()` after `warmup` untimed calls."""
+  from runtimes.artifact import time_runs
+  return statistics.median(time_runs(fn, runs, warmup))
 
 
 def main():

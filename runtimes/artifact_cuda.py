@@ -7,7 +7,7 @@ offsets), the intermediates in one arena at the memory plan's offsets, a buffer 
 
 `launch_plan(manifest)` turns the manifest into that list of launches without touching a GPU, so the same plan can
 be checked elsewhere (the tests run it on the CPU through a shim of the CUDA built-ins). Validation and benchmarks
-use this class; the interface is `CArtifact`'s (manifest, run, time, close, context manager). Problems with the
+use this class; the interface is `runtimes.artifact.Artifact`'s (run, time, close, context manager). Problems with the
 artifact or the caller's data raise `ArtifactError` naming the culprit; a machine without an NVIDIA GPU and driver
 (or without NVRTC) raises `RuntimeUnavailable` saying so, after the folder itself has been checked."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.artifact_c import ArtifactError, CArtifact, _read, checked_file, load_manifest, time_runs
+from runtimes.artifact import Artifact, ArtifactError, read_file
 from runtimes.base import Buffer, RuntimeUnavailable, cache_root
 
 KERNEL_SOURCE = "model.cu"
@@ -73,7 +73,7 @@ def checked_weights(folder: str, manifest: dict, weights_path: str | None = None
   """The weights file, checked as the bundle's init and verify_weights check it: size, header, sha256."""
   info = manifest["weights"]
   path = os.path.abspath(weights_path or os.path.join(folder, info["file"]))
-  data = _read(path)
+  data = read_file(path)
   if len(data) < info["nbytes"]: raise ArtifactError(f"{path}: weights data is truncated ({len(data)} bytes)")
   if len(data) > info["nbytes"]:
     raise ArtifactError(f"{path}: weights data is longer than expected ({len(data)} bytes, not {info['nbytes']})")
@@ -92,19 +92,16 @@ class _View(Buffer):
     self.parent, self.ptr = parent, int(parent.ptr) + offset
 
 
-class CUDAArtifact:
+class CUDAArtifact(Artifact):
   """A loaded `cuda` artifact on the GPU of `runtime` (default: the shared CUDA runtime, device 0).
   `weights_path` overrides the folder's weights file. `close` releases the device memory."""
-
-  _check_inputs = CArtifact._check_inputs
+  TARGET = "cuda"
+  KIND = "a CUDA artifact"
 
   def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, cache_dir: str | None = None):
     self._buffers: dict = {}
-    self.folder = os.path.abspath(folder)
-    self.manifest: dict = load_manifest(self.folder, "cuda", "a CUDA artifact")
-    self.inputs: list[dict] = self.manifest["inputs"]
-    self.outputs: list[dict] = self.manifest["outputs"]
-    self.source = checked_file(self.folder, self.manifest, KERNEL_SOURCE).decode("utf-8")
+    self._open(folder)
+    self.source = self._checked(KERNEL_SOURCE).decode("utf-8")
     self.weights = checked_weights(self.folder, self.manifest, weights_path)
     self.launches = launch_plan(self.manifest, os.path.join(self.folder, "manifest.json"))
     self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_cuda")
@@ -136,8 +133,11 @@ class CUDAArtifact:
       self._calls.append((self._programs[launch.kernel], bufs, launch.global_size, launch.local_size))
 
   # ---- running ----
+  @property
+  def ready(self) -> bool: return bool(getattr(self, "_buffers", None))
+
   def _execute(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
+    """Copy in, every launch in order, copy out."""
     rt = self.runtime
     for i, arr in enumerate(arrays): rt.copyin(self._buffers[("input", i)], arr)
     for program, bufs, glob, loc in self._calls: program(*bufs, global_size=glob, local_size=loc)
@@ -148,23 +148,7 @@ class CUDAArtifact:
       out[spec["name"]] = raw.view(np.dtype(spec["dtype"])).reshape(tuple(spec["shape"])).copy()
     return out
 
-  def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
-    return self._check_inputs(inputs)
-
-  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run once; returns the outputs by original name, in manifest order."""
-    return self._execute(self._prepare(inputs))
-
-  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
-    """Seconds of each of `runs` whole runs (copy in, kernels, copy out), after `warmup` untimed runs."""
-    arrays = self._prepare(inputs)
-    return time_runs(lambda: self._execute(arrays), runs, warmup)
-
   def close(self) -> None:
     self._calls = []
     self._programs = {}
     self._buffers = {}      # CUDABuffer frees its memory when collected
-
-  def __enter__(self) -> CUDAArtifact: return self
-  def __exit__(self, *exc) -> None: self.close()

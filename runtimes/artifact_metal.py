@@ -9,7 +9,7 @@ Metal bindings, macOS only) and raises `RuntimeUnavailable` elsewhere, so `tgc r
 Tests on Linux pass a backend that runs the kernels on the CPU through the `metal_stdlib` shim, which checks the
 plan, the kernels and the offsets everywhere; model.m itself runs only on macOS.
 
-The interface is `CArtifact`'s (manifest, run, time, close, context manager). Problems with the artifact or the
+The interface is `runtimes.artifact.Artifact`'s (run, time, close, context manager). Problems with the artifact or the
 caller's data raise `ArtifactError` with one line naming the culprit."""
 from __future__ import annotations
 import hashlib
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.artifact_c import ArtifactError, CArtifact, _read, checked_file, load_manifest, time_runs
+from runtimes.artifact import Artifact, ArtifactError, read_file
 from runtimes.base import get_runtime
 
 KINDS = ("input", "output", "weight", "arena")
@@ -95,18 +95,15 @@ def read_launches(manifest: dict) -> list[dict]:
   return plan
 
 
-class MetalArtifact:
+class MetalArtifact(Artifact):
   """A loaded `metal` artifact. `weights_path` overrides the folder's weights file; `backend` the device
   (default: `MetalBackend`, macOS only). `close` releases the buffers."""
-
-  _check_inputs = CArtifact._check_inputs
+  TARGET = "metal"
+  KIND = "a Metal artifact"
 
   def __init__(self, folder: str, weights_path: str | None = None, *, backend: Any = None):
     self._ready = False
-    self.folder = os.path.abspath(folder)
-    self.manifest: dict = load_manifest(self.folder, "metal", "a Metal artifact")
-    self.inputs: list[dict] = self.manifest["inputs"]
-    self.outputs: list[dict] = self.manifest["outputs"]
+    self._open(folder)
     source = self._checked(self.manifest["target_info"].get("kernel_source", "model.metal"))
     self.plan = read_launches(self.manifest)
     self.backend = backend if backend is not None else MetalBackend()
@@ -127,14 +124,12 @@ class MetalArtifact:
     self._ready = True
 
   # ---- loading ----
-  def _checked(self, name: str) -> bytes: return checked_file(self.folder, self.manifest, name)
-
   def _weights(self, weights_path: str | None) -> bytes:
     """The weights file, checked as model.m checks it (size) and against the manifest's sha256."""
     spec = self.manifest["weights"]
     path = os.path.abspath(weights_path or os.path.join(self.folder, spec["file"]))
     if not os.path.isfile(path): raise ArtifactError(f"{path}: cannot open the weights file")
-    data = _read(path)
+    data = read_file(path)
     if len(data) < spec["nbytes"]:
       raise ArtifactError(f"{path}: weights data is truncated ({len(data)} of {spec['nbytes']} bytes)")
     if len(data) > spec["nbytes"]: raise ArtifactError(f"{path}: weights data is longer than expected")
@@ -148,29 +143,17 @@ class MetalArtifact:
     return self._buffers[b["kind"]]
 
   # ---- running ----
-  def _run_once(self, ins: list[np.ndarray]) -> None:
+  @property
+  def ready(self) -> bool: return getattr(self, "_ready", False)
+
+  def _execute(self, ins: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Inputs written, the command buffer run and waited for, outputs read."""
     for buf, arr in zip(self._ins, ins): self.backend.write(buf, arr.tobytes())
     self.backend.run(self._launches)
-
-  def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    if not self._ready: raise ArtifactError(f"{self.folder}: the artifact is closed")
-    return self._check_inputs(inputs)
-
-  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run once; returns the outputs by original name, in manifest order."""
-    self._run_once(self._prepare(inputs))
     return {t["name"]: self.backend.read(buf, int(t["nbytes"])).view(np.dtype(t["dtype"])).reshape(t["shape"])
             for t, buf in zip(self.outputs, self._outs)}
 
-  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
-    """Seconds of each of `runs` whole runs (inputs written, command buffer run and waited for), after `warmup`."""
-    ins = self._prepare(inputs)
-    return time_runs(lambda: self._run_once(ins), runs, warmup)
-
   def close(self) -> None:
-    if getattr(self, "_ready", False):
+    if self.ready:
       self._ready = False
       self._buffers, self._ins, self._outs, self._launches = {}, [], [], []
-
-  def __enter__(self) -> MetalArtifact: return self
-  def __exit__(self, *exc) -> None: self.close()

@@ -9,8 +9,8 @@ narrowed to 32-bit words on upload (values must fit) and widened on download, as
 likewise go through float32.
 
 Validation and benchmarks use this, so they exercise the WGSL and buffer plan the browser runs (the JS itself is
-exercised by the headless-browser tests). The interface is `CArtifact`'s (manifest, run, time, close, context
-manager). Problems with the artifact or the caller's data raise `ArtifactError` naming the culprit; a machine
+exercised by the headless-browser tests). The interface is `runtimes.artifact.Artifact`'s (run, time, close,
+context manager). Problems with the artifact or the caller's data raise `ArtifactError` naming the culprit; a machine
 without wgpu or an adapter, or a device lacking a feature or limit the model needs, raises `RuntimeUnavailable`."""
 from __future__ import annotations
 import hashlib
@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from runtimes.artifact_c import ArtifactError, CArtifact, _read, checked_file, load_manifest, time_runs
+from runtimes.artifact import Artifact, ArtifactError, read_file
 from runtimes.base import RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
@@ -53,18 +53,15 @@ def _limit_key(js_name: str) -> str:
 def _round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
 
 
-class WebGPUArtifact:
+class WebGPUArtifact(Artifact):
   """A loaded `webgpu` artifact. `weights_path` overrides the folder's weights file; `runtime` a WebGPURuntime to
   use instead of the shared one. `close` releases the buffers."""
-
-  _check_inputs = CArtifact._check_inputs
+  TARGET = "webgpu"
+  KIND = "a WebGPU artifact"
 
   def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None):
     self._buffers: list = []
-    self.folder = os.path.abspath(folder)
-    self.manifest: dict = self._load_manifest()
-    self.inputs: list[dict] = self.manifest["inputs"]
-    self.outputs: list[dict] = self.manifest["outputs"]
+    self._open(folder)
     model_js = self._checked("model.js")
     self.plan = read_plan(model_js.decode("utf-8"), os.path.join(self.folder, "model.js"))
     weights = self._weights(weights_path)
@@ -76,14 +73,10 @@ class WebGPUArtifact:
     self._setup(weights)
 
   # ---- loading ----
-  def _load_manifest(self) -> dict: return load_manifest(self.folder, "webgpu", "a WebGPU artifact")
-
-  def _checked(self, name: str) -> bytes: return checked_file(self.folder, self.manifest, name)
-
   def _weights(self, weights_path: str | None) -> bytes:
     """The weights file, checked as model.js checks it: size, header, sha256."""
     path = os.path.abspath(weights_path or os.path.join(self.folder, self.plan["weightsFile"]))
-    data = _read(path)
+    data = read_file(path)
     header = self.plan["header"].encode("latin-1")
     if len(data) < 8 + len(header) and data[8:] == header[:len(data) - 8]:
       raise ArtifactError(f"{path}: the weights file is truncated ({len(data)} bytes)")
@@ -160,9 +153,11 @@ class WebGPUArtifact:
       return np.frombuffer(raw, dtype=NARROWED[t["dtype"]], count=n).astype(t["dtype"]).reshape(t["shape"])
     return np.frombuffer(raw, dtype=np.dtype(t["dtype"]), count=n).reshape(t["shape"]).copy()
 
+  @property
+  def ready(self) -> bool: return bool(getattr(self, "_buffers", None))
+
   def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    if not self._buffers: raise ArtifactError(f"{self.folder}: the artifact is closed")
-    arrays = self._check_inputs(inputs)
+    arrays = super()._prepare(inputs)
     by_name = {t["name"]: t for t in self.plan["inputs"]}
     return [self._device_bytes(by_name[spec["name"]], arr, f"input {spec['name']!r}")
             for spec, arr in zip(self.inputs, arrays)]
@@ -186,15 +181,6 @@ class WebGPUArtifact:
       out[t["name"]] = self._host_array(t, raw)
     return out
 
-  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run once; returns the outputs by original name, in manifest order."""
-    return self._execute(self._prepare(inputs))
-
-  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
-    """Seconds of each of `runs` whole runs (upload, kernels, read-back), after `warmup` untimed runs."""
-    prepared = self._prepare(inputs)
-    return time_runs(lambda: self._execute(prepared), runs, warmup)
-
   def close(self) -> None:
     for buf in getattr(self, "_buffers", []):
       try:
@@ -203,11 +189,3 @@ class WebGPUArtifact:
         pass
     self._buffers = []
     self._calls = []
-
-  def __enter__(self) -> WebGPUArtifact: return self
-  def __exit__(self, *exc) -> None: self.close()
-  def __del__(self) -> None:
-    try:
-      self.close()
-    except Exception:
-      pass

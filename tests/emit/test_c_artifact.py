@@ -24,7 +24,8 @@ from emit.c_literals import c_string
 from emit.manifest import load_schema, validate_manifest
 from emit.weights import ALIGN, WeightSpec, build_weights_file
 from ir import dtypes
-from runtimes.artifact_c import ArtifactError, CArtifact
+from runtimes.artifact import ArtifactError
+from runtimes.artifact_c import CArtifact
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case}
 

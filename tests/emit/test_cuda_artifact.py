@@ -26,7 +26,7 @@ from emit import write_artifact
 from emit.cuda import cuda_sources, kernel_params
 from runtimes import RuntimeUnavailable, get_runtime
 from runtimes import cuda as cuda_rt
-from runtimes.artifact_c import ArtifactError
+from runtimes.artifact import ArtifactError
 from runtimes.artifact_cuda import CUDAArtifact, checked_weights, launch_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_f
                             hostile_case, manifest_of, mlp_case, require_tool, run, softmax_case, tgc, two_io_case)
 from emit import write_artifact
 from emit.metal import kernel_params, metal_sources
-from runtimes.artifact_c import ArtifactError
+from runtimes.artifact import ArtifactError
 from runtimes.artifact_metal import MetalArtifact
 from runtimes.base import RuntimeUnavailable
 

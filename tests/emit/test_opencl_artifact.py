@@ -26,7 +26,7 @@ from emit import write_artifact
 from emit.common import read_template
 from emit.opencl import kernel_params, opencl_sources
 from frontend import Tensor
-from runtimes.artifact_c import ArtifactError
+from runtimes.artifact import ArtifactError
 from runtimes.artifact_opencl import OpenCLArtifact
 
 ROOT = Path(__file__).resolve().parents[2]

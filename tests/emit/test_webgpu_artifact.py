@@ -29,7 +29,7 @@ from frontend import Tensor
 from ir import dtypes
 from runtimes import RuntimeUnavailable, get_runtime
 from runtimes import artifact_webgpu
-from runtimes.artifact_c import ArtifactError
+from runtimes.artifact import ArtifactError
 from runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
 ROOT = Path(__file__).resolve().parents[2]
