@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -238,3 +239,56 @@ def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], rtol: float
     assert got[name].dtype == want[name].dtype, name
     assert got[name].shape == want[name].shape, name
     np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+# a C program around a bundle's model.c that counts the calls of the wrapped allocation and file functions
+NO_ALLOC = r"""
+#include "model.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+static int in_run = 0, calls = 0;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+FILE *__real_fopen(const char *path, const char *mode);
+static void guard(const char *what) {
+  if (in_run) { fprintf(stderr, "%s called inside run\n", what); abort(); }
+  calls++;
+}
+void *__wrap_malloc(size_t n) { guard("malloc"); return __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { guard("calloc"); return __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { guard("realloc"); return __real_realloc(p, n); }
+void __wrap_free(void *p) { guard("free"); __real_free(p); }
+FILE *__wrap_fopen(const char *path, const char *mode) { guard("fopen"); return __real_fopen(path, mode); }
+
+int main(void) {
+  static double in0[4096], in1[4096], out0[4096], out1[4096];
+  const void *ins[2];
+  void *outs[2];
+  static NAME_ctx ctx;
+  int s, before;
+  ins[0] = in0; ins[1] = in1; outs[0] = out0; outs[1] = out1;
+  if ((s = NAME_init(&ctx, "weights.safetensors", INIT_ARGS)) != 0) { fprintf(stderr, "init: %d\n", s); return 1; }
+  before = calls;
+  in_run = 1;
+  s = NAME_run(&ctx, ins, outs);
+  s |= NAME_run(&ctx, ins, outs);
+  in_run = 0;
+  NAME_free(&ctx);
+  printf("%d %d %d\n", s, before, calls);
+  return s;
+}
+"""
+
+
+def allocations_around_run(folder: str, sym: str, init_args: str, libs: list[str]) -> tuple[int, int, int]:
+  """Build the folder's model.c into a program that wraps malloc/calloc/realloc/free/fopen, calls init (with
+  `init_args` after the weights path), run twice and free; returns (run status, wrapped calls after init, after
+  free). A wrapped call inside run aborts the program."""
+  Path(folder, "noalloc.c").write_text(NO_ALLOC.replace("NAME", sym).replace("INIT_ARGS", init_args))
+  wraps = ",".join(f"--wrap={fn}" for fn in ("malloc", "calloc", "realloc", "free", "fopen"))
+  run(["cc", "-std=c99", "-O2", "noalloc.c", "model.c", f"-Wl,{wraps}", "-o", "noalloc", *libs], cwd=folder)
+  status, before, after = map(int, run(["./noalloc"], cwd=folder).stdout.split())
+  return status, before, after

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, HOSTILE_OUTPUTS, HOSTILE_WEIGHTS, assert_same_files, cnn_case,
-                            compare, copy, emit_folder, hostile_case, make, manifest_of, mlp_case, require_aarch64,
-                            require_tool, run, two_io_case)
+from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, HOSTILE_OUTPUTS, HOSTILE_WEIGHTS, allocations_around_run,
+                            assert_same_files, cnn_case, compare, copy, emit_folder, hostile_case, make, manifest_of,
+                            mlp_case, require_aarch64, require_tool, run, two_io_case)
 from emit import write_artifact
 from emit.c_literals import c_string
 from emit.manifest import load_schema, validate_manifest
@@ -304,56 +304,12 @@ def test_two_contexts_and_two_models_in_one_program(bundles, references, tmp_pat
   np.testing.assert_array_equal(np.fromfile(tmp_path / "two_m.bin", np.int32), references["two_io"]["output_1"])
 
 
-NO_ALLOC = r"""
-#include "model.h"
-#include <stdio.h>
-#include <stdlib.h>
-
-static int in_run = 0, calls = 0;
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-void __real_free(void *p);
-FILE *__real_fopen(const char *path, const char *mode);
-static void guard(const char *what) {
-  if (in_run) { fprintf(stderr, "%s called inside run\n", what); abort(); }
-  calls++;
-}
-void *__wrap_malloc(size_t n) { guard("malloc"); return __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { guard("calloc"); return __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { guard("realloc"); return __real_realloc(p, n); }
-void __wrap_free(void *p) { guard("free"); __real_free(p); }
-FILE *__wrap_fopen(const char *path, const char *mode) { guard("fopen"); return __real_fopen(path, mode); }
-
-int main(void) {
-  static double in0[4096], in1[4096], out0[4096], out1[4096];
-  const void *ins[2];
-  void *outs[2];
-  NAME_ctx ctx;
-  int s, before;
-  ins[0] = in0; ins[1] = in1; outs[0] = out0; outs[1] = out1;
-  if ((s = NAME_init(&ctx, "weights.safetensors", NULL)) != 0) { fprintf(stderr, "init: %d\n", s); return 1; }
-  before = calls;
-  in_run = 1;
-  s = NAME_run(&ctx, ins, outs);
-  s |= NAME_run(&ctx, ins, outs);
-  in_run = 0;
-  NAME_free(&ctx);
-  printf("%d %d %d\n", s, before, calls);
-  return s;
-}
-"""
-
-
 @pytest.mark.parametrize("name", ["cnn", "two_io"])
 def test_no_allocation_or_file_io_in_run(bundles, tmp_path, name):
   folder = copy(bundles[name][1], tmp_path)
   sym = manifest_of(folder)["target_info"]["api_prefix"]
   assert all(t["nbytes"] <= 4096 * 8 for t in manifest_of(folder)["inputs"] + manifest_of(folder)["outputs"])
-  with open(os.path.join(folder, "noalloc.c"), "w") as f: f.write(NO_ALLOC.replace("NAME", sym))
-  wraps = ",".join(f"--wrap={fn}" for fn in ("malloc", "calloc", "realloc", "free", "fopen"))
-  run(["cc", "-std=c99", "-O2", "noalloc.c", "model.c", f"-Wl,{wraps}", "-o", "noalloc", "-lm"], cwd=folder)
-  status, before, after = map(int, run(["./noalloc"], cwd=folder).stdout.split())
+  status, before, after = allocations_around_run(folder, sym, "NULL", ["-lm"])
   assert status == 0
   assert before >= 2 and after == before + 2    # init: fopen + mallocs; free: 2 frees; run: nothing
 

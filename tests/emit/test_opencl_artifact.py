@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
-                            checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
-                            hostile_case, make, manifest_of, mlp_case, require_tool, run, softmax_case, tgc,
+from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, allocations_around_run, assert_same_files,
+                            check_write_refusals, checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder,
+                            half_case, hostile_case, make, manifest_of, mlp_case, require_tool, run, softmax_case, tgc,
                             two_io_case)
 from emit import write_artifact
 from emit.common import read_template
@@ -430,55 +430,11 @@ def test_caller_queue_and_two_contexts(bundles, references, cl_device, tmp_path)
   np.testing.assert_allclose(a, want, rtol=case.rtol, atol=case.atol)
 
 
-NO_ALLOC = r"""
-#include "model.h"
-#include <stdio.h>
-#include <stdlib.h>
-
-static int in_run = 0, calls = 0;
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-void __real_free(void *p);
-FILE *__real_fopen(const char *path, const char *mode);
-static void guard(const char *what) {
-  if (in_run) { fprintf(stderr, "%s called inside run\n", what); abort(); }
-  calls++;
-}
-void *__wrap_malloc(size_t n) { guard("malloc"); return __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { guard("calloc"); return __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { guard("realloc"); return __real_realloc(p, n); }
-void __wrap_free(void *p) { guard("free"); __real_free(p); }
-FILE *__wrap_fopen(const char *path, const char *mode) { guard("fopen"); return __real_fopen(path, mode); }
-
-int main(void) {
-  static double in0[4096], in1[4096], out0[4096], out1[4096];
-  static NAME_ctx ctx;
-  const void *ins[2];
-  void *outs[2];
-  int s, before;
-  ins[0] = in0; ins[1] = in1; outs[0] = out0; outs[1] = out1;
-  if ((s = NAME_init(&ctx, "weights.safetensors", -1, NULL)) != 0) { fprintf(stderr, "init: %d\n", s); return 1; }
-  before = calls;
-  in_run = 1;
-  s = NAME_run(&ctx, ins, outs);
-  s |= NAME_run(&ctx, ins, outs);
-  in_run = 0;
-  NAME_free(&ctx);
-  printf("%d %d %d\n", s, before, calls);
-  return s;
-}
-"""
-
-
 def test_no_allocation_or_file_io_in_run(bundles, cl_device, tmp_path):
   """model.c itself calls no malloc/free/fopen while running (the OpenCL driver's own work is its business)."""
   folder = copy(bundles["two_io"][1], tmp_path)
   sym = manifest_of(folder)["target_info"]["api_prefix"]
-  Path(folder, "noalloc.c").write_text(NO_ALLOC.replace("NAME", sym))
-  wraps = ",".join(f"--wrap={fn}" for fn in ("malloc", "calloc", "realloc", "free", "fopen"))
-  run(["cc", "-std=c99", "-O2", "noalloc.c", "model.c", f"-Wl,{wraps}", "-o", "noalloc", "-lOpenCL"], cwd=folder)
-  status, before, after = map(int, run(["./noalloc"], cwd=folder).stdout.split())
+  status, before, after = allocations_around_run(folder, sym, "-1, NULL", ["-lOpenCL"])
   assert status == 0 and before >= 2 and after == before     # init: fopen + malloc + free; run and free: nothing
 
 
