@@ -151,6 +151,18 @@ def run_case(case: Case, target: str, execute: Callable[[KernelProgram, list[np.
   return host[out][:buffers.nbytes(out)].view(out.dtype.np).reshape(out.arg[1])
 
 
+def on_runtime(rt) -> Callable[[KernelProgram, list[np.ndarray]], None]:
+  """An `execute` for run_case that runs each program on a device runtime: buffers copied in, one launch, copied
+  back."""
+  def execute(prg: KernelProgram, arrays: list[np.ndarray]) -> None:
+    bufs = [rt.alloc(a.nbytes) for a in arrays]
+    for b, a in zip(bufs, arrays): rt.copyin(b, a)
+    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
+    rt.synchronize()
+    for b, a in zip(bufs, arrays): a[:] = rt.copyout(b)
+  return execute
+
+
 def expected(case: Case) -> np.ndarray: return case.make().numpy()
 
 

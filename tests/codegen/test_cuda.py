@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from gpu_cases import CASES, check, programs, run_case
+from gpu_cases import CASES, check, on_runtime, programs, run_case
 from cpu_kernels import skip_without_cpu_compiler
 from codegen.render import get_renderer
 from ir import Ops, dtypes
@@ -155,18 +155,9 @@ def test_runtime_unavailable_is_one_clear_line():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kernels_run_on_gpu(case, cuda_runtime):
-  rt = cuda_runtime
-
-  def execute(prg, arrays):
-    bufs = [rt.alloc(a.nbytes) for a in arrays]
-    for b, a in zip(bufs, arrays): rt.copyin(b, a)
-    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
-    rt.synchronize()
-    for b, a in zip(bufs, arrays): a[:] = rt.copyout(b)
-
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)   # the numpy reference of log2(-1) and friends
-    check(case, run_case(case, "cuda", execute))
+    check(case, run_case(case, "cuda", on_runtime(cuda_runtime)))
 
 
 def test_gpu_timing_and_launch_errors(cuda_runtime):

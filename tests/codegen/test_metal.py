@@ -9,7 +9,7 @@ import pytest
 
 import metal_check
 from cpu_kernels import skip_without_cpu_compiler
-from gpu_cases import CASES, check, programs, run_case
+from gpu_cases import CASES, check, on_runtime, programs, run_case
 from codegen.render import get_renderer
 from ir import dtypes
 from runtimes import RuntimeUnavailable, get_runtime
@@ -162,15 +162,6 @@ def test_runtime_unavailable_off_macos():
 
 @pytest.mark.parametrize("case", METAL_CASES, ids=[c.name for c in METAL_CASES])
 def test_kernels_run_on_metal(case, metal_runtime):
-  rt = metal_runtime
-
-  def execute(prg, arrays):
-    bufs = [rt.alloc(a.nbytes) for a in arrays]
-    for b, a in zip(bufs, arrays): rt.copyin(b, a)
-    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
-    rt.synchronize()
-    for b, a in zip(bufs, arrays): a[:] = rt.copyout(b)
-
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    check(case, run_case(case, "metal", execute))
+    check(case, run_case(case, "metal", on_runtime(metal_runtime)))
