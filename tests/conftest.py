@@ -1,7 +1,7 @@
 """Shared test set-up: every test process (each pytest-xdist worker too) gets private temporary folders for the
 PoCL kernel cache, tgc's disk caches ($TGC_CACHE_DIR: the C runtime's shared objects, ...) and a mode-700
 XDG_RUNTIME_DIR for Vulkan, set before any test module is imported and removed at the end of the run; plus runtime
-fixtures that skip, naming the missing piece, when a runtime cannot run here."""
+fixtures (and `tint`, Dawn's WGSL validator) that skip, naming the missing piece, when a runtime cannot run here."""
 from __future__ import annotations
 import os
 import shutil
@@ -70,3 +70,20 @@ def opencl_runtime():
     return get_runtime("opencl")
   except RuntimeUnavailable as error:
     pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def tint():
+  """A Dawn device on the Null backend: create_shader_module runs Tint, pipeline creation checks the limits."""
+  try:
+    import wgpudawn
+  except ImportError:
+    pytest.skip("wgpudawn is not installed (pip install wgpudawn): Tint checks need it")
+  old = os.environ.get("WGPU_BACKEND_TYPE")
+  os.environ["WGPU_BACKEND_TYPE"] = "Null"       # read by wgpudawn (and wgpu): set only around this request
+  try:
+    adapter = wgpudawn.gpu.request_adapter_sync()
+    return adapter.request_device_sync(required_features=[f for f in ("shader-f16",) if f in adapter.features])
+  finally:
+    if old is None: del os.environ["WGPU_BACKEND_TYPE"]
+    else: os.environ["WGPU_BACKEND_TYPE"] = old

@@ -10,7 +10,6 @@ Skips name the missing piece: wgpudawn for the Tint checks, a WebGPU adapter (me
 for running, the shader-f16 feature for f16 runs."""
 from __future__ import annotations
 import math
-import os
 import re
 
 import numpy as np
@@ -26,27 +25,6 @@ from codegen.render import get_renderer
 from codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
 from ir import Ops, UOp, dtypes
 from runtimes import RuntimeUnavailable, get_runtime
-
-NO_TINT = "wgpudawn is not installed (pip install wgpudawn): Tint checks need it"
-
-
-# ---------------------------------------------------------------- validators and the runtime
-@pytest.fixture(scope="session")
-def tint():
-  """A Dawn device on the Null backend: create_shader_module runs Tint, pipeline creation checks the limits."""
-  try:
-    import wgpudawn
-  except ImportError:
-    pytest.skip(NO_TINT)
-  old = os.environ.get("WGPU_BACKEND_TYPE")
-  os.environ["WGPU_BACKEND_TYPE"] = "Null"       # read by wgpudawn (and wgpu): set only around this request
-  try:
-    adapter = wgpudawn.gpu.request_adapter_sync()
-    return adapter.request_device_sync(required_features=[f for f in ("shader-f16",) if f in adapter.features])
-  finally:
-    if old is None: del os.environ["WGPU_BACKEND_TYPE"]
-    else: os.environ["WGPU_BACKEND_TYPE"] = old
-
 
 def tint_check(device, src: str) -> None:
   try:

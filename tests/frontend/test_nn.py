@@ -11,22 +11,6 @@ import pytest
 from frontend import Tensor, dtypes, nn
 
 REDUCE = dict(rtol=1e-4, atol=1e-4)
-DEVICES = ["numpy", "c", "opencl"]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request) -> str:
-  """A device name; compiled devices skip, naming the missing piece, when their runtime cannot run here."""
-  name = request.param
-  if name != "numpy":
-    from runtimes import RuntimeUnavailable, get_runtime
-    try: get_runtime(name)
-    except RuntimeUnavailable as error:
-      hint = " (OpenCL needs pyopencl and a platform: install pocl-opencl-icd)" if name == "opencl" else ""
-      pytest.skip(f"{error}{hint}")
-  return name
-
-
 def nonzero(shape, seed: int = 0, low: float = 0.1, high: float = 2.0) -> np.ndarray:
   g = np.random.default_rng(seed)
   return (g.uniform(low, high, shape) * g.choice([-1.0, 1.0], size=shape)).astype(np.float32)

@@ -27,22 +27,6 @@ ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
 TRANSCENDENTAL = dict(rtol=1e-5, atol=1e-5)
 REDUCE = dict(rtol=1e-4, atol=1e-4)
 
-DEVICES = ["numpy", "c", "opencl"]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request) -> str:
-  """A device name; compiled devices skip, naming the missing piece, when their runtime cannot run here."""
-  name = request.param
-  if name != "numpy":
-    from runtimes import RuntimeUnavailable, get_runtime
-    try: get_runtime(name)
-    except RuntimeUnavailable as error:
-      hint = " (OpenCL needs pyopencl and a platform: install pocl-opencl-icd)" if name == "opencl" else ""
-      pytest.skip(f"{error}{hint}")
-  return name
-
-
 # ---------------------------------------------------------------- helpers
 def rng(seed: int) -> np.random.Generator: return np.random.default_rng(seed)
 

@@ -11,7 +11,6 @@ rounded once, numpy rounds every op). Integers exact. sin: absolute error <= 1e-
 on lavapipe: the reduction is exact there, the error is the polynomial's and the final rounding)."""
 from __future__ import annotations
 import math
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,6 @@ ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
 TRANSCENDENTAL = dict(rtol=1e-5, atol=1e-5)
 REDUCE = dict(rtol=1e-4, atol=1e-4)
 HALF = dict(rtol=2e-3, atol=1e-3)
-NO_TINT = "wgpudawn is not installed (pip install wgpudawn): Tint checks need it"
 
 
 @pytest.fixture(scope="session")
@@ -35,22 +33,6 @@ def webgpu_runtime():
     return get_runtime("webgpu")
   except RuntimeUnavailable as error:
     pytest.skip(str(error))
-
-
-@pytest.fixture(scope="session")
-def tint():
-  try:
-    import wgpudawn
-  except ImportError:
-    pytest.skip(NO_TINT)
-  old = os.environ.get("WGPU_BACKEND_TYPE")
-  os.environ["WGPU_BACKEND_TYPE"] = "Null"       # read by wgpudawn (and wgpu): set only around this request
-  try:
-    adapter = wgpudawn.gpu.request_adapter_sync()
-    return adapter.request_device_sync(required_features=[f for f in ("shader-f16",) if f in adapter.features])
-  finally:
-    if old is None: del os.environ["WGPU_BACKEND_TYPE"]
-    else: os.environ["WGPU_BACKEND_TYPE"] = old
 
 
 @pytest.fixture
