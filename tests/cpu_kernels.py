@@ -17,8 +17,36 @@ from typing import Callable
 
 import numpy as np
 
-# before the kernel source: the Metal shim defines `thread` (an address space) as a macro, which <thread> must not see
-INCLUDES = "#include <barrier>\n#include <thread>\n#include <vector>\n"
+# before the kernel source (the Metal shim defines `thread`, an address space, as a macro, which <thread> must not
+# see): the barrier of the running group and the buffer pointer that converts to any kernel parameter type
+PRELUDE = r"""
+#include <barrier>
+#include <thread>
+#include <vector>
+static std::barrier<>* tg_barrier = nullptr;
+struct tg_ptr {
+  void* p;
+  template <typename T> operator T*() const { return static_cast<T*>(p); }
+};
+"""
+# after the language's driver declarations: the groups one after another, each work-item `item(gx, gy, gz, t)` in
+# turn, or (threaded) one OS thread per work-item meeting at tg_barrier
+LAUNCH = r"""
+template <typename F> static void tg_launch(const unsigned* groups, const unsigned* local, int threaded, F item) {
+  const unsigned n = local[0] * local[1] * local[2];
+  for (unsigned gz = 0; gz < groups[2]; gz++)
+  for (unsigned gy = 0; gy < groups[1]; gy++)
+  for (unsigned gx = 0; gx < groups[0]; gx++) {
+    if (!threaded || n == 1) { for (unsigned t = 0; t < n; t++) item(gx, gy, gz, t); continue; }
+    std::barrier<> bar(n);
+    tg_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < n; t++) threads.emplace_back([&, t] { item(gx, gy, gz, t); });
+    for (auto& th : threads) th.join();
+    tg_barrier = nullptr;
+  }
+}
+"""
 # the runner template of a driver starts here; KERNEL_NAME and ARGS are filled in per kernel
 RUNNER_START = 'extern "C" void tg_run('
 MAX_GROUP_THREADS = 1024
@@ -54,8 +82,9 @@ def skip_without_cpu_compiler() -> None:
 @dataclass(frozen=True)
 class CPUShim:
   """One language's way onto the CPU: `flags` for the host compiler (the shim's include path and headers),
-  `driver` (C++ declarations, then a runner template starting with RUNNER_START), `args(n)` the kernel's first
-  arguments for n buffers, `barrier` the token that marks a kernel needing one thread per work-item."""
+  `driver` (C++ declarations, then a runner template starting with RUNNER_START that calls tg_launch), `args(n)`
+  the kernel's first arguments for n buffers, `barrier` the token that marks a kernel needing one thread per
+  work-item."""
   cache: str
   flags: tuple[str, ...]
   driver: str
@@ -68,7 +97,7 @@ class CPUShim:
     common, runner = self.driver.split(RUNNER_START, 1)
     runners = [(f'extern "C" void tg_run_{name}(' + runner).replace("KERNEL_NAME", name).replace("ARGS", self.args(n))
                for name, n in kernels.items()]
-    unit = "\n".join([INCLUDES, source, common, *runners])
+    unit = "\n".join([PRELUDE, source, common, LAUNCH, *runners])
     key = hashlib.sha256("\n".join([*self.flags, unit]).encode()).hexdigest()[:24]
     if key not in _libraries:
       _libraries[key] = self._load(self._build(unit, key, timeout), list(kernels))

@@ -18,30 +18,13 @@ FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-ffp-contract=off
 
 DRIVER = r"""
 thread_local tg_dim3 blockIdx, threadIdx;
-static std::barrier<>* tg_barrier = nullptr;
 void __syncthreads() { if (tg_barrier) tg_barrier->arrive_and_wait(); }
-struct tg_ptr {
-  void* p;
-  template <typename T> operator T*() const { return static_cast<T*>(p); }
-};
 extern "C" void tg_run(void** bufs, const unsigned* grid, const unsigned* block, int threaded) {
-  const unsigned n = block[0] * block[1] * block[2];
-  for (unsigned bz = 0; bz < grid[2]; bz++)
-  for (unsigned by = 0; by < grid[1]; by++)
-  for (unsigned bx = 0; bx < grid[0]; bx++) {
-    auto item = [&](unsigned t) {
-      blockIdx = {bx, by, bz};
-      threadIdx = {t % block[0], t / block[0] % block[1], t / (block[0] * block[1])};
-      KERNEL_NAME(ARGS);
-    };
-    if (!threaded || n == 1) { for (unsigned t = 0; t < n; t++) item(t); continue; }
-    std::barrier<> bar(n);
-    tg_barrier = &bar;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < n; t++) threads.emplace_back(item, t);
-    for (auto& th : threads) th.join();
-    tg_barrier = nullptr;
-  }
+  tg_launch(grid, block, threaded, [&](unsigned bx, unsigned by, unsigned bz, unsigned t) {
+    blockIdx = {bx, by, bz};
+    threadIdx = {t % block[0], t / block[0] % block[1], t / (block[0] * block[1])};
+    KERNEL_NAME(ARGS);
+  });
 }
 """
 

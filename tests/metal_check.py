@@ -25,30 +25,13 @@ RUN_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DTG_METAL_RU
 DRIVER = r"""
 #include <metal_stdlib>
 #undef thread
-static std::barrier<>* tg_barrier = nullptr;
 void metal::threadgroup_barrier(metal::mem_flags) { if (tg_barrier) tg_barrier->arrive_and_wait(); }
-struct tg_ptr {
-  void* p;
-  template <typename T> operator T*() const { return static_cast<T*>(p); }
-};
 extern "C" void tg_run(void** bufs, const unsigned* groups, const unsigned* ls, int threaded) {
-  const unsigned n = ls[0] * ls[1] * ls[2];
-  for (unsigned gz = 0; gz < groups[2]; gz++)
-  for (unsigned gy = 0; gy < groups[1]; gy++)
-  for (unsigned gx = 0; gx < groups[0]; gx++) {
+  tg_launch(groups, ls, threaded, [&](unsigned gx, unsigned gy, unsigned gz, unsigned t) {
     uint3 gid = {gx, gy, gz};
-    auto item = [&](unsigned t) {
-      uint3 lid = {t % ls[0], t / ls[0] % ls[1], t / (ls[0] * ls[1])};
-      KERNEL_NAME(ARGS gid, lid);
-    };
-    if (!threaded || n == 1) { for (unsigned t = 0; t < n; t++) item(t); continue; }
-    std::barrier<> bar(n);
-    tg_barrier = &bar;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < n; t++) threads.emplace_back(item, t);
-    for (auto& th : threads) th.join();
-    tg_barrier = nullptr;
-  }
+    uint3 lid = {t % ls[0], t / ls[0] % ls[1], t / (ls[0] * ls[1])};
+    KERNEL_NAME(ARGS gid, lid);
+  });
 }
 """
 
