@@ -23,6 +23,7 @@ from frontend import Tensor
 from frontend import nn
 from frontend.jit import trace
 
+ROOT = Path(__file__).resolve().parents[2]
 C_WARNINGS = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
 HOSTILE_INPUTS = ('we"ird\\ */ name\n%s ü', "int")
 HOSTILE_OUTPUTS = ["main", "main!"]
@@ -203,6 +204,30 @@ def tgc(*args):
   result = CliRunner().invoke(cli, [str(a) for a in args])
   if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
   return result
+
+
+def check_cli_round_trip(target: str, tmp_path, files: list[str]) -> None:
+  """`tgc compile` of examples/tiny_mlp.py for `target` (writing `files`), then validate, run, bench and inspect of
+  the artifact through the command line; --embed-weights is refused for this target and leaves nothing behind."""
+  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
+  result = tgc("compile", model, "--target", target, "-o", out)
+  assert result.exit_code == 0, result.output
+  assert f"for {target}" in result.stdout and all((out / name).is_file() for name in files)
+  assert manifest_of(str(out))["target"] == target
+  result = tgc("validate", out, "--seed", "3")
+  assert result.exit_code == 0 and "OK" in result.stdout, result.output
+  np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
+  result = tgc("run", out, "--input", f"features={tmp_path / 'x.npy'}", "-o", tmp_path / "outs.npz")
+  assert result.exit_code == 0, result.output
+  with np.load(tmp_path / "outs.npz") as outs:
+    assert outs.files == ["logits", "probs"] and np.allclose(outs["probs"].sum(-1), 1, atol=1e-5)
+  result = tgc("bench", out, "--runs", "3", "--warmup", "1")
+  assert result.exit_code == 0 and "median" in result.stdout, result.output
+  result = tgc("inspect", out)
+  assert result.exit_code == 0 and f"target {target}" in result.stdout, result.output
+  result = tgc("compile", model, "--target", target, "--embed-weights", "-o", tmp_path / "embedded")
+  assert result.exit_code == 2 and "target c only" in result.stderr
+  assert not (tmp_path / "embedded").exists()
 
 
 def run(cmd: list[str], cwd=None, env=None, check: bool = True) -> subprocess.CompletedProcess:

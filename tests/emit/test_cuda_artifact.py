@@ -19,7 +19,7 @@ import pytest
 
 import cpu_kernels
 import cuda_cpu
-from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
+from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, run, softmax_case, tgc, two_io_case)
 from emit import write_artifact
@@ -29,7 +29,6 @@ from runtimes import cuda as cuda_rt
 from runtimes.artifact import ArtifactError
 from runtimes.artifact_cuda import CUDAArtifact, checked_weights, launch_plan
 
-ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.cu", "model.h", "main.c", "Makefile", "weights.safetensors"}
 ARCHS = ["sm_80", "sm_90"]
 NVCC_STRICT = "-O3 -Xcompiler -Wall,-Wextra -Werror all-warnings"   # the Makefile suppresses 1046 (literals)

@@ -21,7 +21,7 @@ import pytest
 
 import metal_check
 from cpu_kernels import cpu_compiler, skip_without_cpu_compiler
-from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
+from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, require_tool, run, softmax_case, tgc, two_io_case)
 from emit import write_artifact
@@ -30,7 +30,6 @@ from runtimes.artifact import ArtifactError
 from runtimes.artifact_metal import MetalArtifact
 from runtimes.base import RuntimeUnavailable
 
-ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.metal", "model.h", "model.m", "main.c", "Makefile", "weights.safetensors"}
 KIND_NAMES = {"TG_INPUT": "input", "TG_OUTPUT": "output", "TG_WEIGHT": "weight", "TG_ARENA": "arena"}
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, allocations_around_run, assert_same_files,
-                            check_write_refusals, checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder,
-                            half_case, hostile_case, make, manifest_of, mlp_case, require_tool, run, softmax_case, tgc,
-                            two_io_case)
+from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, allocations_around_run, assert_same_files,
+                            check_cli_round_trip, check_write_refusals, checked_manifest, cnn_case, compare, copy,
+                            emit_cases, emit_folder, half_case, hostile_case, make, manifest_of, mlp_case, require_tool,
+                            run, softmax_case, two_io_case)
 from emit import write_artifact
 from emit.common import read_template
 from emit.opencl import kernel_params, opencl_sources
@@ -29,7 +29,6 @@ from frontend import Tensor
 from runtimes.artifact import ArtifactError
 from runtimes.artifact_opencl import OpenCLArtifact
 
-ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
 OCLGRIND_REPORTS = re.compile(r"Invalid (read|write)|data race|divergence|runtime error", re.I)
 
@@ -441,25 +440,7 @@ def test_no_allocation_or_file_io_in_run(bundles, cl_device, tmp_path):
 # ---------------------------------------------------------------- the tgc command line
 
 def test_cli_compile_run_validate_bench_inspect(cl_device, tmp_path):
-  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
-  result = tgc("compile", model, "--target", "opencl", "-o", out)
-  assert result.exit_code == 0, result.output
-  assert "for opencl" in result.stdout and (out / "model.cl").is_file()
-  assert manifest_of(str(out))["target"] == "opencl"
-  result = tgc("validate", out, "--seed", "3")
-  assert result.exit_code == 0 and "OK" in result.stdout, result.output
-  np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
-  result = tgc("run", out, "--input", f"features={tmp_path / 'x.npy'}", "-o", tmp_path / "outs.npz")
-  assert result.exit_code == 0, result.output
-  with np.load(tmp_path / "outs.npz") as outs:
-    assert outs.files == ["logits", "probs"] and np.allclose(outs["probs"].sum(-1), 1, atol=1e-5)
-  result = tgc("bench", out, "--runs", "3", "--warmup", "1")
-  assert result.exit_code == 0 and "median" in result.stdout, result.output
-  result = tgc("inspect", out)
-  assert result.exit_code == 0 and "target opencl" in result.stdout, result.output
-  result = tgc("compile", model, "--target", "opencl", "--embed-weights", "-o", tmp_path / "embedded")
-  assert result.exit_code == 2 and "target c only" in result.stderr
-  assert not (tmp_path / "embedded").exists()
+  check_cli_round_trip("opencl", tmp_path, ["model.cl"])
 
 
 def test_installed_tgc_script(cl_device, tmp_path):

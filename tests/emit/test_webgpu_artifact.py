@@ -18,8 +18,8 @@ import pytest
 
 import headless_chromium as chromium
 from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
-from artifact_cases import (ModelCase, assert_same_files, check_write_refusals, cnn_case, emit_cases, emit_folder,
-                            hostile_case, manifest_of, mlp_case, run, softmax_case, tgc)
+from artifact_cases import (ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
+                            emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, run, softmax_case)
 from codegen.render.wgsl import wgsl_bindings
 from emit import write_artifact
 from emit import webgpu as emit_webgpu
@@ -32,7 +32,6 @@ from runtimes import artifact_webgpu
 from runtimes.artifact import ArtifactError
 from runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
-ROOT = Path(__file__).resolve().parents[2]
 BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
 HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
 
@@ -332,25 +331,7 @@ def test_webgpu_artifact_needs_the_limits(bundles, wgpu_runtime, tmp_path):
 # ---------------------------------------------------------------- the tgc command line
 
 def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
-  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
-  result = tgc("compile", model, "--target", "webgpu", "-o", out)
-  assert result.exit_code == 0, result.output
-  assert "for webgpu" in result.stdout and (out / "model.js").is_file() and (out / "index.html").is_file()
-  assert manifest_of(str(out))["target"] == "webgpu"
-  result = tgc("validate", out, "--seed", "3")
-  assert result.exit_code == 0 and "OK" in result.stdout, result.output
-  np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
-  result = tgc("run", out, "--input", f"features={tmp_path / 'x.npy'}", "-o", tmp_path / "outs.npz")
-  assert result.exit_code == 0, result.output
-  with np.load(tmp_path / "outs.npz") as outs:
-    assert outs.files == ["logits", "probs"] and np.allclose(outs["probs"].sum(-1), 1, atol=1e-5)
-  result = tgc("bench", out, "--runs", "3", "--warmup", "1")
-  assert result.exit_code == 0 and "median" in result.stdout, result.output
-  result = tgc("inspect", out)
-  assert result.exit_code == 0 and "target webgpu" in result.stdout, result.output
-  result = tgc("compile", model, "--target", "webgpu", "--embed-weights", "-o", tmp_path / "embedded")
-  assert result.exit_code == 2 and "target c only" in result.stderr
-  assert not (tmp_path / "embedded").exists()
+  check_cli_round_trip("webgpu", tmp_path, ["model.js", "index.html"])
 
 
 def _onnx_model(path: Path, kind: str = "int64") -> str:
