@@ -358,13 +358,17 @@ def topk(x: Tensor, k: int, axis: int, largest: bool = True) -> tuple[Tensor, Te
   return move_axis(values, -1, axis), move_axis(indices, -1, axis)
 
 
+def _scan_mask(n: int, device: str, exclusive: bool, reverse: bool) -> Tensor:
+  """(n, n) bool: row i selects the elements that output i of a running sum or product takes in."""
+  ar = arange(n, device)
+  i, j = ar.reshape(n, 1), ar.reshape(1, n)
+  if reverse: return (j > i) if exclusive else (j >= i)
+  return (j < i) if exclusive else (j <= i)
+
+
 def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
   xt = move_axis(x, axis, -1)
-  n = xt.shape[-1]
-  ar = arange(n, x.device)
-  i, j = ar.reshape(n, 1), ar.reshape(1, n)
-  if reverse: mask = (j > i) if exclusive else (j >= i)
-  else: mask = (j < i) if exclusive else (j <= i)
+  mask = _scan_mask(xt.shape[-1], x.device, exclusive, reverse)
   acc = x.dtype if not x.dtype.is_bool else dtypes.int32
   out = mask.where(xt.unsqueeze(-2).cast(acc), 0).sum(-1, dtype=acc)
   return move_axis(out, -1, axis)
@@ -372,11 +376,7 @@ def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False)
 
 def cumprod(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
   xt = move_axis(x, axis, -1)
-  n = xt.shape[-1]
-  ar = arange(n, x.device)
-  i, j = ar.reshape(n, 1), ar.reshape(1, n)
-  if reverse: mask = (j > i) if exclusive else (j >= i)
-  else: mask = (j < i) if exclusive else (j <= i)
+  mask = _scan_mask(xt.shape[-1], x.device, exclusive, reverse)
   return move_axis(mask.where(xt.unsqueeze(-2), 1).prod(-1).cast(x.dtype), -1, axis)
 
 

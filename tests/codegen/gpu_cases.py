@@ -1,7 +1,8 @@
 """Kernels from the Tensor API shared by the CUDA and Metal renderer tests. Each case builds a Tensor on the numpy
 device; `programs` schedules it and lowers every kernel for a target, `run_case` executes the kernels in order on
 host byte arrays through a target-specific `execute(program, arrays)`, and `expected` is the numpy interpreter's
-value of a fresh copy of the graph (it shares nothing with the scheduler or the renderers)."""
+value of a fresh copy of the graph (it shares nothing with the scheduler or the renderers). `elementwise_ast`
+builds a kernel AST directly, for launch-geometry tests of any size."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
@@ -11,10 +12,22 @@ import numpy as np
 from frontend import Tensor, buffers
 from frontend import functional as F
 from frontend.realize import _alloc
-from ir import dtypes
+from ir import Ops, UOp, dtypes
 from codegen.schedule import schedule
 from codegen.lower import lower, KernelProgram
 from codegen.opts import Opt
+
+
+def elementwise_ast(*sizes: int) -> UOp:
+  """data0[flat] = data1[flat] * 2 + flat over global ranges of the given sizes (no buffers needed to lower it)."""
+  idx = UOp.const(dtypes.index, 0)
+  for i, n in enumerate(sizes):
+    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "global"))
+  out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, True))
+  inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
+  val = UOp(Ops.LOAD, dtypes.float32, (inp, idx)) * UOp.const(dtypes.float32, 2.0)
+  val = val + UOp(Ops.CAST, dtypes.float32, (idx,))
+  return UOp(Ops.SINK, dtypes.bool, (UOp(Ops.STORE, dtypes.bool, (out, idx, val)),))
 
 
 def data(*shape, dtype=np.float32, seed=0, low=-2.0, high=2.0) -> np.ndarray:

@@ -9,25 +9,13 @@ import pytest
 
 import cuda_cpu
 from cpu_kernels import skip_without_cpu_compiler
+from gpu_cases import elementwise_ast
 from codegen.lower import lower
 from codegen.opts import Opt
 from codegen.render.cuda import CUDARenderer
-from ir import Ops, UOp, dtypes
 from runtimes import cuda as cuda_rt
 
 LIMITS = CUDARenderer.max_workgroups_per_dim
-
-
-def elementwise_ast(*sizes: int) -> UOp:
-  """data0[flat] = data1[flat] * 2 + flat over global ranges of the given sizes (no buffers needed to lower it)."""
-  idx = UOp.const(dtypes.index, 0)
-  for i, n in enumerate(sizes):
-    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "global"))
-  out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, True))
-  inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
-  val = UOp(Ops.LOAD, dtypes.float32, (inp, idx)) * UOp.const(dtypes.float32, 2.0)
-  val = val + UOp(Ops.CAST, dtypes.float32, (idx,))
-  return UOp(Ops.SINK, dtypes.bool, (UOp(Ops.STORE, dtypes.bool, (out, idx, val)),))
 
 
 def grid_of(prg) -> list[int]:

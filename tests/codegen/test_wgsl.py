@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from gpu_cases import CASES, Case, check, data, programs, run_case, t
+from gpu_cases import CASES, Case, check, data, elementwise_ast, programs, run_case, t
 from frontend import Tensor
 from frontend.realize import _alloc
 from codegen.schedule import schedule
@@ -23,7 +23,7 @@ from codegen.lower import lower
 from codegen.opts import Opt
 from codegen.render import get_renderer
 from codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
-from ir import Ops, UOp, dtypes
+from ir import dtypes
 from runtimes import RuntimeUnavailable, get_runtime
 
 def tint_check(device, src: str) -> None:
@@ -249,20 +249,9 @@ def test_workgroup_size_limit_names_the_kernel():
   lower(items[0].ast, "webgpu", [Opt("LOCAL", 1, 256)], name="ok_wg")
 
 
-def _elementwise_ast(*sizes: int) -> UOp:
-  """data0[flat] = data1[flat] * 2 over global ranges of the given sizes (no buffers needed to lower it)."""
-  idx = UOp.const(dtypes.index, 0)
-  for i, n in enumerate(sizes):
-    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "global"))
-  out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, True))
-  inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
-  val = UOp(Ops.LOAD, dtypes.float32, (inp, idx)) * UOp.const(dtypes.float32, 2.0)
-  return UOp(Ops.SINK, dtypes.bool, (UOp(Ops.STORE, dtypes.bool, (out, idx, val)),))
-
-
 @pytest.mark.parametrize("size,exact", [(1 << 22, True), (70001, False), (65536 * 3 + 2, True)])
 def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
-  prg = lower(_elementwise_ast(size), "webgpu")
+  prg = lower(elementwise_ast(size), "webgpu")
   groups = [g // l for g, l in zip(prg.global_size, prg.local_size)]
   assert max(groups) <= 65535 and math.prod(prg.global_size) >= size
   assert (math.prod(prg.global_size) == size) == exact
@@ -271,9 +260,9 @@ def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
 
 
 def test_wide_grid_is_not_split_for_opencl():
-  assert lower(_elementwise_ast(1 << 22), "opencl", []).global_size == (1 << 22, 1, 1)
+  assert lower(elementwise_ast(1 << 22), "opencl", []).global_size == (1 << 22, 1, 1)
 
 
 def test_too_many_workgroups_names_the_kernel():
   with pytest.raises(ValueError, match=r"webgpu: kernel 'huge' needs 70001 work-groups in launch dimension"):
-    lower(_elementwise_ast(70001, 70001, 70001), "webgpu", [], name="huge")
+    lower(elementwise_ast(70001, 70001, 70001), "webgpu", [], name="huge")
