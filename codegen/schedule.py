@@ -91,18 +91,28 @@ def find_realize_points(roots: list[UOp]) -> set[UOp]:
   and computed elementwise values a reduce reads through an expand (see `_worth_realizing`)."""
   users = _consumers(roots)
   sizes = _source_sizes(roots)
+  position = _positions(roots)
   realize: set[UOp] = {r for r in roots if r.op is not Ops.BUFFER}
-  realize |= {n for r in roots for n in r.toposort() if n.op is Ops.CONTIGUOUS}
-  for n in {n for r in roots for n in r.toposort() if n.op is Ops.REDUCE_AXIS}:
-    if len(users.get(n, ())) > 1: realize.add(n)
-  # walk down from each kernel root; what it would recompute per use is realized, until nothing changes
+  realize |= {n for n in position if n.op is Ops.CONTIGUOUS}
+  realize |= {n for n in position if n.op is Ops.REDUCE_AXIS and len(users.get(n, ())) > 1}
+  # walk down from each kernel root, users before their sources (a fixed order: the result depends on it, and
+  # sets of nodes iterate in memory order); what a root would recompute per use is realized, until nothing changes
   changed = True
   while changed:
     changed = False
-    for root in list(realize):
+    for root in sorted(realize, key=position.__getitem__, reverse=True):
       for n in _recomputed(root, realize, sizes):
         if n not in realize: realize.add(n); changed = True
   return realize
+
+
+def _positions(roots: list[UOp]) -> dict[UOp, int]:
+  """Each node of the graph of `roots` -> its place in one topological order (sources first): the order in which
+  passes that add realize points visit nodes, so that a compile does not depend on where nodes sit in memory."""
+  position: dict[UOp, int] = {}
+  for r in roots:
+    for n in r.toposort(): position.setdefault(n, len(position))
+  return position
 
 
 def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp]:
@@ -249,6 +259,7 @@ def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> Non
   that are computed (not movement) and no bigger than their sources (never a broadcast copy: an expand stays index
   math of the kernel that reads it)."""
   sizes = _source_sizes(roots)
+  position = _positions(roots)
   while True:
     leaves: dict[UOp, frozenset] = {}
     for r in roots:
@@ -257,7 +268,7 @@ def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> Non
         if n.op is Ops.BUFFER: leaves[n] = frozenset([n])
         else: leaves[n] = frozenset().union(*(frozenset([s]) if s in realize else leaves[s] for s in n.src)) \
           if n.src else frozenset()
-    over = [n for n in realize if len(leaves.get(n, ())) + 1 > max_buffers]
+    over = sorted((n for n in realize if len(leaves.get(n, ())) + 1 > max_buffers), key=position.__getitem__)
     if not over: return
     root = over[0]
     region, stack = [], [root]
@@ -270,7 +281,9 @@ def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> Non
     if not fits:
       raise ScheduleError(f"a kernel computing a tensor of shape {root.shape} reads {len(leaves[root])} buffers; "
                           f"the target allows {max_buffers} storage buffers per kernel")
-    realize.add(max(fits, key=lambda m: (_numel(m) <= sizes[m], m.op not in GroupOp.Movement, len(leaves[m]), m.key)))
+    # ties go to the node latest in graph order (never to content hashes: those name buffers by their ids)
+    realize.add(max(fits, key=lambda m: (_numel(m) <= sizes[m], m.op not in GroupOp.Movement, len(leaves[m]),
+                                         position[m])))
 
 
 def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tuple[list[ScheduleItem], list[UOp]]:

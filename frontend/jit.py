@@ -201,7 +201,9 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
   for r in roots:
     for n in r.toposort():
       depends[n] = n in inputs or any(depends[s] for s in n.src)
-  points = [n for n in find_realize_points(roots) if not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
+  realize = find_realize_points(roots)
+  # in graph order (depends is filled in one): the folded buffers are numbered the same in every compile
+  points = [n for n in depends if n in realize and not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
   if not points: return roots
   vals = evaluate(points, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
   mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only

@@ -105,3 +105,16 @@ def test_realized_producers_compute_the_same_values(build):
       return (a @ b).softmax(-1) @ c
     got, ref = model("c"), model("numpy")
   np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_schedule_is_the_same_for_the_same_graph():
+  """Kernels do not depend on where nodes sit in memory or on buffer numbering: a graph with ties for where to split
+  (a balanced sum of 9 buffers, over the 8-buffer limit: two equal halves) schedules the same every time it is
+  built, in one process, while earlier copies are still alive."""
+  def build():
+    xs = [rnd(4, 4, seed=i) for i in range(9)]
+    pairs = [xs[i] + xs[i + 1] for i in range(0, 8, 2)]
+    return ((pairs[0] + pairs[1]) + (pairs[2] + pairs[3])) + xs[8]
+  graphs = [build() for _ in range(8)]
+  schedules = {tuple(it.ast.key for it in scheduled(t, max_buffers=8)) for t in graphs}
+  assert len(schedules) == 1
