@@ -400,6 +400,20 @@ def _grouped(errors: list[tuple[str, str]]) -> list[tuple[str, int, str]]:
   return sorted(((k, len(v), v[0]) for k, v in groups.items()), key=lambda t: (-t[1], t[0]))
 
 
+GROUPED_COLUMNS = ["message (grouped)", "cases", "example"]
+
+
+def _grouped_rows(errors: list[tuple[str, str]]) -> list[str]:
+  return [f"| `{_cell(k, 110)}` | {n} | {ex} |" for k, n, ex in _grouped(errors)]
+
+
+def _listing(heading: str, columns: list[str], rows: list[str], intro: str = "") -> list[str]:
+  """A report section: `heading`, an optional intro paragraph, then "None." or a table of the rendered `rows`."""
+  lines = ["", heading, ""] + ([intro, ""] if intro else [])
+  if not rows: return lines + ["None."]
+  return lines + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + rows
+
+
 def report(summary: dict, seconds: float, workers: int, versions: dict, sample: bool, cpu_sample: int,
            planned: int = 0) -> str:
   """docs/kernel_checks.md. `planned`: jobs the run set out to do; when fewer finished the report says so."""
@@ -441,11 +455,8 @@ def report(summary: dict, seconds: float, workers: int, versions: dict, sample: 
     lines.append(f"| {check} | {c['target']} | {c['kernels']} | {c['passed']} | {c['kernels'] - c['passed']} | "
                  f"{c['unique_sources']} | {c['unique_failed']} |")
   for check, c in summary["checks"].items():
-    lines += ["", f"### Failures: {check} ({len(c['failures'])})", ""]
-    if not c["failures"]: lines.append("None.")
-    else:
-      lines += ["| model | kernel | first error line |", "|---|---|---|"]
-      lines += [f"| {_cell(n, 60)} | {k} | `{_cell(e)}` |" for n, k, e in c["failures"]]
+    lines += _listing(f"### Failures: {check} ({len(c['failures'])})", ["model", "kernel", "first error line"],
+                      [f"| {_cell(n, 60)} | {k} | `{_cell(e)}` |" for n, k, e in c["failures"]])
   lines += ["", "## CPU runs through the shims (stratified sample)", ""]
   if not summary["cpu_runs"]: lines.append("Not run.")
   else:
@@ -454,24 +465,14 @@ def report(summary: dict, seconds: float, workers: int, versions: dict, sample: 
     for target, c in summary["cpu_runs"].items():
       lines.append(f"| {target} | {c['cases']} | {c['pass']} | {c['fail']} | {c['error']} | {c['skipped']} |")
     for target, c in summary["cpu_runs"].items():
-      lines += ["", f"### Not passing on the CPU: {target} ({len(c['problems'])})", ""]
-      if not c["problems"]: lines.append("None.")
-      else:
-        lines += ["| case | status | detail |", "|---|---|---|"]
-        lines += [f"| {n} | {s} | {_cell(d)} |" for n, s, d in c["problems"]]
+      lines += _listing(f"### Not passing on the CPU: {target} ({len(c['problems'])})", ["case", "status", "detail"],
+                        [f"| {n} | {s} | {_cell(d)} |" for n, s, d in c["problems"]])
   for target, t in summary["targets"].items():
-    lines += ["", f"## Not lowered for {target} ({len(t['build_errors'])})", ""]
-    if not t["build_errors"]: lines.append("None.")
-    else:
-      lines += ["| message (grouped) | cases | example |", "|---|---|---|"]
-      lines += [f"| `{_cell(k, 110)}` | {n} | {ex} |" for k, n, ex in _grouped(t["build_errors"])]
+    lines += _listing(f"## Not lowered for {target} ({len(t['build_errors'])})", GROUPED_COLUMNS,
+                      _grouped_rows(t["build_errors"]))
   errors = m["node"]["import_errors"] + m["light"]["import_errors"]
-  lines += ["", f"## Import refused ({len(errors)})", "",
-            "Cases the importer refuses for every target (see docs/conformance.md for the categories).", ""]
-  if not errors: lines.append("None.")
-  else:
-    lines += ["| message (grouped) | cases | example |", "|---|---|---|"]
-    lines += [f"| `{_cell(k, 110)}` | {n} | {ex} |" for k, n, ex in _grouped(errors)]
+  lines += _listing(f"## Import refused ({len(errors)})", GROUPED_COLUMNS, _grouped_rows(errors),
+                    "Cases the importer refuses for every target (see docs/conformance.md for the categories).")
   return "\n".join(lines) + "\n"
 
 
