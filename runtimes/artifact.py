@@ -53,6 +53,24 @@ def checked_file(folder: str, manifest: dict, name: str) -> bytes:
   return data
 
 
+def checked_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
+  """The weights file of a device bundle (`weights_path`, or the folder's own), checked as the bundle's own loader
+  checks it: present, its size, the safetensors header's length, and the manifest's sha256."""
+  info = manifest["weights"]
+  path = os.path.abspath(weights_path or os.path.join(folder, info["file"]))
+  if not os.path.isfile(path): raise ArtifactError(f"{path}: cannot open the weights file")
+  data = read_file(path)
+  if len(data) < info["nbytes"]:
+    raise ArtifactError(f"{path}: weights data is truncated ({len(data)} of {info['nbytes']} bytes)")
+  if len(data) > info["nbytes"]:
+    raise ArtifactError(f"{path}: weights data is longer than expected ({len(data)} bytes, not {info['nbytes']})")
+  if int.from_bytes(data[:8], "little") + 8 != info["header_bytes"]:
+    raise ArtifactError(f"{path}: weights header does not match this model (wrong or corrupted file)")
+  if hashlib.sha256(data).hexdigest() != info["sha256"]:
+    raise ArtifactError(f"{path}: weights data does not match this model (sha256 mismatch)")
+  return data
+
+
 def time_runs(run_once, runs: int, warmup: int) -> list[float]:
   """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls."""
   for _ in range(warmup): run_once()

@@ -11,13 +11,12 @@ use this class; the interface is `runtimes.artifact.Artifact`'s (run, time, clos
 artifact or the caller's data raise `ArtifactError` naming the culprit; a machine without an NVIDIA GPU and driver
 (or without NVRTC) raises `RuntimeUnavailable` saying so, after the folder itself has been checked."""
 from __future__ import annotations
-import hashlib
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.artifact import Artifact, ArtifactError, read_file
+from runtimes.artifact import Artifact, ArtifactError, checked_weights
 from runtimes.base import Buffer, RuntimeUnavailable, cache_root
 
 KERNEL_SOURCE = "model.cu"
@@ -67,21 +66,6 @@ def launch_plan(manifest: dict, where: str = "manifest.json") -> list[Launch]:
       else: args.append(LaunchArg(kind, i, 0, entry["nbytes"]))
     plan.append(Launch(k["name"], glob, loc, tuple(args)))
   return plan
-
-
-def checked_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
-  """The weights file, checked as the bundle's init and verify_weights check it: size, header, sha256."""
-  info = manifest["weights"]
-  path = os.path.abspath(weights_path or os.path.join(folder, info["file"]))
-  data = read_file(path)
-  if len(data) < info["nbytes"]: raise ArtifactError(f"{path}: weights data is truncated ({len(data)} bytes)")
-  if len(data) > info["nbytes"]:
-    raise ArtifactError(f"{path}: weights data is longer than expected ({len(data)} bytes, not {info['nbytes']})")
-  if int.from_bytes(data[:8], "little") + 8 != info["header_bytes"]:
-    raise ArtifactError(f"{path}: weights header does not match this model (wrong or corrupted file)")
-  if hashlib.sha256(data).hexdigest() != info["sha256"]:
-    raise ArtifactError(f"{path}: weights data is corrupted (sha256 mismatch)")
-  return data
 
 
 class _View(Buffer):

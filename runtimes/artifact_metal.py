@@ -1,24 +1,23 @@
 """Running a `metal` artifact folder from Python: `MetalArtifact` reads its manifest.json and the launch plan in it
 (`target_info.launches`, the plan model.m's tables are generated from: each launch's kernel, threadgroups, threads
 per threadgroup and buffers with binding index and byte offset), checks model.metal and the weights file against the
-manifest (size, sha256), and runs the plan the way model.m does: the kernels of model.metal compiled once with fast
-math off, one compute pipeline state per kernel, the whole weights file in one buffer, the intermediates in one
-arena buffer bound at the memory plan's offsets, and per run one command buffer with a dispatchThreadgroups per
-launch. The device work goes through a backend object; the default, `MetalBackend`, uses `runtimes.metal` (PyObjC's
-Metal bindings, macOS only) and raises `RuntimeUnavailable` elsewhere, so `tgc run/validate/bench` print one line.
-Tests on Linux pass a backend that runs the kernels on the CPU through the `metal_stdlib` shim, which checks the
-plan, the kernels and the offsets everywhere; model.m itself runs only on macOS.
+manifest (size, safetensors header, sha256), and runs the plan the way model.m does: the kernels of model.metal
+compiled once with fast math off, one compute pipeline state per kernel, the whole weights file in one buffer, the
+intermediates in one arena buffer bound at the memory plan's offsets, and per run one command buffer with a
+dispatchThreadgroups per launch. The device work goes through a backend object; the default, `MetalBackend`, uses
+`runtimes.metal` (PyObjC's Metal bindings, macOS only) and raises `RuntimeUnavailable` elsewhere, so
+`tgc run/validate/bench` print one line. Tests on Linux pass a backend that runs the kernels on the CPU through the
+`metal_stdlib` shim, which checks the plan, the kernels and the offsets everywhere; model.m itself runs only on
+macOS.
 
 The interface is `runtimes.artifact.Artifact`'s (run, time, close, context manager). Problems with the artifact or the
 caller's data raise `ArtifactError` with one line naming the culprit."""
 from __future__ import annotations
-import hashlib
-import os
 from typing import Any
 
 import numpy as np
 
-from runtimes.artifact import Artifact, ArtifactError, read_file
+from runtimes.artifact import Artifact, ArtifactError, checked_weights
 from runtimes.base import get_runtime
 
 KINDS = ("input", "output", "weight", "arena")
@@ -107,7 +106,7 @@ class MetalArtifact(Artifact):
     source = self._checked(self.manifest["target_info"].get("kernel_source", "model.metal"))
     self.plan = read_launches(self.manifest)
     self.backend = backend if backend is not None else MetalBackend()
-    weights = self._weights(weights_path)
+    weights = checked_weights(self.folder, self.manifest, weights_path)
     kernels = [k["name"] for k in self.manifest["kernels"]]
     self.backend.compile(source.decode("utf-8"), kernels)
     for launch in self.plan:
@@ -124,19 +123,6 @@ class MetalArtifact(Artifact):
     self._ready = True
 
   # ---- loading ----
-  def _weights(self, weights_path: str | None) -> bytes:
-    """The weights file, checked as model.m checks it (size) and against the manifest's sha256."""
-    spec = self.manifest["weights"]
-    path = os.path.abspath(weights_path or os.path.join(self.folder, spec["file"]))
-    if not os.path.isfile(path): raise ArtifactError(f"{path}: cannot open the weights file")
-    data = read_file(path)
-    if len(data) < spec["nbytes"]:
-      raise ArtifactError(f"{path}: weights data is truncated ({len(data)} of {spec['nbytes']} bytes)")
-    if len(data) > spec["nbytes"]: raise ArtifactError(f"{path}: weights data is longer than expected")
-    if hashlib.sha256(data).hexdigest() != spec["sha256"]:
-      raise ArtifactError(f"{path}: weights data does not match this model (sha256 differs from manifest.json)")
-    return data
-
   def _buffer(self, b: dict) -> Any:
     if b["kind"] == "input": return self._ins[b["index"]]
     if b["kind"] == "output": return self._outs[b["index"]]

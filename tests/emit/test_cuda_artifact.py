@@ -26,8 +26,8 @@ from emit import write_artifact
 from emit.cuda import cuda_sources, kernel_params
 from runtimes import RuntimeUnavailable, get_runtime
 from runtimes import cuda as cuda_rt
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_cuda import CUDAArtifact, checked_weights, launch_plan
+from runtimes.artifact import ArtifactError, checked_weights
+from runtimes.artifact_cuda import CUDAArtifact, launch_plan
 
 BUNDLE_FILES = {"manifest.json", "model.cu", "model.h", "main.c", "Makefile", "weights.safetensors"}
 ARCHS = ["sm_80", "sm_90"]
