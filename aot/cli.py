@@ -8,10 +8,10 @@ import sys
 import traceback
 import click
 import numpy as np
-from ir.config import config
-from runtimes import RuntimeUnavailable
-from aot.errors import (EXIT_INTERNAL, EXIT_OK, EXIT_TOLERANCE, EXIT_USER, UserError, describe, internal_error_message,
-                        one_line)
+from tgc.ir.config import config
+from tgc.runtimes import RuntimeUnavailable
+from tgc.aot.errors import (EXIT_INTERNAL, EXIT_OK, EXIT_TOLERANCE, EXIT_USER, UserError, describe,
+                            internal_error_message, one_line)
 
 MODEL_HELP = """MODEL is either an ONNX file (model.onnx) or path/to/file.py:function for the Tensor API: the function
 takes no arguments and returns (fn, inputs), where inputs is a list of example Tensors (named input_0, input_1,
@@ -150,7 +150,7 @@ def cli():
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
 def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam):
   """Compile MODEL into an artifact folder OUT."""
-  from aot.pipeline import compile_model
+  from tgc.aot.pipeline import compile_model
   shapes = parse_input_shapes(input_shapes)
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
@@ -171,7 +171,7 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
 @click.option("--output", "-o", "output", metavar="FILE.npz", help="Write the outputs here (keys: output names).")
 def run_command(artifact, inputs, output):
   """Run the artifact OUT once on inputs from .npy files."""
-  from aot.pipeline import run_artifact
+  from tgc.aot.pipeline import run_artifact
   arrays, _ = parse_arrays(inputs, "--input")
   outs = run_artifact(artifact, arrays)
   for name, value in outs.items():
@@ -206,7 +206,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 
   The reference for a Tensor-API model is the numpy interpreter on the un-scheduled graph; for an ONNX model it is
   onnx.reference (onnxruntime for large models). Exits with 1 when an output is over tolerance."""
-  from aot.pipeline import validate_artifact
+  from tgc.aot.pipeline import validate_artifact
   report = validate_artifact(artifact, model=model, seed=seed, rtol=rtol, atol=atol)
   click.echo(f"validate {report.folder} against {report.reference} ({report.model}), seed {report.seed}")
   width = max([len(c.name) for c in report.checks] + [6])
@@ -226,7 +226,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
 def bench_command(artifact, runs, warmup, seed):
   """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
-  from aot.pipeline import bench_artifact
+  from tgc.aot.pipeline import bench_artifact
   r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed)
   click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up")
   click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
@@ -247,7 +247,7 @@ def inspect_command(thing, target):
 
 
 def _inspect_artifact(folder: str) -> None:
-  from aot.pipeline import open_artifact
+  from tgc.aot.pipeline import open_artifact
   art = open_artifact(folder, check_files=False)
   m = art.manifest
   click.echo(f"artifact {folder}: model {art.name}, target {art.target}, format {m.get('format_version')}, "
@@ -293,7 +293,7 @@ def _call_arg(a, named: dict[str, list[str]]) -> str:
 
 
 def _inspect_model(model: str, target: str) -> None:
-  from aot.pipeline import inspect_model
+  from tgc.aot.pipeline import inspect_model
   cm = inspect_model(model, target)
   click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
   for b in cm.inputs + cm.outputs:
@@ -315,7 +315,7 @@ def _buffer_label(b) -> str:
 
 
 def _inspect_onnx(path: str) -> None:
-  from aot.pipeline import inspect_onnx
+  from tgc.aot.pipeline import inspect_onnx
   if not os.path.isfile(path): raise UserError(f"model file not found: {path}")
   graph_inputs, nodes = inspect_onnx(path)
   unsupported = sorted({n.op for n in nodes if not n.supported})

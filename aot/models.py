@@ -19,11 +19,11 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
-from ir import DType, Ops, UOp, dtypes
-from frontend.tensor import Tensor
-from frontend.jit import Capture, JitError, TensorSpec, trace, _flatten_tensors
-from frontend.nn import get_state_dict
-from aot.errors import UserError, describe
+from tgc.ir import DType, Ops, UOp, dtypes
+from tgc.frontend.tensor import Tensor
+from tgc.frontend.jit import Capture, JitError, TensorSpec, trace, _flatten_tensors
+from tgc.frontend.nn import get_state_dict
+from tgc.aot.errors import UserError, describe
 
 MODEL_FORMS = "path/to/file.py:function (Tensor API) or path/to/model.onnx"
 
@@ -256,7 +256,7 @@ def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp,
 # ---------------------------------------------------------------- ONNX
 def has_onnx_importer() -> bool:
   """Whether this build has frontend/onnx/importer.py (checked without importing anything)."""
-  import frontend
+  from tgc import frontend
   return os.path.isfile(os.path.join(os.path.dirname(frontend.__file__), "onnx", "importer.py"))
 
 
@@ -264,7 +264,7 @@ def onnx_importer():
   """frontend.onnx.importer, or a UserError when this build has none."""
   if not has_onnx_importer():
     raise UserError("ONNX models are not supported by this build of tgc yet (no ONNX importer)")
-  from frontend.onnx import importer
+  from tgc.frontend.onnx import importer
   return importer
 
 
@@ -274,7 +274,7 @@ def _as_dtype(dtype) -> DType:
 
 def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict) -> LoadedModel:
   importer = onnx_importer()
-  from frontend.onnx.registry import OnnxError
+  from tgc.frontend.onnx.registry import OnnxError
   try: graph = importer.load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None)
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   rng = np.random.default_rng(0)

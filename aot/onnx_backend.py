@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from aot.errors import UserError
+from tgc.aot.errors import UserError
 
 # device string (lower case, before any ":id") -> tgc target
 DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu",
@@ -53,8 +53,8 @@ def device_target(device: str) -> str:
 
 def _artifact_runtimes() -> dict[str, tuple[str, str]]:
   """target -> (module, class) of the Python runtime that loads that target's artifact folders (the pipeline's)."""
-  from aot import pipeline
-  return dict(getattr(pipeline, "ARTIFACT_RUNTIMES", {"c": ("runtimes.artifact_c", "CArtifact")}))
+  from tgc.aot import pipeline
+  return dict(getattr(pipeline, "ARTIFACT_RUNTIMES", {"c": ("tgc.runtimes.artifact_c", "CArtifact")}))
 
 
 def _runtime_class(target: str):
@@ -96,14 +96,14 @@ def _static_dims(vi: onnx.ValueInfoProto) -> bool:
 
 # ---------------------------------------------------------------- storage-only dtypes at the artifact boundary
 def _tgc_dtype(name: str):
-  from ir import dtypes
+  from tgc.ir import dtypes
   dt = getattr(dtypes, name, None)
   return dt if dt is not None and hasattr(dt, "storage_only") else None
 
 
 def _ml_dtype(dt) -> np.dtype:
   """The numpy (ml_dtypes) type onnx uses for a storage-only tgc dtype."""
-  from frontend.onnx.importer import to_onnx_type
+  from tgc.frontend.onnx.importer import to_onnx_type
   return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to_onnx_type(dt)))
 
 
@@ -113,8 +113,8 @@ def to_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
   dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
   arr = np.asarray(arr)
   if dt is None or not dt.storage_only or arr.dtype == np.dtype(spec["dtype"]): return arr
-  from ir import lowp
-  from frontend.onnx.importer import host_values
+  from tgc.ir import lowp
+  from tgc.frontend.onnx.importer import host_values
   if arr.dtype == _ml_dtype(dt):
     bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
   else: bits = lowp.encode_array(host_values(arr, dt), dt)
@@ -129,7 +129,7 @@ def from_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
   """An artifact output as onnx gives it: storage-only bit patterns become ml_dtypes arrays."""
   dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
   if dt is None or not dt.storage_only: return arr
-  from ir import lowp
+  from tgc.ir import lowp
   shape = tuple(spec["shape"])
   raw = np.asarray(arr).reshape(-1)[:int(spec.get("nbytes", arr.nbytes)) // max(1, arr.dtype.itemsize)]
   bits = lowp.unpack(raw, dt, shape)
@@ -212,7 +212,7 @@ class TgcRep(BackendRep):
     return tuple(parts), tuple(sorted(shapes.items()))
 
   def _compile(self, values: dict, shapes: dict) -> _Compiled:
-    from aot.pipeline import compile_model
+    from tgc.aot.pipeline import compile_model
     key = self._key(values, shapes)
     if key in self._compiled: return self._compiled[key]
     index = self._count
@@ -296,7 +296,7 @@ class TgcBackend(Backend):
   @classmethod
   def supports_device(cls, device: str) -> bool:
     """Whether this build can compile for and run artifacts of the device's target."""
-    from aot.pipeline import SUPPORTED_TARGETS
+    from tgc.aot.pipeline import SUPPORTED_TARGETS
     try: target = device_target(device)
     except UserError: return False
     runtimes = _artifact_runtimes()
@@ -308,7 +308,7 @@ class TgcBackend(Backend):
   @classmethod
   def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
     """False when the model uses an operator tgc's importer has no handler for."""
-    from frontend.onnx.importer import OnnxGraph, _opsets
+    from tgc.frontend.onnx.importer import OnnxGraph, _opsets
     model = _as_model(model)
     probe = OnnxGraph.__new__(OnnxGraph)
     probe.graph, probe.opsets = model.graph, _opsets(model)

@@ -13,19 +13,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
-from ir.config import config
-from codegen.compiled import CompiledModel, compile_schedule
-from codegen.names import symbol
-from aot.errors import UserError, describe
-from aot import models
+from tgc.ir.config import config
+from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.names import symbol
+from tgc.aot.errors import UserError, describe
+from tgc.aot import models
 
 SUPPORTED_TARGETS = ("c", "opencl", "webgpu", "metal", "cuda")
 # target -> (module, class) of the Python runtime that loads its artifacts (the CArtifact interface)
-ARTIFACT_RUNTIMES = {"c": ("runtimes.artifact_c", "CArtifact"),
-                     "opencl": ("runtimes.artifact_opencl", "OpenCLArtifact"),
-                     "webgpu": ("runtimes.artifact_webgpu", "WebGPUArtifact"),
-                     "metal": ("runtimes.artifact_metal", "MetalArtifact"),
-                     "cuda": ("runtimes.artifact_cuda", "CUDAArtifact")}
+ARTIFACT_RUNTIMES = {"c": ("tgc.runtimes.artifact_c", "CArtifact"),
+                     "opencl": ("tgc.runtimes.artifact_opencl", "OpenCLArtifact"),
+                     "webgpu": ("tgc.runtimes.artifact_webgpu", "WebGPUArtifact"),
+                     "metal": ("tgc.runtimes.artifact_metal", "MetalArtifact"),
+                     "cuda": ("tgc.runtimes.artifact_cuda", "CUDAArtifact")}
 MANIFEST = "manifest.json"
 SOURCE_SUFFIXES = (".c", ".h", ".cl", ".cu", ".metal", ".m", ".mm", ".swift", ".js", ".ts", ".wgsl", ".html")
 PROGRESS_AFTER_S = 2.0     # without DEBUG, per-kernel progress appears once a compile has run this long
@@ -138,11 +138,11 @@ def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
 
 def _beam_opts(target: str, width: int):
   """opts_for(item) running a BEAM search timed on the target's runtime here."""
-  from codegen.compiled import artifact_renderer
-  from codegen.search import beam_search
-  from runtimes import get_runtime, RuntimeUnavailable
-  from runtimes.timing import kernel_timer
-  from frontend.buffers import nbytes
+  from tgc.codegen.compiled import artifact_renderer
+  from tgc.codegen.search import beam_search
+  from tgc.runtimes import get_runtime, RuntimeUnavailable
+  from tgc.runtimes.timing import kernel_timer
+  from tgc.frontend.buffers import nbytes
   try: rt = get_runtime(target)
   except (RuntimeUnavailable, ValueError) as e:
     raise UserError(f"--beam needs a {target} runtime on this machine: {e}") from None
@@ -160,7 +160,7 @@ def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:
 
 
 def _artifact_writer() -> Callable:
-  import emit
+  from tgc import emit
   writer = getattr(emit, "write_artifact", None)
   if writer is None: raise RuntimeError("emit.write_artifact is missing: this build of tgc has no artifact writer")
   return writer
@@ -274,7 +274,7 @@ def open_artifact(folder: str, check_files: bool = True) -> Artifact:
   except OSError as error: raise UserError(f"cannot read {path}: {error.strerror}") from error
   if not isinstance(manifest, dict) or "format_version" not in manifest:
     raise UserError(f"{folder} is not a tgc artifact ({MANIFEST} has no format_version)")
-  from emit import manifest as emitted
+  from tgc.emit import manifest as emitted
   if manifest["format_version"] != emitted.FORMAT_VERSION:
     raise UserError(f"{path}: format_version {manifest['format_version']} is not the one this tgc reads "
                     f"({emitted.FORMAT_VERSION}); compile the model again")
@@ -310,7 +310,7 @@ def artifact_runtime(art: Artifact):
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
                     f"{', '.join(ARTIFACT_RUNTIMES)}")
   import importlib
-  from runtimes.artifact import ArtifactError
+  from tgc.runtimes.artifact import ArtifactError
   module, name = ARTIFACT_RUNTIMES[art.target]
   try: return getattr(importlib.import_module(module), name)(art.folder)
   except ArtifactError as error:
@@ -412,7 +412,7 @@ def compare(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple
 def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol: float | None = None,
                       atol: float | None = None) -> ValidateReport:
   """Run the artifact and an independent reference on the same fresh seeded inputs; compare every output."""
-  from aot import reference
+  from tgc.aot import reference
   art = open_artifact(folder)
   spec, options = reference.spec_from_source(art.source, model)
   feeds = random_inputs(art, seed)
@@ -488,7 +488,7 @@ def inspect_onnx(path: str) -> tuple[list[tuple[str, list | None, str]], list[On
   models.onnx_importer()
   import onnx
   from onnx import shape_inference
-  from frontend.onnx.registry import OPS
+  from tgc.frontend.onnx.registry import OPS
   try: model = onnx.load(path)
   except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
   try: model = shape_inference.infer_shapes(model)

@@ -6,11 +6,11 @@ run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) f
 from __future__ import annotations
 import os
 import numpy as np
-from frontend.tensor import Tensor
-from frontend.interpreter import evaluate
-from frontend import realize as _realize
-from aot.errors import UserError, describe
-from aot import models
+from tgc.frontend.tensor import Tensor
+from tgc.frontend.interpreter import evaluate
+from tgc.frontend import realize as _realize
+from tgc.aot.errors import UserError, describe
+from tgc.aot import models
 
 ONNXRUNTIME_MIN_BYTES = 32 << 20   # ONNX files at least this big run on onnxruntime when it is installed
 ONNXRUNTIME_MIN_NODES = 2000

@@ -20,7 +20,7 @@ EXAMPLE = os.path.join(ROOT, "examples", "mnist_cnn.py") + ":build"
 
 def example_as_onnx(model) -> onnx.ModelProto:
   """The example CNN written out as an ONNX graph with the same weights (for onnxruntime)."""
-  from frontend.nn import get_state_dict
+  from tgc.frontend.nn import get_state_dict
   sd = {k: v.numpy() for k, v in get_state_dict(model).items()}
   bn = model.bn1
   inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in sd.items() if v.dtype == np.float32]
@@ -46,7 +46,7 @@ def example_as_onnx(model) -> onnx.ModelProto:
 
 def timed(fn, runs: int, warmup: int = 5) -> float:
   """Median seconds of `runs` calls of `fn()` after `warmup` untimed calls."""
-  from runtimes.artifact import time_runs
+  from tgc.runtimes.artifact import time_runs
   return statistics.median(time_runs(fn, runs, warmup))
 
 
@@ -56,9 +56,9 @@ def main():
   ap.add_argument("--skip-resnet", action="store_true")
   args = ap.parse_args()
   import onnxruntime as ort
-  from aot.pipeline import compile_model
-  from runtimes.artifact_c import CArtifact
-  from frontend import Tensor
+  from tgc.aot.pipeline import compile_model
+  from tgc.runtimes.artifact_c import CArtifact
+  from tgc.frontend import Tensor
   from examples.mnist_cnn import build
   out = tempfile.mkdtemp(prefix="tgc-bench-")
   st = time.perf_counter()
@@ -68,7 +68,7 @@ def main():
   x = np.random.default_rng(0).standard_normal((1, 1, 28, 28), dtype=np.float32)
   name = art.manifest["inputs"][0]["name"]
   t_tgc = timed(lambda: art.run({name: x}), args.runs)
-  from ir.config import config
+  from tgc.ir.config import config
   config.device = "numpy"     # the same model, built with the same seeds, on the numpy interpreter
   Tensor.manual_seed(0)
   model, _ = build("numpy")

@@ -10,9 +10,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
-from frontend import Tensor, buffers  # noqa: E402
-from frontend.realize import _alloc, get_kernel, run_items  # noqa: E402
-from codegen.schedule import schedule  # noqa: E402
+from tgc.frontend import Tensor, buffers  # noqa: E402
+from tgc.frontend.realize import _alloc, get_kernel, run_items  # noqa: E402
+from tgc.codegen.schedule import schedule  # noqa: E402
 
 
 def time_tgc_matmul(n: int, device: str, runs: int) -> tuple[float, list]:
@@ -29,7 +29,7 @@ def time_tgc_matmul(n: int, device: str, runs: int) -> tuple[float, list]:
 
 
 def _read(buf, device):
-  from frontend.realize import to_numpy
+  from tgc.frontend.realize import to_numpy
   return to_numpy(buf)
 
 

@@ -83,8 +83,8 @@ def interleaved(tgc_fn, ort_fn, tgc_runs: int, ort_per_round: int) -> dict:
 def measure(name: str, work: str, compilers: list[str], runs: int, max_seconds: float) -> list[dict]:
   """One row per C compiler: compile once, build the artifact's library with each compiler, check it against
   onnxruntime once, then time both interleaved."""
-  from aot.pipeline import compile_model
-  from runtimes.artifact_c import CArtifact
+  from tgc.aot.pipeline import compile_model
+  from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = build_model(name)
   path = os.path.join(work, f"{name}.onnx")
   onnx.save(model, path)
@@ -126,10 +126,10 @@ def profile(name: str, work: str, top: int) -> str:
   """Per-kernel times of the model in `work` (written by `measure`): every launch of the compiled model timed alone
   on the C runtime (scratch buffers of the launch's sizes), summed per kernel; the `top` kernels by total time, with
   GFLOP/s from the kernel's op count, its output shape and its weights' shapes."""
-  from aot import models as aot_models
-  from aot.pipeline import build_compiled
-  from runtimes.c import CRuntime
-  from runtimes.timing import kernel_timer
+  from tgc.aot import models as aot_models
+  from tgc.aot.pipeline import build_compiled
+  from tgc.runtimes.c import CRuntime
+  from tgc.runtimes.timing import kernel_timer
   cm, _ = build_compiled(aot_models.parse_model_spec(os.path.join(work, f"{name}.onnx")), "c")
   rt = CRuntime()
   per_kernel: dict[str, list] = {}
@@ -194,7 +194,7 @@ def markdown(rows: list[dict], info: dict) -> str:
 
 
 def main(argv=None) -> int:
-  from ir.config import config
+  from tgc.ir.config import config
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("models", nargs="*", help=f"some of: {', '.join(MODELS)} (default: all)")
   ap.add_argument("--cc", nargs="+", default=[config.cc], help=f"C compilers to build the artifact with, one row "

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 
 import headless_chromium as chromium  # noqa: E402
 import light_models as lm  # noqa: E402
-from aot.errors import UserError  # noqa: E402
+from tgc.aot.errors import UserError  # noqa: E402
 
 ORT_DIST = os.path.join(ROOT, "bench", "web", "node_modules", "onnxruntime-web", "dist")
 ORT_MODULE = "ort.webgpu.min.mjs"
@@ -126,7 +126,7 @@ def memory_stats(manifest: dict) -> dict:
 def prepare(name: str, seed: int, site: str) -> dict:
   """The randomized model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the input and
   onnxruntime's (CPU) output."""
-  from aot.pipeline import compile_model
+  from tgc.aot.pipeline import compile_model
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     model = lm.randomized(lm.load(name), seed)

@@ -3,11 +3,11 @@ with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots
 from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
-from ir import UOp, DType
-from codegen.lower import lower, KernelProgram
-from codegen.memory import plan_memory
-from codegen.names import symbol
-from codegen.render.wgsl import WGSLRenderer
+from tgc.ir import UOp, DType
+from tgc.codegen.lower import lower, KernelProgram
+from tgc.codegen.memory import plan_memory
+from tgc.codegen.names import symbol
+from tgc.codegen.render.wgsl import WGSLRenderer
 
 
 @dataclass(frozen=True)

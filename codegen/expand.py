@@ -3,8 +3,8 @@ values inside the reduction (combined with the reduce op); each upcast range mul
 loads and arithmetic across the copies are shared (hash-consing), which is where the register reuse comes from."""
 from __future__ import annotations
 import itertools
-from ir import Ops, UOp, dtypes, graph_rewrite, PatternMatcher, UPat, substitute
-from ir.symbolic import simplify
+from tgc.ir import Ops, UOp, dtypes, graph_rewrite, PatternMatcher, UPat, substitute
+from tgc.ir.symbolic import simplify
 
 INDEX = dtypes.index
 _COMBINE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: lambda a, b: a.maximum(b)}

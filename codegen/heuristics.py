@@ -2,8 +2,8 @@
 axes that some input is broadcast along (matmul's M and N), so loaded values are shared across accumulators.
 On GPU-like targets a LOCAL split also sizes the work-group."""
 from __future__ import annotations
-from ir import Ops, UOp
-from codegen.opts import Kernel, Opt, OptError
+from tgc.ir import Ops, UOp
+from tgc.codegen.opts import Kernel, Opt, OptError
 
 
 def _loads(k: Kernel) -> list[UOp]: return [n for n in k.ast.toposort() if n.op is Ops.LOAD]

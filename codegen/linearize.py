@@ -3,7 +3,7 @@ Global and local ranges open first; each group of REDUCEs sharing ranges becomes
 a loop nest (RANGE ... ENDRANGE) with its body and ASSIGNs; values that do not depend on a loop are computed
 before it (hoisted). The result is what renderers walk."""
 from __future__ import annotations
-from ir import Ops, UOp, dtypes
+from tgc.ir import Ops, UOp, dtypes
 
 _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 

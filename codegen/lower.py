@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from ir import Ops, UOp, dtypes, substitute
-from ir.config import config
-from ir.symbolic import simplify
-from codegen.opts import Kernel, Opt
-from codegen.expand import expand
-from codegen.linearize import linearize
-from codegen.heuristics import hand_coded_opts
-from codegen.render import get_renderer
+from tgc.ir import Ops, UOp, dtypes, substitute
+from tgc.ir.config import config
+from tgc.ir.symbolic import simplify
+from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.expand import expand
+from tgc.codegen.linearize import linearize
+from tgc.codegen.heuristics import hand_coded_opts
+from tgc.codegen.render import get_renderer
 
 INDEX = dtypes.index
 

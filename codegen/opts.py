@@ -3,8 +3,8 @@ registers), LOCAL (output axis into a workgroup), GROUP (reduce axis split acros
 AST plus the opts applied to it; applying an opt substitutes one range by outer*amount + inner."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-from ir import Ops, UOp, UPat, PatternMatcher, dtypes, graph_rewrite, substitute
-from ir.symbolic import simplify
+from tgc.ir import Ops, UOp, UPat, PatternMatcher, dtypes, graph_rewrite, substitute
+from tgc.ir.symbolic import simplify
 
 INDEX = dtypes.index
 # which range kinds each opt splits, and the kind of the new inner range

@@ -5,10 +5,10 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from ir import Ops, GroupOp, UOp, dtypes, substitute
-from ir.symbolic import simplify
-from ir.lowp import per_word
-from codegen.storage import lower_storage_types, pack_store
+from tgc.ir import Ops, GroupOp, UOp, dtypes, substitute
+from tgc.ir.symbolic import simplify
+from tgc.ir.lowp import per_word
+from tgc.codegen.storage import lower_storage_types, pack_store
 
 INDEX = dtypes.index
 

@@ -6,10 +6,10 @@ import math
 import os
 import sys
 from typing import Callable
-from ir import Ops, UOp
-from ir.config import config
-from codegen.opts import Kernel, Opt, OptError
-from codegen.lower import lower, KernelProgram
+from tgc.ir import Ops, UOp
+from tgc.ir.config import config
+from tgc.codegen.opts import Kernel, Opt, OptError
+from tgc.codegen.lower import lower, KernelProgram
 
 _AMOUNTS = {"UPCAST": (2, 3, 4, 8, 16), "UNROLL": (2, 4, 8), "LOCAL": (2, 4, 8, 16, 32), "GROUP": (8, 16, 32, 64)}
 _KINDS = {"UPCAST": ("global",), "LOCAL": ("global",), "UNROLL": ("reduce",), "GROUP": ("reduce",)}

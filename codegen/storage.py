@@ -3,8 +3,8 @@ bit patterns (uint32) and converted with the elementwise graphs of `ir.lowp`, so
 ordinary ops. Packed sub-byte buffers are read as (byte >> shift) & mask; they are written a whole byte per
 work-item by `pack_store` (the scheduler builds such kernels over bytes)."""
 from __future__ import annotations
-from ir import Ops, UOp, dtypes, DType, PatternMatcher, UPat, graph_rewrite
-from ir.lowp import decode, encode, encode_array, per_word
+from tgc.ir import Ops, UOp, dtypes, DType, PatternMatcher, UPat, graph_rewrite
+from tgc.ir.lowp import decode, encode, encode_array, per_word
 
 U32 = dtypes.uint32
 

@@ -12,14 +12,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-from codegen.compiled import BufferInfo, CompiledModel
-from codegen.lower import KernelProgram
-from codegen.memory import ALIGN as ARENA_ALIGN
-from codegen.names import comment_safe, symbol
-from emit.c_literals import c_bytes, c_string
-from emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
-from emit.manifest import MANIFEST, build_manifest, manifest_bytes
-from emit.weights import WeightSpec, WeightsFile, build_weights_file
+from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.lower import KernelProgram
+from tgc.codegen.memory import ALIGN as ARENA_ALIGN
+from tgc.codegen.names import comment_safe, symbol
+from tgc.emit.c_literals import c_bytes, c_string
+from tgc.emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
+from tgc.emit.manifest import MANIFEST, build_manifest, manifest_bytes
+from tgc.emit.weights import WeightSpec, WeightsFile, build_weights_file
 
 WEIGHTS_FILE = "weights.safetensors"
 TEMPLATE_INCLUDES = ("#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>")

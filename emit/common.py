@@ -12,7 +12,7 @@ import importlib.resources
 import os
 import re
 
-from ir import DType
+from tgc.ir import DType
 
 PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 INCLUDE = re.compile(r"^\{\{> ([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\}\}\n", re.MULTILINE)
@@ -38,7 +38,7 @@ def numpy_name(d: DType) -> str:
 def read_template(target: str, filename: str, depth: int = 0) -> str:
   """The text of templates/<target>/<filename> (package data of the `templates` package), with `{{> dir/file}}`
   lines replaced by the fragments they name."""
-  text = (importlib.resources.files("templates") / target / filename).read_text(encoding="utf-8")
+  text = (importlib.resources.files("tgc.templates") / target / filename).read_text(encoding="utf-8")
   if depth > MAX_INCLUDE_DEPTH: raise ValueError(f"templates/{target}/{filename}: includes nested too deeply")
   return INCLUDE.sub(lambda m: read_template(*m.group(1).split("/"), depth=depth + 1), text)
 

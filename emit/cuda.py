@@ -13,14 +13,14 @@ and header documentation are the C bundle's; model names reach the sources only 
 from __future__ import annotations
 import re
 
-from codegen.compiled import CompiledModel
-from codegen.lower import KernelProgram
-from codegen.render.cuda import CUDARenderer
-from emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_parts,
-                    write_bundle)
-from emit.c_literals import c_bytes, c_string
-from emit.common import fill, read_template, sha256
-from emit.weights import WeightsFile
+from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.lower import KernelProgram
+from tgc.codegen.render.cuda import CUDARenderer
+from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_parts,
+                        write_bundle)
+from tgc.emit.c_literals import c_bytes, c_string
+from tgc.emit.common import fill, read_template, sha256
+from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile")
 DEFAULT_ARCH = "sm_80"

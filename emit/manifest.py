@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib.resources
 import json
 
-from codegen.compiled import BufferInfo, CompiledModel
-from emit.common import numpy_name, sha256, tgc_version
-from emit.weights import ALIGN, WeightsFile
+from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.emit.common import numpy_name, sha256, tgc_version
+from tgc.emit.weights import ALIGN, WeightsFile
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -56,7 +56,7 @@ def manifest_bytes(manifest: dict) -> bytes:
 
 
 def load_schema() -> dict:
-  return json.loads((importlib.resources.files("emit") / SCHEMA).read_text(encoding="utf-8"))
+  return json.loads((importlib.resources.files("tgc.emit") / SCHEMA).read_text(encoding="utf-8"))
 
 
 def validate_manifest(manifest: dict) -> None:

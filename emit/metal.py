@@ -15,14 +15,14 @@ strings and launch checks are the C and OpenCL bundles'."""
 from __future__ import annotations
 import re
 
-from codegen.compiled import CompiledModel
-from codegen.lower import KernelProgram
-from emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
-                    write_bundle)
-from emit.c_literals import c_string
-from emit.common import fill, read_template
-from emit.opencl import _launch, source_strings
-from emit.weights import WeightsFile
+from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.lower import KernelProgram
+from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
+                        write_bundle)
+from tgc.emit.c_literals import c_string
+from tgc.emit.common import fill, read_template
+from tgc.emit.opencl import _launch, source_strings
+from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.metal", "model.h", "model.m", "main.c", "Makefile")
 ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_ARENA"}

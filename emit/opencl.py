@@ -12,14 +12,14 @@ not bound). The tensor tables and header documentation are the C bundle's, so bo
 from __future__ import annotations
 import re
 
-from codegen.compiled import CompiledModel
-from codegen.lower import KernelProgram
-from codegen.memory import plan_slots
-from emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
-                    write_bundle)
-from emit.c_literals import c_string
-from emit.common import fill, read_template
-from emit.weights import WeightsFile
+from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.lower import KernelProgram
+from tgc.codegen.memory import plan_slots
+from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
+                        write_bundle)
+from tgc.emit.c_literals import c_string
+from tgc.emit.common import fill, read_template
+from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
 ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_SLOT"}

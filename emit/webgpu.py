@@ -27,14 +27,14 @@ import re
 
 import numpy as np
 
-from codegen.compiled import BufferInfo, CompiledModel
-from codegen.lower import KernelProgram
-from codegen.memory import plan_slots
-from codegen.render.wgsl import wgsl_bindings, wgsl_workgroup_sizes
-from emit.c import bundle_start, write_bundle
-from emit.common import fill, numpy_name, read_template, sha256, tgc_version
-from emit.manifest import build_manifest
-from emit.weights import WeightsFile
+from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.lower import KernelProgram
+from tgc.codegen.memory import plan_slots
+from tgc.codegen.render.wgsl import wgsl_bindings, wgsl_workgroup_sizes
+from tgc.emit.c import bundle_start, write_bundle
+from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
+from tgc.emit.manifest import build_manifest
+from tgc.emit.weights import WeightsFile
 
 WEIGHTS_FILE = "weights.safetensors"
 SOURCE_FILES = ("model.js", "model.d.ts", "index.html")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir import DType
+from tgc.ir import DType
 
 ALIGN = 16
 PAD_PREFIX = "__pad_"

@@ -2,8 +2,8 @@
 `build()` returns (fn, inputs): the function to compile and example inputs."""
 from __future__ import annotations
 import numpy as np
-from frontend import Tensor
-from frontend.nn import Conv2d, Linear, BatchNorm2d
+from tgc import Tensor
+from tgc.frontend.nn import Conv2d, Linear, BatchNorm2d
 
 
 class SmallCNN:

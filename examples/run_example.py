@@ -7,9 +7,9 @@ import sys
 import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
-from frontend import Tensor  # noqa: E402
-from frontend.jit import jit, trace  # noqa: E402
-from frontend.nn import get_state_dict  # noqa: E402
+from tgc import Tensor  # noqa: E402
+from tgc.frontend.jit import jit, trace  # noqa: E402
+from tgc.frontend.nn import get_state_dict  # noqa: E402
 from examples.mnist_cnn import build  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4

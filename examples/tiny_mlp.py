@@ -2,8 +2,8 @@
 named input ("features") and named outputs ("logits", "probs"), the dict forms `tgc compile` accepts."""
 from __future__ import annotations
 import numpy as np
-from frontend import Tensor
-from frontend.nn import Linear
+from tgc import Tensor
+from tgc.frontend.nn import Linear
 
 
 class TinyMLP:

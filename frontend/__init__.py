@@ -1,5 +1,5 @@
 """The frontend: lazy Tensor API, nn layers, jit/trace capture, ONNX import."""
-from frontend.tensor import Tensor
-from ir import dtypes
+from tgc.frontend.tensor import Tensor
+from tgc.ir import dtypes
 
 __all__ = ["Tensor", "dtypes"]

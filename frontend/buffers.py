@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools
 import weakref
 import numpy as np
-from ir import Ops, UOp, DType
+from tgc.ir import Ops, UOp, DType
 
 _ids = itertools.count()
 _storage: dict[int, object] = {}
@@ -36,7 +36,7 @@ def nbytes(u: UOp) -> int:
   n = 1
   for s in u.arg[1]: n *= s
   if u.dtype.storage_only:
-    from ir.lowp import storage_nbytes
+    from tgc.ir.lowp import storage_nbytes
     return storage_nbytes(u.dtype, n)
   return n * u.dtype.itemsize
 

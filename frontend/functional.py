@@ -8,13 +8,13 @@ one multiply-sum reduce kernel with no im2col buffer."""
 from __future__ import annotations
 import math
 from typing import Sequence
-from ir import dtypes, promote
+from tgc.ir import dtypes, promote
 
 # `Tensor` is imported lazily: frontend.tensor imports this module on demand, never at import time.
 
 
 def _tensor_cls():
-  from frontend.tensor import Tensor
+  from tgc.frontend.tensor import Tensor
   return Tensor
 
 
@@ -172,7 +172,7 @@ def getitem(t, idx):
 
 
 def _advanced_index(x, tensor_axes, advanced_positions):
-  from frontend.tensor import broadcast_shape
+  from tgc.frontend.tensor import broadcast_shape
   bshape: tuple[int, ...] = ()
   for _, i in tensor_axes: bshape = broadcast_shape(bshape, i.shape, "getitem")
   axes = [a for a, _ in tensor_axes]

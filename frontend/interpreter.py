@@ -2,9 +2,9 @@
 generator, which makes it the independent reference for Tensor-API models (and the "numpy" device)."""
 from __future__ import annotations
 import numpy as np
-from ir import Ops, GroupOp, UOp, lowp
-from ir.exec import exec_alu, exec_cast
-from frontend import buffers
+from tgc.ir import Ops, GroupOp, UOp, lowp
+from tgc.ir.exec import exec_alu, exec_cast
+from tgc.frontend import buffers
 
 
 def evaluate(roots: list[UOp], buffer_data) -> list[np.ndarray]:

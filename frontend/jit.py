@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 import numpy as np
-from ir import Ops, UOp, DType, lowp
-from codegen.schedule import ScheduleItem, schedule, find_realize_points
-from frontend import buffers, realize as _realize
-from frontend.interpreter import evaluate
-from frontend.tensor import Tensor
+from tgc.ir import Ops, UOp, DType, lowp
+from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
+from tgc.frontend import buffers, realize as _realize
+from tgc.frontend.interpreter import evaluate
+from tgc.frontend.tensor import Tensor
 
 
 class JitError(RuntimeError):
@@ -196,7 +196,7 @@ def _grows(n: UOp) -> bool:
 def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
   """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value, unless that value
   is bigger than the buffers it comes from (`_grows`)."""
-  from ir import substitute
+  from tgc.ir import substitute
   depends: dict[UOp, bool] = {}
   for r in roots:
     for n in r.toposort():

@@ -9,8 +9,8 @@ import math
 import os
 from typing import Any
 import numpy as np
-from ir import dtypes
-from frontend.tensor import Tensor
+from tgc.ir import dtypes
+from tgc.frontend.tensor import Tensor
 
 
 def _pair(v, name: str) -> tuple[int, int]:

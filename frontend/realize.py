@@ -3,10 +3,10 @@ lower them for the device's language and run them on its runtime. Also the hook 
 from __future__ import annotations
 import time
 import numpy as np
-from ir import Ops, UOp, DType, dtypes, lowp
-from ir.config import config
-from frontend import buffers
-from frontend.interpreter import evaluate
+from tgc.ir import Ops, UOp, DType, dtypes, lowp
+from tgc.ir.config import config
+from tgc.frontend import buffers
+from tgc.frontend.interpreter import evaluate
 
 _kernel_cache: dict[tuple[str, str], tuple] = {}
 capture_hooks: list = []        # callables(items, bufs_after) registered by jit capture
@@ -14,7 +14,7 @@ stats = {"kernels": 0, "realizes": 0}
 
 
 def _runtime(device: str):
-  from runtimes import get_runtime
+  from tgc.runtimes import get_runtime
   return get_runtime(device)
 
 
@@ -70,7 +70,7 @@ def to_numpy(u: UOp) -> np.ndarray:
 
 def max_buffers(device: str) -> int | None:
   """The most buffers one kernel may bind on `device` (None: no limit)."""
-  from codegen.render import RENDERERS
+  from tgc.codegen.render import RENDERERS
   return getattr(RENDERERS[device], "max_storage_buffers", None) if device in RENDERERS else None
 
 
@@ -86,13 +86,13 @@ def _alloc(device: str):
 def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
   """Lower and compile (cached by AST content and device). With BEAM=n the opts come from a beam search timed
   on scratch buffers of the kernel's buffer sizes."""
-  from codegen.lower import lower
+  from tgc.codegen.lower import lower
   key = (ast.key, device)
   if key not in _kernel_cache:
     opts = None
     if config.beam and bufs:
-      from codegen.search import beam_search
-      from runtimes.timing import kernel_timer
+      from tgc.codegen.search import beam_search
+      from tgc.runtimes.timing import kernel_timer
       rt = _runtime(device)
       timer = kernel_timer(rt, [buffers.nbytes(b) for b in bufs])
       opts = beam_search(ast, device, timer, config.beam, getattr(rt, "device_name", device))
@@ -126,7 +126,7 @@ def realize(roots: list[UOp], device: str) -> list[UOp]:
     return [r if r.op is Ops.BUFFER else
             buffers.new_buffer("numpy", v.shape, r.dtype, lowp.pack(v, r.dtype) if r.dtype.storage_only else
                                buffers.host_array(v)) for r, v in zip(roots, vals)]
-  from codegen.schedule import schedule
+  from tgc.codegen.schedule import schedule
   check_dtypes(roots, device)
   st = time.perf_counter()
   items, outs = schedule(roots, _alloc(device), max_buffers=max_buffers(device))

@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 from typing import Sequence
 import numpy as np
-from ir import DType, dtypes, promote, least_upper_float, Ops, UOp
-from ir.config import config
-from ir import lowp
-from frontend import buffers, realize as _realize
+from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
+from tgc.ir.config import config
+from tgc.ir import lowp
+from tgc.frontend import buffers, realize as _realize
 
 _DEVICES = ("numpy", "c", "opencl", "webgpu", "cuda", "metal")
 MATMUL_PANEL = 16       # matmul repacks large right-hand operands into panels this many columns wide
@@ -511,7 +511,7 @@ class Tensor:
     """padding: ((before, after), ...) per axis, or a flat torch-style tuple for the last axes."""
     pads = _pad_arg(padding, self.ndim)
     if mode != "constant":
-      from frontend import functional
+      from tgc.frontend import functional
       return functional.pad_mode(self, pads, mode)
     if any(b < 0 or a < 0 for b, a in pads):
       x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)))
@@ -555,18 +555,18 @@ class Tensor:
     return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
   def __getitem__(self, idx) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.getitem(self, idx)
 
   def cat(self, *others, dim=0) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.cat([self, *others], dim)
   @staticmethod
   def stack(tensors, dim=0) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.stack(list(tensors), dim)
   def split(self, sizes, dim=0) -> list[Tensor]:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.split(self, sizes, dim)
   def chunk(self, n, dim=0) -> list[Tensor]:
     size = math.ceil(self.shape[dim] / n) if self.shape[dim] else 1
@@ -610,19 +610,19 @@ class Tensor:
 
   # ---------------------------------------------------------------- nn compositions (frontend/functional.py)
   def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
   def conv_transpose2d(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.conv_transpose2d(self, weight, bias, stride, padding, output_padding, dilation, groups)
   def max_pool2d(self, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode)
   def avg_pool2d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
   def gather(self, dim: int, index: Tensor) -> Tensor:
-    from frontend import functional
+    from tgc.frontend import functional
     return functional.gather(self, dim, index)
   def layernorm(self, axis=-1, eps=1e-5) -> Tensor:
     x = self._float()

@@ -2,8 +2,8 @@
 Used for constant folding and by the numpy interpreter (the independent reference)."""
 from __future__ import annotations
 import numpy as np
-from ir.dtype import DType
-from ir.ops import Ops
+from tgc.ir.dtype import DType
+from tgc.ir.ops import Ops
 
 
 def _tdiv(a, b):

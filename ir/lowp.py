@@ -20,10 +20,10 @@ The results match ONNX's reference Cast (onnx.reference, ml_dtypes underneath) b
 from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
-from ir.dtype import DType, dtypes
-from ir.exec import exec_alu, exec_bitcast, exec_cast
-from ir.ops import GroupOp, Ops
-from ir.uop import UOp
+from tgc.ir.dtype import DType, dtypes
+from tgc.ir.exec import exec_alu, exec_bitcast, exec_cast
+from tgc.ir.ops import GroupOp, Ops
+from tgc.ir.uop import UOp
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ import itertools
 import linecache
 from collections import Counter
 from typing import Any, Callable, Iterator
-from ir.dtype import DType
-from ir.ops import Ops, GroupOp
-from ir.uop import UOp
+from tgc.ir.dtype import DType
+from tgc.ir.ops import Ops, GroupOp
+from tgc.ir.uop import UOp
 
 
 class UPat:

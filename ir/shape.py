@@ -1,6 +1,6 @@
 """Shapes of lazy-graph nodes, derived from their op and args."""
 from __future__ import annotations
-from ir.ops import Ops, GroupOp
+from tgc.ir.ops import Ops, GroupOp
 
 
 def shape_of(u) -> tuple[int, ...]:

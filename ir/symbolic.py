@@ -3,11 +3,11 @@ constants using interval analysis (vmin/vmax), comparison and select folding. Di
 from __future__ import annotations
 import math
 import numpy as np
-from ir.dtype import dtypes
-from ir.exec import exec_alu, exec_cast
-from ir.ops import Ops, GroupOp
-from ir.pattern import UPat, PatternMatcher
-from ir.uop import UOp
+from tgc.ir.dtype import dtypes
+from tgc.ir.exec import exec_alu, exec_cast
+from tgc.ir.ops import Ops, GroupOp
+from tgc.ir.pattern import UPat, PatternMatcher
+from tgc.ir.uop import UOp
 
 
 def _fold(x: UOp) -> UOp | None:
@@ -174,5 +174,5 @@ symbolic = PatternMatcher([
 
 def simplify(u: UOp) -> UOp:
   """Apply the symbolic table to a fixed point."""
-  from ir.pattern import graph_rewrite
+  from tgc.ir.pattern import graph_rewrite
   return graph_rewrite(u, symbolic)

@@ -4,8 +4,8 @@ import hashlib
 import math
 import weakref
 from typing import Any
-from ir.dtype import DType, dtypes
-from ir.ops import Ops, GroupOp
+from tgc.ir.dtype import DType, dtypes
+from tgc.ir.ops import Ops, GroupOp
 
 _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -113,7 +113,7 @@ class UOp:
   def shape(self) -> tuple[int, ...]:
     """Shape of a lazy-graph node (see ir.shape)."""
     if self._shape is None:
-      from ir.shape import shape_of
+      from tgc.ir.shape import shape_of
       object.__setattr__(self, "_shape", shape_of(self))
     return self._shape
 

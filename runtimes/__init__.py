@@ -3,8 +3,8 @@
 `get_runtime("c")` / `get_runtime("opencl")` give cached Runtime instances; concrete runtime modules are imported
 only when first asked for, so a missing optional dependency affects only its own runtime.
 """
-from runtimes.base import (Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable, cache_root,
-                           get_runtime)
+from tgc.runtimes.base import (Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable, cache_root,
+                               get_runtime)
 
 __all__ = ["Buffer", "CompileError", "LaunchError", "Program", "Runtime", "RuntimeUnavailable", "cache_root",
            "get_runtime"]

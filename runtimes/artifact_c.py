@@ -14,10 +14,10 @@ import subprocess
 import tempfile
 
 import numpy as np
-from ir.config import config
+from tgc.ir.config import config
 
-from runtimes.artifact import Artifact, ArtifactError, read_file
-from runtimes.base import cache_root
+from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
+from tgc.runtimes.base import cache_root
 
 DEFAULT_CFLAGS = ("-O3",)
 ARENA_ALIGN = 64

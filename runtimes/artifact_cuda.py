@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtimes.artifact import Artifact, ArtifactError, checked_weights
-from runtimes.base import Buffer, RuntimeUnavailable, cache_root
+from tgc.runtimes.artifact import Artifact, ArtifactError, checked_weights
+from tgc.runtimes.base import Buffer, RuntimeUnavailable, cache_root
 
 KERNEL_SOURCE = "model.cu"
 GPU_NEEDED = "running a CUDA artifact needs an NVIDIA GPU and driver"
@@ -90,7 +90,7 @@ class CUDAArtifact(Artifact):
     self.launches = launch_plan(self.manifest, os.path.join(self.folder, "manifest.json"))
     self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_cuda")
     if runtime is None:
-      from runtimes import get_runtime
+      from tgc.runtimes import get_runtime
       try:
         runtime = get_runtime("cuda")
       except RuntimeUnavailable as error:
@@ -99,7 +99,7 @@ class CUDAArtifact(Artifact):
     self._setup()
 
   def _setup(self) -> None:
-    from runtimes.cuda import CUDAProgram, compile_only
+    from tgc.runtimes.cuda import CUDAProgram, compile_only
     rt = self.runtime
     image = compile_only(self.source, self.manifest["model"]["symbol"], rt.arch, self.cache_dir)
     self._programs = {k["name"]: CUDAProgram(rt, k["name"], image) for k in self.manifest["kernels"]}

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.artifact import Artifact, ArtifactError, checked_weights
-from runtimes.base import get_runtime
+from tgc.runtimes.artifact import Artifact, ArtifactError, checked_weights
+from tgc.runtimes.base import get_runtime
 
 KINDS = ("input", "output", "weight", "arena")
 
@@ -49,7 +49,7 @@ class MetalBackend:
 
   def run(self, launches: list[tuple[str, list[tuple[int, Any, int]], list[int], list[int]]]) -> None:
     """Every launch in one command buffer (one serial compute encoder), then wait for it."""
-    from runtimes import metal
+    from tgc.runtimes import metal
     rt = self.runtime
     rt.synchronize()
     commands = rt.queue.commandBuffer()

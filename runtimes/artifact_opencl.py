@@ -11,9 +11,9 @@ from __future__ import annotations
 import ctypes
 import os
 
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_c import CArtifact
-from runtimes.base import RuntimeUnavailable
+from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact_c import CArtifact
+from tgc.runtimes.base import RuntimeUnavailable
 
 DEFAULT_CFLAGS = ("-O2",)
 DEFAULT_DEVICE = -1

@@ -20,8 +20,8 @@ import re
 
 import numpy as np
 
-from runtimes.artifact import Artifact, ArtifactError, read_file
-from runtimes.base import RuntimeUnavailable
+from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
+from tgc.runtimes.base import RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
 PLAN_FORMAT = 1
@@ -66,7 +66,7 @@ class WebGPUArtifact(Artifact):
     self.plan = read_plan(model_js.decode("utf-8"), os.path.join(self.folder, "model.js"))
     weights = self._weights(weights_path)
     if runtime is None:
-      from runtimes import get_runtime
+      from tgc.runtimes import get_runtime
       runtime = get_runtime("webgpu")
     self.runtime = runtime
     self._check_device()

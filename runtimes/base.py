@@ -131,7 +131,7 @@ _runtimes_lock = threading.Lock()
 
 def cache_root() -> str:
   """The root folder of tgc's on-disk caches: $TGC_CACHE_DIR, else ~/.cache/tgc."""
-  from ir.config import config
+  from tgc.ir.config import config
   return config.cache_dir
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ir.config import config
-from runtimes.base import Buffer, CompileError, Program, Runtime, RuntimeUnavailable
+from tgc.ir.config import config
+from tgc.runtimes.base import Buffer, CompileError, Program, Runtime, RuntimeUnavailable
 
 # Every flag that affects the produced code; part of the cache key. -ffp-contract=off keeps float results
 # reproducible (no fused multiply-add unless the source asks for it). The source is read from stdin before these.

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
+from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 Metal: Any = None
 

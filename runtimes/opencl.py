@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
+from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 try:
   import pyopencl as cl

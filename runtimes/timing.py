@@ -2,8 +2,8 @@
 from __future__ import annotations
 from typing import Callable
 import numpy as np
-from codegen.lower import KernelProgram
-from runtimes.base import Runtime
+from tgc.codegen.lower import KernelProgram
+from tgc.runtimes.base import Runtime
 
 
 def kernel_timer(rt: Runtime, buffer_nbytes: list[int], runs: int = 3) -> Callable[[KernelProgram], float]:

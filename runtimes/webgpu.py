@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from codegen.render.wgsl import Binding, wgsl_bindings, wgsl_workgroup_sizes
-from runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
+from tgc.codegen.render.wgsl import Binding, wgsl_bindings, wgsl_workgroup_sizes
+from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 try:
   import wgpu

@@ -65,8 +65,8 @@ def run(devices: list[str], workers: int, limit: int, name_filter: str | None, p
   """(results by (case, device), seconds per device)."""
   global _CASES
   _CASES = conformance.cases()
-  import frontend.onnx  # noqa: F401  (imported once here, shared by the forked workers)
-  import aot.onnx_backend  # noqa: F401
+  import tgc.frontend.onnx  # noqa: F401  (imported once here, shared by the forked workers)
+  import tgc.aot.onnx_backend  # noqa: F401
   chosen = set(conformance.stratified_sample(_CASES)) if sample else {c.name for c in _CASES}
   results: dict[tuple[str, str], tuple[str, str, float]] = {}
   seconds: dict[str, float] = {}

@@ -90,7 +90,7 @@ def capture_model(model, input_shapes: dict | None = None, consts: dict | None =
   """(LoadedModel, Capture) of an ONNX ModelProto through the pipeline's own loader (the model is written to a
   temporary file, as the ONNX backend does). Raises aot.UserError when tgc refuses the model."""
   import onnx
-  from aot import models
+  from tgc.aot import models
   folder = tempfile.mkdtemp(prefix="tgc-kernel-checks-")
   try:
     path = os.path.join(folder, "model.onnx")
@@ -103,8 +103,8 @@ def capture_model(model, input_shapes: dict | None = None, consts: dict | None =
 
 def compile_for(name: str, target: str, loaded, capture):
   """The CompiledModel of a capture for `target`: `aot.pipeline.build_compiled` after its load and trace."""
-  from aot import models
-  from codegen.compiled import compile_schedule
+  from tgc.aot import models
+  from tgc.codegen.compiled import compile_schedule
   return compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
                           [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded))
 
@@ -114,8 +114,8 @@ _checked: dict[tuple[str, str], str] = {}    # (check, sha of the kernel's unit)
 
 
 def _nvrtc(arch: str):
-  from runtimes import CompileError
-  from runtimes import cuda as cuda_rt
+  from tgc.runtimes import CompileError
+  from tgc.runtimes import cuda as cuda_rt
 
   def compile_unit(src: str, name: str) -> str:
     try: cuda_rt.compile_only(src, name, arch)
@@ -199,7 +199,7 @@ def _output_buffers(cm, capture) -> list[int]:
 def run_compiled_on_cpu(cm, capture, feeds: dict, target: str) -> list[np.ndarray]:
   """Run every call of the compiled model in order on host buffers, each kernel through the target's CPU shim;
   the outputs as onnx gives them (storage-only types as ml_dtypes arrays)."""
-  from aot.onnx_backend import from_storage, to_storage
+  from tgc.aot.onnx_backend import from_storage, to_storage
   execute = _executor(cm, target)
   size = max([cm.arena_bytes] + [b.offset + b.nbytes for b in cm.of_kind("arena")]) + 1
   arena = np.full(size, 0xFF, np.uint8)       # intermediates start as NaN / -1, never zeros
@@ -324,7 +324,7 @@ def run(case_names: list[str] | None, light: list[str], cpu_names: set[str], cpu
   Each result is also written to `stream` (a text file) as one JSON line as soon as it is known."""
   global _CASES
   _CASES = conformance.cases()
-  import frontend.onnx  # noqa: F401  (imported once here, shared by the forked workers)
+  import tgc.frontend.onnx  # noqa: F401  (imported once here, shared by the forked workers)
   chosen = None if case_names is None else set(case_names)
   jobs = [("light", n, ()) for n in light]
   jobs += [("node", i, cpu_targets if c.name in cpu_names else ()) for i, c in enumerate(_CASES)
@@ -490,7 +490,7 @@ def versions() -> dict:
   import platform
   out = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
   try:
-    from runtimes import cuda as cuda_rt
+    from tgc.runtimes import cuda as cuda_rt
     out["nvrtc"] = ".".join(map(str, cuda_rt.nvrtc_version()))
   except Exception as error: out["nvrtc"] = f"unavailable ({type(error).__name__})"
   import metal_check

@@ -55,7 +55,7 @@ def tgc_cache_dir() -> str:
 @pytest.fixture(scope="session")
 def c_runtime():
   """The shared C runtime; skipped when no C compiler is usable."""
-  from runtimes import RuntimeUnavailable, get_runtime
+  from tgc.runtimes import RuntimeUnavailable, get_runtime
   try:
     return get_runtime("c")
   except RuntimeUnavailable as error:
@@ -65,7 +65,7 @@ def c_runtime():
 @pytest.fixture(scope="session")
 def opencl_runtime():
   """The shared OpenCL runtime; skipped only when pyopencl or an OpenCL platform/device is missing."""
-  from runtimes import RuntimeUnavailable, get_runtime
+  from tgc.runtimes import RuntimeUnavailable, get_runtime
   try:
     return get_runtime("opencl")
   except RuntimeUnavailable as error:

@@ -1,6 +1,7 @@
-"""The layer rules of DESIGN.md, read from the source: allowed imports between the tgc packages (every import
-statement, including ones inside functions, relative ones and importlib calls with a literal name), a module
-docstring in every file and no line longer than 120 characters."""
+"""The layer rules of DESIGN.md, read from the source: allowed imports between the tgc layers (every import
+statement, including ones inside functions, relative ones and importlib calls with a literal name; layers are
+imported as `tgc.<layer>`, never by their bare folder name), a module docstring in every file and no line longer
+than 120 characters."""
 from __future__ import annotations
 import ast
 from pathlib import Path
@@ -23,13 +24,16 @@ PACKAGES = set(ALLOWED)
 
 
 def source_files() -> list[Path]:
-  return sorted(p for pkg in sorted(PACKAGES) for p in (ROOT / pkg).rglob("*.py") if p.is_file())
+  layers = [p for pkg in sorted(PACKAGES) for p in (ROOT / pkg).rglob("*.py") if p.is_file()]
+  return sorted(layers + [ROOT / "tgc" / "__init__.py"])
 
 
 def module_of(path: Path, root: Path = ROOT) -> list[str]:
-  """Dotted module parts of a file: ir/uop.py -> ['ir', 'uop'], ir/__init__.py -> ['ir']."""
+  """Dotted module parts of a file as installed: ir/uop.py -> ['tgc', 'ir', 'uop'], ir/__init__.py -> ['tgc', 'ir'],
+  tgc/__init__.py -> ['tgc']."""
   parts = list(path.relative_to(root).with_suffix("").parts)
-  return parts[:-1] if parts[-1] == "__init__" else parts
+  parts = parts[:-1] if parts[-1] == "__init__" else parts
+  return parts if parts[:1] == ["tgc"] else ["tgc"] + parts
 
 
 def imported_modules(source: str, module: list[str], is_package: bool) -> list[tuple[int, str]]:
@@ -40,8 +44,9 @@ def imported_modules(source: str, module: list[str], is_package: bool) -> list[t
     if isinstance(node, ast.Import):
       out.extend((node.lineno, a.name) for a in node.names)
     elif isinstance(node, ast.ImportFrom):
-      if node.level == 0:
+      if node.level == 0:   # `from tgc import aot` imports the module tgc.aot
         out.append((node.lineno, node.module or ""))
+        out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "tgc")
         continue
       base = module if is_package else module[:-1]
       up = node.level - 1
@@ -63,13 +68,14 @@ def _is_dynamic_import(func: ast.expr) -> bool:
 
 
 def violations(source: str, module: list[str], is_package: bool) -> list[str]:
-  """Imports of tgc packages that `module`'s package may not use."""
-  pkg = module[0]
+  """Imports of tgc layers that `module`'s layer may not use (the package `tgc` itself may use every layer)."""
+  pkg = module[1] if len(module) > 1 else None
   bad = []
   for line, name in imported_modules(source, module, is_package):
-    top = name.split(".")[0]
+    parts = name.split(".")
     if name.startswith(".."): bad.append(f"line {line}: relative import {name!r} leaves the package")
-    elif top in PACKAGES and top != pkg and top not in ALLOWED[pkg]:
+    elif parts[0] in PACKAGES: bad.append(f"line {line}: import {name!r} as 'tgc.{name}' (the installed name)")
+    elif parts[0] == "tgc" and len(parts) > 1 and pkg is not None and parts[1] != pkg and parts[1] not in ALLOWED[pkg]:
       bad.append(f"line {line}: {pkg} may not import {name!r} (allowed: {sorted(ALLOWED[pkg]) or 'nothing'})")
   return bad
 
@@ -83,6 +89,7 @@ def _id(p: Path) -> str: return str(p.relative_to(ROOT))
 def test_scan_sees_the_packages():
   assert all((ROOT / pkg / "__init__.py").is_file() for pkg in PACKAGES)
   assert len([p for p in FILES if p.parts[-2] == "ir"]) >= 5
+  assert ROOT / "tgc" / "__init__.py" in FILES
 
 
 @pytest.mark.parametrize("path", FILES, ids=_id)
@@ -106,34 +113,39 @@ def test_line_length(path: Path):
 # ---- the checker itself catches what it must ----
 
 @pytest.mark.parametrize("pkg, source, is_package, module, want_bad", [
-  ("ir", "from codegen import lower", False, ["ir", "uop"], True),
-  ("ir", "import numpy as np\nfrom ir.ops import Ops", False, ["ir", "uop"], False),
-  ("ir", "def f():\n  import runtimes.c as rc\n  return rc", False, ["ir", "uop"], True),
-  ("ir", "import importlib\nm = importlib.import_module('frontend.tensor')", False, ["ir", "uop"], True),
-  ("ir", "m = __import__('aot')", False, ["ir", "uop"], True),
-  ("codegen", "from ir import UOp\nfrom . import lower\nfrom .opt import beam", False, ["codegen", "x"], False),
-  ("codegen", "from ..runtimes import c", False, ["codegen", "x"], True),
-  ("codegen", "from ... import frontend", False, ["codegen", "sub", "x"], True),
-  ("codegen", "from .. import helpers", False, ["codegen", "sub", "x"], False),
-  ("codegen", "from ... import aot", True, ["codegen", "sub"], True),
-  ("codegen", "from .... import aot", False, ["codegen", "sub", "x"], True),
-  ("runtimes", "from codegen.render import c\nfrom ir import dtypes", False, ["runtimes", "c"], False),
-  ("runtimes", "from frontend import Tensor", False, ["runtimes", "c"], True),
-  ("frontend", "from runtimes import get\nfrom codegen import schedule", False, ["frontend", "t"], False),
-  ("frontend", "import emit.c", False, ["frontend", "t"], True),
-  ("frontend", "from aot.cli import main", False, ["frontend", "t"], True),
-  ("emit", "from codegen import CompiledModel", False, ["emit", "c"], False),
-  ("emit", "from runtimes.c import run", False, ["emit", "c"], True),
-  ("aot", "import frontend, emit, runtimes, codegen, ir", False, ["aot", "cli"], False),
-  ("ir", "import emitter\nimport aotx\nfrom irish import x", False, ["ir", "uop"], False),
+  ("ir", "from tgc.codegen import lower", False, ["tgc", "ir", "uop"], True),
+  ("ir", "import numpy as np\nfrom tgc.ir.ops import Ops", False, ["tgc", "ir", "uop"], False),
+  ("ir", "from ir.ops import Ops", False, ["tgc", "ir", "uop"], True),
+  ("ir", "def f():\n  import tgc.runtimes.c as rc\n  return rc", False, ["tgc", "ir", "uop"], True),
+  ("ir", "import importlib\nm = importlib.import_module('tgc.frontend.tensor')", False, ["tgc", "ir", "uop"], True),
+  ("ir", "m = __import__('tgc.aot')", False, ["tgc", "ir", "uop"], True),
+  ("codegen", "from tgc.ir import UOp\nfrom . import lower\nfrom .opt import beam", False, ["tgc", "codegen", "x"],
+   False),
+  ("codegen", "from ..runtimes import c", False, ["tgc", "codegen", "x"], True),
+  ("codegen", "from ... import frontend", False, ["tgc", "codegen", "sub", "x"], True),
+  ("codegen", "from .. import helpers", False, ["tgc", "codegen", "sub", "x"], False),
+  ("codegen", "from ... import aot", True, ["tgc", "codegen", "sub"], True),
+  ("codegen", "from ..... import aot", False, ["tgc", "codegen", "sub", "x"], True),
+  ("runtimes", "from tgc.codegen.render import c\nfrom tgc.ir import dtypes", False, ["tgc", "runtimes", "c"], False),
+  ("runtimes", "from tgc.frontend import Tensor", False, ["tgc", "runtimes", "c"], True),
+  ("frontend", "from tgc.runtimes import get\nfrom tgc.codegen import schedule", False, ["tgc", "frontend", "t"],
+   False),
+  ("frontend", "import tgc.emit.c", False, ["tgc", "frontend", "t"], True),
+  ("frontend", "from tgc.aot.cli import main", False, ["tgc", "frontend", "t"], True),
+  ("frontend", "from tgc import aot", False, ["tgc", "frontend", "t"], True),
+  ("emit", "from tgc.codegen import CompiledModel", False, ["tgc", "emit", "c"], False),
+  ("emit", "from tgc.runtimes.c import run", False, ["tgc", "emit", "c"], True),
+  ("aot", "import tgc.frontend, tgc.emit, tgc.runtimes, tgc.codegen, tgc.ir", False, ["tgc", "aot", "cli"], False),
+  ("ir", "import emitter\nimport aotx\nfrom irish import x", False, ["tgc", "ir", "uop"], False),
 ])
 def test_checker(pkg, source, is_package, module, want_bad):
-  assert module[0] == pkg
+  assert module[1] == pkg
   assert bool(violations(source, module, is_package)) is want_bad
 
 
 def test_module_of(tmp_path):
   (tmp_path / "codegen" / "render").mkdir(parents=True)
   f = tmp_path / "codegen" / "render" / "c.py"
-  assert module_of(f, tmp_path) == ["codegen", "render", "c"]
-  assert module_of(tmp_path / "codegen" / "__init__.py", tmp_path) == ["codegen"]
+  assert module_of(f, tmp_path) == ["tgc", "codegen", "render", "c"]
+  assert module_of(tmp_path / "codegen" / "__init__.py", tmp_path) == ["tgc", "codegen"]
+  assert module_of(tmp_path / "tgc" / "__init__.py", tmp_path) == ["tgc"]

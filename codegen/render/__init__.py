@@ -1,10 +1,10 @@
 """Renderers: one C-style base, each kernel language a small subclass."""
-from codegen.render.cstyle import CStyleRenderer
-from codegen.render.c import CRenderer
-from codegen.render.opencl import OpenCLRenderer
-from codegen.render.cuda import CUDARenderer
-from codegen.render.metal import MetalRenderer
-from codegen.render.wgsl import WGSLRenderer
+from tgc.codegen.render.cstyle import CStyleRenderer
+from tgc.codegen.render.c import CRenderer
+from tgc.codegen.render.opencl import OpenCLRenderer
+from tgc.codegen.render.cuda import CUDARenderer
+from tgc.codegen.render.metal import MetalRenderer
+from tgc.codegen.render.wgsl import WGSLRenderer
 
 RENDERERS = {"c": CRenderer, "opencl": OpenCLRenderer, "cuda": CUDARenderer, "metal": MetalRenderer,
              "webgpu": WGSLRenderer}

@@ -1,7 +1,7 @@
 """C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float."""
 from __future__ import annotations
-from ir import Ops, UOp, DType, dtypes
-from codegen.render.cstyle import CStyleRenderer
+from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.codegen.render.cstyle import CStyleRenderer
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
          (Ops.POW, "pow"))

@@ -2,7 +2,7 @@
 how arguments and indices are spelled, and the few ops whose spelling differs."""
 from __future__ import annotations
 import math
-from ir import Ops, UOp, DType, dtypes
+from tgc.ir import Ops, UOp, DType, dtypes
 
 # op -> format over rendered sources; the same in every C-family language
 BASE_OPS = {

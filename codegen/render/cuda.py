@@ -3,8 +3,8 @@ are block indices and local/group ranges thread indices; float16 is `__half` in 
 registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h."""
 from __future__ import annotations
 import math
-from ir import Ops, UOp, DType, dtypes
-from codegen.render.cstyle import CStyleRenderer
+from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.codegen.render.cstyle import CStyleRenderer
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
          (Ops.POW, "pow"))

@@ -5,8 +5,8 @@ on the host's fast-math setting."""
 from __future__ import annotations
 import math
 import struct
-from ir import Ops, UOp, DType, dtypes
-from codegen.render.cstyle import CStyleRenderer
+from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.codegen.render.cstyle import CStyleRenderer
 
 def _round_to(v: float, d: DType) -> float:
   """`v` rounded once to float32 or float16 (the repr of the result parses back to exactly that value)."""

@@ -1,8 +1,8 @@
 """OpenCL C renderer: grid ranges are work-group and work-item ids; float16 uses vload_half/vstore_half
 (half storage, float math) so it runs without cl_khr_fp16."""
 from __future__ import annotations
-from ir import Ops, UOp, DType, dtypes
-from codegen.render.cstyle import CStyleRenderer
+from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.codegen.render.cstyle import CStyleRenderer
 
 _FNS = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
         (Ops.POW, "pow"))

@@ -42,9 +42,9 @@ import math
 import re
 from dataclasses import dataclass
 import numpy as np
-from ir import Ops, UOp, DType, dtypes, substitute
-from ir.symbolic import simplify
-from codegen.render.cstyle import CStyleRenderer, BASE_OPS
+from tgc.ir import Ops, UOp, DType, dtypes, substitute
+from tgc.ir.symbolic import simplify
+from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS
 
 U32 = dtypes.uint32
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)

@@ -3,12 +3,12 @@ builds the lazy Tensor graph. Operator handlers live in `ops_basic` (elementwise
 movement) and `ops_nn` (convolution, pooling, norms, matmul, recurrent and quantized ops, ...); both register
 themselves in `registry.OPS` on import."""
 import importlib
-from frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
-from frontend.onnx.importer import OnnxGraph, load_model, ONNX_DTYPES, onnx_dtype
-from frontend.onnx import ops_basic  # noqa: F401  (registers handlers)
+from tgc.frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
+from tgc.frontend.onnx.importer import OnnxGraph, load_model, ONNX_DTYPES, onnx_dtype
+from tgc.frontend.onnx import ops_basic  # noqa: F401  (registers handlers)
 
-try: importlib.import_module("frontend.onnx.ops_nn")
+try: importlib.import_module("tgc.frontend.onnx.ops_nn")
 except ModuleNotFoundError as _e:
-  if _e.name != "frontend.onnx.ops_nn": raise
+  if _e.name != "tgc.frontend.onnx.ops_nn": raise
 
 __all__ = ["OPS", "NodeContext", "OnnxError", "onnx_op", "OnnxGraph", "load_model", "ONNX_DTYPES", "onnx_dtype"]

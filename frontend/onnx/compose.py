@@ -7,8 +7,8 @@ Everything is built from lazy Tensor ops; nothing here computes on tensor data."
 from __future__ import annotations
 import math
 from typing import Sequence
-from ir import DType, dtypes
-from frontend.tensor import Tensor
+from tgc.ir import DType, dtypes
+from tgc.frontend.tensor import Tensor
 
 
 def prod(xs) -> int:
@@ -185,7 +185,7 @@ def take(x: Tensor, axis: int, idx: Tensor) -> Tensor:
 def take_const(x: Tensor, axis: int, indices) -> Tensor:
   """np.take with indices known at compile time: slices and a concatenation, no masks."""
   import numpy as np
-  from frontend import functional
+  from tgc.frontend import functional
   axis %= x.ndim
   n = x.shape[axis]
   idx = np.asarray(indices).astype(np.int64)

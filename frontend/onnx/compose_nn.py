@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 import numpy as np
-from ir import dtypes, promote
-from frontend.tensor import Tensor
-from frontend import functional
+from tgc.ir import dtypes, promote
+from tgc.frontend.tensor import Tensor
+from tgc.frontend import functional
 
 
 def prod(xs) -> int:

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
-from ir import DType, dtypes, lowp
-from frontend import buffers
-from frontend.tensor import Tensor
-from frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
-from frontend.onnx import node_checks
+from tgc.ir import DType, dtypes, lowp
+from tgc.frontend import buffers
+from tgc.frontend.tensor import Tensor
+from tgc.frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
+from tgc.frontend.onnx import node_checks
 
 ONNX_DTYPES: dict[int, DType] = {
   TensorProto.FLOAT: dtypes.float32, TensorProto.DOUBLE: dtypes.float64, TensorProto.FLOAT16: dtypes.float16,
@@ -402,7 +402,7 @@ class OnnxGraph:
     if len(args) != len(self.inputs):
       names = ", ".join(n for n, _, _ in self.inputs)
       raise OnnxError(f"model {self.name}: expected {len(self.inputs)} inputs ({names}), got {len(args)}")
-    from ir.config import config
+    from tgc.ir.config import config
     device = next((a.device for a in args if isinstance(a, Tensor)), config.device)
     tensors = []
     for a, (name, shape, dt) in zip(args, self.inputs):

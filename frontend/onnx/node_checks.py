@@ -14,8 +14,8 @@ import functools
 from typing import NamedTuple
 import onnx
 from onnx import TensorProto
-from ir import DType, dtypes
-from frontend.onnx.registry import OnnxError
+from tgc.ir import DType, dtypes
+from tgc.frontend.onnx.registry import OnnxError
 
 FLAG_ATTRIBUTES = frozenset({
   "align_corners", "allowzero", "antialias", "broadcast", "ceil_mode", "center_point_box", "count_include_pad",
@@ -68,7 +68,7 @@ def signature(op_type: str, domain: str, opset: int) -> Signature | None:
 
 @functools.lru_cache(maxsize=1)
 def _type_names() -> dict[DType, str]:
-  from frontend.onnx.importer import ONNX_DTYPES     # at call time: the importer imports this module
+  from tgc.frontend.onnx.importer import ONNX_DTYPES     # at call time: the importer imports this module
   return {v: TensorProto.DataType.Name(k).lower() for k, v in ONNX_DTYPES.items()}
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from functools import reduce
 import numpy as np
-from ir import dtypes
-from frontend.tensor import Tensor, broadcast_shape
-from frontend import functional
-from frontend.onnx.registry import NodeContext, onnx_op
-from frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
-from frontend.onnx import compose as C
+from tgc.ir import dtypes
+from tgc.frontend.tensor import Tensor, broadcast_shape
+from tgc.frontend import functional
+from tgc.frontend.onnx.registry import NodeContext, onnx_op
+from tgc.frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
+from tgc.frontend.onnx import compose as C
 
 
 def _x(ctx: NodeContext) -> Tensor: return ctx.inputs[0]

@@ -9,13 +9,13 @@ with `ctx.const_value`. Random operators (Bernoulli, RandomNormal, training-mode
 from __future__ import annotations
 import math
 import numpy as np
-from ir import dtypes, promote
-from frontend.tensor import Tensor
-from frontend import functional
-from frontend.onnx.registry import NodeContext, onnx_op
-from frontend.onnx import compose_nn as nn
-from frontend.onnx.compose_nn import prod
-from frontend.onnx.importer import ONNX_DTYPES
+from tgc.ir import dtypes, promote
+from tgc.frontend.tensor import Tensor
+from tgc.frontend import functional
+from tgc.frontend.onnx.registry import NodeContext, onnx_op
+from tgc.frontend.onnx import compose_nn as nn
+from tgc.frontend.onnx.compose_nn import prod
+from tgc.frontend.onnx.importer import ONNX_DTYPES
 
 # ---------------------------------------------------------------- attribute and input helpers
 def _str(ctx: NodeContext, name: str, default: str) -> str:
@@ -1095,7 +1095,7 @@ def col2im(ctx: NodeContext):
 # Newer ONNX operators (normalizations, rotary embeddings, attention, ...). Each is registered here only if no
 # handler module imported earlier (ops_basic) has claimed the name, so the two tables never collide.
 def _unclaimed(*names: str):
-  from frontend.onnx.registry import OPS
+  from tgc.frontend.onnx.registry import OPS
   free = [n for n in names if n not in OPS]
   return onnx_op(*free) if free else (lambda fn: fn)
 

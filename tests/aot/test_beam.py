@@ -2,9 +2,9 @@
 import json
 import os
 from click.testing import CliRunner
-from aot.cli import cli
-from ir.config import config
-from runtimes import get_runtime
+from tgc.aot.cli import cli
+from tgc.ir.config import config
+from tgc.runtimes import get_runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(HERE, "..", "..", "examples", "tiny_mlp.py") + ":build"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aot.cli import cli
-from aot import reference, models
+from tgc.aot.cli import cli
+from tgc.aot import reference, models
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
@@ -23,7 +23,7 @@ MLP = str(ROOT / "examples" / "tiny_mlp.py") + ":build"
 
 TOY = """
 import numpy as np
-from frontend import Tensor
+from tgc.frontend import Tensor
 SCALE = {scale}
 
 
@@ -213,22 +213,22 @@ def test_validate_needs_the_model(mnist, workdir, toy):
 
 # ---------------------------------------------------------------- internal errors: exit 3
 def test_internal_error_says_bug(monkeypatch, workdir):
-  import codegen.compiled
-  import aot.pipeline
+  from tgc.codegen import compiled
+  from tgc.aot import pipeline
 
   def explode(*args, **kwargs): raise ZeroDivisionError("planner divided by zero")
-  monkeypatch.setattr(aot.pipeline, "compile_schedule", explode)
+  monkeypatch.setattr(pipeline, "compile_schedule", explode)
   result = tgc("compile", MLP, "-o", workdir / "bug")
   assert result.exit_code == 3
   assert "bug in tgc" in result.stderr and "ZeroDivisionError" in result.stderr and "report" in result.stderr
   assert "Traceback" not in result.stderr and not (workdir / "bug").exists()
-  assert codegen.compiled.compile_schedule is not explode
+  assert compiled.compile_schedule is not explode
 
 
 # ---------------------------------------------------------------- the installed script
 def script(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
   exe = shutil.which("tgc")
-  cmd = [exe] if exe else [sys.executable, "-m", "aot.cli"]
+  cmd = [exe] if exe else [sys.executable, "-m", "tgc.aot.cli"]
   return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=600,
                         env={**os.environ, **(env or {})}, cwd=cwd)
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, HealthCheck, strategies as st
 
-from frontend import Tensor
-from frontend.jit import trace
-from codegen.compiled import CompiledModel, compile_schedule
-from codegen.memory import plan_memory
+from tgc.frontend import Tensor
+from tgc.frontend.jit import trace
+from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.memory import plan_memory
 
 DEVICE = "numpy"   # tracing needs no compiler; kernels are lowered for C but never compiled here
 

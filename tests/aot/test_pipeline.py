@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot import compile_model, UserError
-from aot import pipeline, reference, models
+from tgc.aot import compile_model, UserError
+from tgc.aot import pipeline, reference, models
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
@@ -19,7 +19,7 @@ MLP = str(ROOT / "examples" / "tiny_mlp.py") + ":build"
 
 MODEL_SOURCE = """
 import numpy as np
-from frontend import Tensor
+from tgc.frontend import Tensor
 SCALE = {scale}
 
 
@@ -135,7 +135,7 @@ def test_failing_writer_keeps_the_old_artifact(tmp_path, monkeypatch):
   out = tmp_path / "out"
   compile_model(MLP, "c", str(out))
   before = tree(str(out))
-  import emit
+  from tgc import emit
 
   def bad_writer(cm, folder, embed_weights=False):
     Path(folder, "model.c").write_text("half")

@@ -9,13 +9,13 @@ from typing import Callable
 
 import numpy as np
 
-from frontend import Tensor, buffers
-from frontend import functional as F
-from frontend.realize import _alloc
-from ir import Ops, UOp, dtypes
-from codegen.schedule import schedule
-from codegen.lower import lower, KernelProgram
-from codegen.opts import Opt
+from tgc.frontend import Tensor, buffers
+from tgc.frontend import functional as F
+from tgc.frontend.realize import _alloc
+from tgc.ir import Ops, UOp, dtypes
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower, KernelProgram
+from tgc.codegen.opts import Opt
 
 
 def elementwise_ast(*sizes: int) -> UOp:

@@ -13,10 +13,10 @@ import pytest
 import cuda_cpu
 from gpu_cases import CASES, check, on_runtime, programs, run_case
 from cpu_kernels import skip_without_cpu_compiler
-from codegen.render import get_renderer
-from ir import Ops, dtypes
-from runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
-from runtimes import cuda as cuda_rt
+from tgc.codegen.render import get_renderer
+from tgc.ir import Ops, dtypes
+from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
+from tgc.runtimes import cuda as cuda_rt
 
 needs_nvrtc = pytest.mark.skipif(cuda_rt.nvrtc is None, reason="NVRTC is not installed (pip install cuda-python "
                                  "nvidia-cuda-nvrtc nvidia-cuda-runtime, or the tgc[cuda] extra)")

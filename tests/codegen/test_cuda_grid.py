@@ -10,10 +10,10 @@ import pytest
 import cuda_cpu
 from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import elementwise_ast
-from codegen.lower import lower
-from codegen.opts import Opt
-from codegen.render.cuda import CUDARenderer
-from runtimes import cuda as cuda_rt
+from tgc.codegen.lower import lower
+from tgc.codegen.opts import Opt
+from tgc.codegen.render.cuda import CUDARenderer
+from tgc.runtimes import cuda as cuda_rt
 
 LIMITS = CUDARenderer.max_workgroups_per_dim
 

@@ -2,10 +2,10 @@
 element, no large kernel runs with a global size of 1, movement ops add no kernels."""
 import numpy as np
 import pytest
-from frontend import Tensor
-from frontend.realize import _alloc
-from codegen.schedule import schedule
-from codegen.lower import lower
+from tgc.frontend import Tensor
+from tgc.frontend.realize import _alloc
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower
 
 
 def kernels(t: Tensor, target="c"):
@@ -66,13 +66,13 @@ def test_buffer_limit_splits_kernels():
     out, ref = out * 0.5 + Tensor(x, device="c"), ref * 0.5 + x
   items, outs = schedule([out.uop], _alloc("c"), max_buffers=8)
   assert all(len(it.bufs) <= 8 for it in items) and len(items) >= 3
-  from frontend.realize import run_items, to_numpy
+  from tgc.frontend.realize import run_items, to_numpy
   run_items(items, "c")
   np.testing.assert_allclose(to_numpy(outs[0]), ref, rtol=1e-6)
 
 
 def test_buffer_limit_impossible_is_a_clear_error():
-  from codegen.schedule import ScheduleError
+  from tgc.codegen.schedule import ScheduleError
   xs = [rnd(4, seed=i) for i in range(4)]
   with pytest.raises(ScheduleError, match="allows 2 storage buffers"):
     schedule([(xs[0] + xs[1] + xs[2]).uop], _alloc("numpy"), max_buffers=2)

@@ -13,7 +13,7 @@ import pytest
 
 import metal_check
 from cpu_kernels import skip_without_cpu_compiler
-from runtimes import cuda as cuda_rt
+from tgc.runtimes import cuda as cuda_rt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

@@ -1,6 +1,6 @@
 """Memory plans: offsets in one arena, or whole-buffer slots; both checked by an independent overlap verifier."""
 import random
-from codegen.memory import plan_memory, plan_slots
+from tgc.codegen.memory import plan_memory, plan_slots
 
 
 def lifetimes(calls):

@@ -10,9 +10,9 @@ import pytest
 import metal_check
 from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import CASES, check, on_runtime, programs, run_case
-from codegen.render import get_renderer
-from ir import dtypes
-from runtimes import RuntimeUnavailable, get_runtime
+from tgc.codegen.render import get_renderer
+from tgc.ir import dtypes
+from tgc.runtimes import RuntimeUnavailable, get_runtime
 
 needs_clang = pytest.mark.skipif(metal_check.clang() is None, reason="clang++ is not installed (apt-get install clang)")
 METAL_CASES = [c for c in CASES if "f64" not in c.tags]

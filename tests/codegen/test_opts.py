@@ -1,12 +1,12 @@
 """Opt actions change the loop nest, never the result: every opt on C and OpenCL against the numpy reference."""
 import numpy as np
 import pytest
-from frontend import Tensor, buffers
-from frontend.realize import _alloc, to_numpy
-from codegen.schedule import schedule
-from codegen.lower import lower
-from codegen.opts import Opt, Kernel, OptError
-from runtimes import get_runtime
+from tgc.frontend import Tensor, buffers
+from tgc.frontend.realize import _alloc, to_numpy
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower
+from tgc.codegen.opts import Opt, Kernel, OptError
+from tgc.runtimes import get_runtime
 
 A = np.random.default_rng(0).standard_normal((16, 48), dtype=np.float32)
 B = np.random.default_rng(1).standard_normal((48, 24), dtype=np.float32)

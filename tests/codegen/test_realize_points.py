@@ -5,10 +5,10 @@ from the kernel ASTs (an op inside loops runs once per iteration of every range 
 import math
 import numpy as np
 import pytest
-from frontend import Tensor
-from frontend.realize import _alloc
-from codegen.schedule import schedule
-from ir import Ops, dtypes
+from tgc.frontend import Tensor
+from tgc.frontend.realize import _alloc
+from tgc.codegen.schedule import schedule
+from tgc.ir import Ops, dtypes
 
 
 def rnd(*shape, seed=0, device="numpy"):

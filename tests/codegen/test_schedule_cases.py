@@ -1,8 +1,8 @@
 """Scheduler edge cases that once went wrong: a buffer whose loads were all simplified away, size-1 reductions."""
 import numpy as np
 import pytest
-from frontend import Tensor
-from ir import dtypes
+from tgc.frontend import Tensor
+from tgc.ir import dtypes
 
 
 @pytest.mark.parametrize("device", ["c", "opencl"])

@@ -1,13 +1,13 @@
 """BEAM search: picks opts by timing, its choice computes the right answer, and the result is cached on disk."""
 import numpy as np
-from frontend import Tensor, buffers
-from frontend.realize import _alloc, to_numpy
-from codegen.schedule import schedule
-from codegen.lower import lower
-from codegen.search import beam_search
-from ir.config import config
-from runtimes import get_runtime
-from runtimes.timing import kernel_timer
+from tgc.frontend import Tensor, buffers
+from tgc.frontend.realize import _alloc, to_numpy
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower
+from tgc.codegen.search import beam_search
+from tgc.ir.config import config
+from tgc.runtimes import get_runtime
+from tgc.runtimes.timing import kernel_timer
 
 
 def test_beam_finds_valid_opts_and_caches(tmp_path, monkeypatch):

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 
 from gpu_cases import CASES, Case, check, data, elementwise_ast, programs, run_case, t
-from frontend import Tensor
-from frontend.realize import _alloc
-from codegen.schedule import schedule
-from codegen.lower import lower
-from codegen.opts import Opt
-from codegen.render import get_renderer
-from codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
-from ir import dtypes
-from runtimes import RuntimeUnavailable, get_runtime
+from tgc.frontend import Tensor
+from tgc.frontend.realize import _alloc
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower
+from tgc.codegen.opts import Opt
+from tgc.codegen.render import get_renderer
+from tgc.codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
+from tgc.ir import dtypes
+from tgc.runtimes import RuntimeUnavailable, get_runtime
 
 def tint_check(device, src: str) -> None:
   try:

@@ -16,12 +16,12 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from codegen.compiled import CompiledModel, compile_schedule
-from emit import write_artifact
-from emit.manifest import validate_manifest
-from frontend import Tensor
-from frontend import nn
-from frontend.jit import trace
+from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.emit import write_artifact
+from tgc.emit.manifest import validate_manifest
+from tgc.frontend import Tensor
+from tgc.frontend import nn
+from tgc.frontend.jit import trace
 
 ROOT = Path(__file__).resolve().parents[2]
 C_WARNINGS = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
@@ -200,7 +200,7 @@ def check_write_refusals(cm: CompiledModel, tmp_path, sources: Callable[[Compile
 def tgc(*args):
   """The `tgc` command line run in this process; returns click's result (exceptions other than exit re-raised)."""
   from click.testing import CliRunner
-  from aot.cli import cli
+  from tgc.aot.cli import cli
   result = CliRunner().invoke(cli, [str(a) for a in args])
   if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
   return result

@@ -19,13 +19,13 @@ import pytest
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, HOSTILE_OUTPUTS, HOSTILE_WEIGHTS, allocations_around_run,
                             assert_same_files, cnn_case, compare, copy, emit_folder, hostile_case, make, manifest_of,
                             mlp_case, require_aarch64, require_tool, run, two_io_case)
-from emit import write_artifact
-from emit.c_literals import c_string
-from emit.manifest import load_schema, validate_manifest
-from emit.weights import ALIGN, WeightSpec, build_weights_file
-from ir import dtypes
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_c import CArtifact
+from tgc.emit import write_artifact
+from tgc.emit.c_literals import c_string
+from tgc.emit.manifest import load_schema, validate_manifest
+from tgc.emit.weights import ALIGN, WeightSpec, build_weights_file
+from tgc.ir import dtypes
+from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact_c import CArtifact
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case}
 

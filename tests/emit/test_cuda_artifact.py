@@ -22,12 +22,12 @@ import cuda_cpu
 from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, run, softmax_case, tgc, two_io_case)
-from emit import write_artifact
-from emit.cuda import cuda_sources, kernel_params
-from runtimes import RuntimeUnavailable, get_runtime
-from runtimes import cuda as cuda_rt
-from runtimes.artifact import ArtifactError, checked_weights
-from runtimes.artifact_cuda import CUDAArtifact, launch_plan
+from tgc.emit import write_artifact
+from tgc.emit.cuda import cuda_sources, kernel_params
+from tgc.runtimes import RuntimeUnavailable, get_runtime
+from tgc.runtimes import cuda as cuda_rt
+from tgc.runtimes.artifact import ArtifactError, checked_weights
+from tgc.runtimes.artifact_cuda import CUDAArtifact, launch_plan
 
 BUNDLE_FILES = {"manifest.json", "model.cu", "model.h", "main.c", "Makefile", "weights.safetensors"}
 ARCHS = ["sm_80", "sm_90"]

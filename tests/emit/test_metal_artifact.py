@@ -24,11 +24,11 @@ from cpu_kernels import cpu_compiler, skip_without_cpu_compiler
 from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, assert_same_files, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, manifest_of, mlp_case, require_tool, run, softmax_case, tgc, two_io_case)
-from emit import write_artifact
-from emit.metal import kernel_params, metal_sources
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_metal import MetalArtifact
-from runtimes.base import RuntimeUnavailable
+from tgc.emit import write_artifact
+from tgc.emit.metal import kernel_params, metal_sources
+from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact_metal import MetalArtifact
+from tgc.runtimes.base import RuntimeUnavailable
 
 BUNDLE_FILES = {"manifest.json", "model.metal", "model.h", "model.m", "main.c", "Makefile", "weights.safetensors"}
 KIND_NAMES = {"TG_INPUT": "input", "TG_OUTPUT": "output", "TG_WEIGHT": "weight", "TG_ARENA": "arena"}
@@ -341,7 +341,7 @@ def test_runtime_unavailable_off_macos(bundles):
 
 @pytest.fixture(scope="module")
 def metal_backend():
-  from runtimes.artifact_metal import MetalBackend
+  from tgc.runtimes.artifact_metal import MetalBackend
   try:
     return MetalBackend()
   except RuntimeUnavailable as error:

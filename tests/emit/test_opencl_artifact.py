@@ -22,12 +22,12 @@ from artifact_cases import (ROOT, C_WARNINGS, HOSTILE_INPUTS, ModelCase, allocat
                             check_cli_round_trip, check_write_refusals, checked_manifest, cnn_case, compare, copy,
                             emit_cases, emit_folder, half_case, hostile_case, make, manifest_of, mlp_case, require_tool,
                             run, softmax_case, two_io_case)
-from emit import write_artifact
-from emit.common import read_template
-from emit.opencl import kernel_params, opencl_sources
-from frontend import Tensor
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_opencl import OpenCLArtifact
+from tgc.emit import write_artifact
+from tgc.emit.common import read_template
+from tgc.emit.opencl import kernel_params, opencl_sources
+from tgc.frontend import Tensor
+from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact_opencl import OpenCLArtifact
 
 BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
 OCLGRIND_REPORTS = re.compile(r"Invalid (read|write)|data race|divergence|runtime error", re.I)
@@ -179,7 +179,7 @@ def test_embedded_source_is_model_cl(bundles, cl_device, tmp_path):
     out = subprocess.run([str(tmp_path / name)], capture_output=True, check=True).stdout
     assert out == Path(folder, "model.cl").read_bytes()
   long_line = "x" * 2500 + "\n"
-  from emit.opencl import source_strings
+  from tgc.emit.opencl import source_strings
   assert source_strings(long_line).count('"') == 2 * 3   # cut under the 4095 bytes C99 guarantees per literal
 
 
@@ -332,7 +332,7 @@ def test_weights_errors(bundles, cl_device, tmp_path):
     with pytest.raises(ArtifactError, match=message): OpenCLArtifact(folder, weights_path=str(path))
   with pytest.raises(ArtifactError, match="cannot open the weights file"):
     OpenCLArtifact(folder, weights_path=str(tmp_path / "missing"))
-  from runtimes.base import RuntimeUnavailable
+  from tgc.runtimes.base import RuntimeUnavailable
   with pytest.raises(RuntimeUnavailable, match="no OpenCL device with the requested index"):
     OpenCLArtifact(folder, device_index=4096)
 
@@ -446,7 +446,7 @@ def test_cli_compile_run_validate_bench_inspect(cl_device, tmp_path):
 def test_installed_tgc_script(cl_device, tmp_path):
   """The real console script, in a fresh process, compiles and validates an OpenCL artifact."""
   tgc = shutil.which("tgc")
-  command = [tgc] if tgc else [sys.executable, "-m", "aot.cli"]
+  command = [tgc] if tgc else [sys.executable, "-m", "tgc.aot.cli"]
   model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", str(tmp_path / "mlp")
   r = subprocess.run([*command, "compile", model, "-t", "opencl", "-o", out], capture_output=True, text=True,
                      timeout=300)

@@ -20,17 +20,17 @@ import headless_chromium as chromium
 from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
 from artifact_cases import (ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, run, softmax_case)
-from codegen.render.wgsl import wgsl_bindings
-from emit import write_artifact
-from emit import webgpu as emit_webgpu
-from emit.manifest import validate_manifest
-from emit.webgpu import DEFAULT_LIMITS, webgpu_sources
-from frontend import Tensor
-from ir import dtypes
-from runtimes import RuntimeUnavailable, get_runtime
-from runtimes import artifact_webgpu
-from runtimes.artifact import ArtifactError
-from runtimes.artifact_webgpu import WebGPUArtifact, read_plan
+from tgc.codegen.render.wgsl import wgsl_bindings
+from tgc.emit import write_artifact
+from tgc.emit import webgpu as emit_webgpu
+from tgc.emit.manifest import validate_manifest
+from tgc.emit.webgpu import DEFAULT_LIMITS, webgpu_sources
+from tgc.frontend import Tensor
+from tgc.ir import dtypes
+from tgc.runtimes import RuntimeUnavailable, get_runtime
+from tgc.runtimes import artifact_webgpu
+from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
 BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
 HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
@@ -360,7 +360,7 @@ def test_cli_onnx_int64_and_float64(wgpu_runtime, tmp_path):
   """ONNX int64 tensors run as 32-bit words (BEAM searches the same narrowed kernels) and validate exactly; float64
   tensors run as float32 and validate within float32 tolerances; a bitcast of 64-bit words is refused in one line."""
   from click.testing import CliRunner
-  from aot.cli import cli
+  from tgc.aot.cli import cli
   model = _onnx_model(tmp_path / "i64.onnx")
   result = CliRunner().invoke(cli, ["compile", model, "-t", "webgpu", "--beam", "2", "-o", str(tmp_path / "i64")])
   assert result.exit_code == 0, result.output

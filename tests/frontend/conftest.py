@@ -9,7 +9,7 @@ def device(request) -> str:
   """A device name; compiled devices skip, naming the missing piece, when their runtime cannot run here."""
   name = request.param
   if name != "numpy":
-    from runtimes import RuntimeUnavailable, get_runtime
+    from tgc.runtimes import RuntimeUnavailable, get_runtime
     try: get_runtime(name)
     except RuntimeUnavailable as error:
       hint = " (OpenCL needs pyopencl and a platform: install pocl-opencl-icd)" if name == "opencl" else ""

@@ -1,9 +1,9 @@
 """jit: call 1 eager, call 2 captures, 3+ replay without building graph; errors as users know them; trace."""
 import numpy as np
 import pytest
-from frontend import Tensor
-from frontend.jit import jit, trace, JitError
-from ir import UOp
+from tgc.frontend import Tensor
+from tgc.frontend.jit import jit, trace, JitError
+from tgc.ir import UOp
 
 
 def rnd(*shape, seed=0, device="c"):
@@ -61,13 +61,13 @@ def test_trace_is_target_independent_and_folds_weights():
   cap = trace(lambda x: (x @ (w.exp() * 2)).relu(), rnd(2, 8))
   assert [s.name for s, _ in cap.inputs] == ["input_0"] and [s.shape for s, _ in cap.outputs] == [(2, 4)]
   assert len(cap.weights) == 1 and len(cap.items) == 1
-  from codegen.lower import lower
+  from tgc.codegen.lower import lower
   for target in ("c", "opencl"): assert "void" in lower(cap.items[0].ast, target).src
 
 
 def test_dtype_a_device_lacks_is_a_clear_error(monkeypatch):
   pytest.importorskip("pyopencl")
-  from frontend import realize
+  from tgc.frontend import realize
   x = rnd(4, device="opencl")
   monkeypatch.setattr(realize, "unsupported_dtypes", lambda device: {__import__("ir").dtypes.float64})
   with pytest.raises(TypeError, match="dtype float64 is not supported on device opencl"):

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from frontend import Tensor, dtypes, nn
+from tgc.frontend import Tensor, dtypes, nn
 
 REDUCE = dict(rtol=1e-4, atol=1e-4)
 def nonzero(shape, seed: int = 0, low: float = 0.1, high: float = 2.0) -> np.ndarray:

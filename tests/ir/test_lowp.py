@@ -5,9 +5,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from ir import GroupOp, Ops, UOp, dtypes
-from ir.exec import exec_bitcast
-from ir.lowp import FORMATS, INT_RANGES, clip_int, decode, encode, eval_elementwise
+from tgc.ir import GroupOp, Ops, UOp, dtypes
+from tgc.ir.exec import exec_bitcast
+from tgc.ir.lowp import FORMATS, INT_RANGES, clip_int, decode, encode, eval_elementwise
 
 ONNX_TYPES = {
   dtypes.bfloat16: TensorProto.BFLOAT16, dtypes.float8e4m3fn: TensorProto.FLOAT8E4M3FN,

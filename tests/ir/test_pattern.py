@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from ir import UOp, UPat, PatternMatcher, graph_rewrite, RewriteLoopError, Ops, dtypes
+from tgc.ir import UOp, UPat, PatternMatcher, graph_rewrite, RewriteLoopError, Ops, dtypes
 
 
 def rng_range(axis: int, n: int) -> UOp:

@@ -6,8 +6,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from ir import UOp, Ops, dtypes
-from ir.symbolic import simplify
+from tgc.ir import UOp, Ops, dtypes
+from tgc.ir.symbolic import simplify
 
 INT32 = (-2**31, 2**31 - 1)
 

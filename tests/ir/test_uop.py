@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ir import UOp, Ops, dtypes
+from tgc.ir import UOp, Ops, dtypes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,7 +136,7 @@ def test_replace():
 _KEY_SCRIPT = textwrap.dedent("""
   import sys
   sys.path.insert(0, sys.argv[1])
-  from ir import UOp, Ops, dtypes
+  from tgc.ir import UOp, Ops, dtypes
   r0 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), (0, "loop"))
   r1 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 5),), (1, "reduce"))
   idx = (r0 * 5 + r1) // 3 % 7

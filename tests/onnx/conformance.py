@@ -85,7 +85,7 @@ def _snake(op: str) -> str:
 def const_inputs(model: onnx.ModelProto) -> list[str]:
   """Graph inputs that reach a shape-setting node input (directly or through nodes other than Shape/Size; through
   If/Loop/Scan into their subgraphs too)."""
-  from frontend.onnx.importer import node_reads
+  from tgc.frontend.onnx.importer import node_reads
   g = model.graph
   inits = {t.name for t in g.initializer}
   graph_inputs = [i.name for i in g.input if i.name not in inits]
@@ -146,9 +146,9 @@ def _case_data(case) -> tuple[dict, list, list[str]] | str:
 
 def run_case_eager(case, device: str = "numpy") -> tuple[str, str]:
   """The case imported with `load_model` and evaluated with Tensors on `device` (kernels realized one by one)."""
-  from frontend.tensor import Tensor
-  from frontend.onnx import OnnxError, load_model
-  from frontend.onnx.importer import array_to_tensor
+  from tgc.frontend.tensor import Tensor
+  from tgc.frontend.onnx import OnnxError, load_model
+  from tgc.frontend.onnx.importer import array_to_tensor
   data = _case_data(case)
   if isinstance(data, str): return "error", data
   by_name, want, needed = data
@@ -172,9 +172,9 @@ def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
   inputs that set shapes (`const_inputs`, as `tgc compile --const`). "error" details: the pipeline refused the model
   (the one-line message `tgc compile` prints), the artifact failed to build or run ("artifact: ..."), the machine
   cannot run the target ("unavailable: ..."), or tgc crashed ("internal error: ...", a bug)."""
-  from aot.errors import UserError
-  from aot.onnx_backend import TgcBackend
-  from runtimes import RuntimeUnavailable
+  from tgc.aot.errors import UserError
+  from tgc.aot.onnx_backend import TgcBackend
+  from tgc.runtimes import RuntimeUnavailable
   data = _case_data(case)
   if isinstance(data, str): return "error", data
   by_name, want, needed = data
@@ -211,8 +211,8 @@ def compare_outputs(got: list, want: list, got_dtypes: list | None = None) -> tu
   """("pass", "") or ("fail" | "error", detail) for computed outputs against a case's expected outputs: same count,
   dtypes and shapes; floats within FLOAT_TOL, others exact. Outputs are host arrays (storage-only types as ml_dtypes
   arrays), or, with `got_dtypes`, the Tensor API's values of those dtypes (storage-only types decoded)."""
-  from frontend.onnx import OnnxError
-  from frontend.onnx.importer import array_dtype, host_values
+  from tgc.frontend.onnx import OnnxError
+  from tgc.frontend.onnx.importer import array_dtype, host_values
   if len(got) != len(want): return "fail", f"{len(got)} outputs, expected {len(want)}"
   for i, (arr, exp) in enumerate(zip(got, want)):
     try: exp_dt, dt = array_dtype(exp), (got_dtypes[i] if got_dtypes else array_dtype(arr))

@@ -203,7 +203,7 @@ class TgcRun:
 
 def run_tgc(model: onnx.ModelProto, feeds: dict[str, np.ndarray], target: str = "c", runs: int = 1) -> TgcRun:
   """Compile with the tgc ONNX backend and run the artifact `runs` times (the first run's outputs)."""
-  from aot.onnx_backend import TgcBackend
+  from tgc.aot.onnx_backend import TgcBackend
   start = time.perf_counter()
   rep = TgcBackend.prepare(model, target)
   compile_s = time.perf_counter() - start

@@ -48,15 +48,15 @@ def test_node_case(device, name):
 
 
 def _require(device: str):
-  from runtimes import get_runtime, RuntimeUnavailable
+  from tgc.runtimes import get_runtime, RuntimeUnavailable
   try: get_runtime(device)
   except RuntimeUnavailable as e: pytest.skip(str(e))
 
 
 # ---------------------------------------------------------------- importer behaviour on small hand-built models
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from frontend.tensor import Tensor  # noqa: E402
-from frontend.onnx import OnnxError, load_model  # noqa: E402
+from tgc.frontend.tensor import Tensor  # noqa: E402
+from tgc.frontend.onnx import OnnxError, load_model  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):

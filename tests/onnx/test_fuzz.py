@@ -382,7 +382,7 @@ def _one_line_error(stderr: str) -> str | None:
 
 
 def _storage_only(art) -> bool:
-  from ir import dtypes
+  from tgc.ir import dtypes
   for spec in art.inputs + art.outputs:
     dt = getattr(dtypes, str(spec.get("tgc_dtype", "")), None)
     if dt is not None and getattr(dt, "storage_only", False): return True
@@ -422,8 +422,8 @@ def run_case(data: bytes, seed: int, workdir: str) -> tuple[str, str]:
   have reported)."""
   import warnings
   from click.testing import CliRunner
-  from aot.cli import cli
-  from aot import pipeline
+  from tgc.aot.cli import cli
+  from tgc.aot import pipeline
   path = os.path.join(workdir, "fuzz.onnx")
   out = os.path.join(workdir, "out")
   with open(path, "wb") as f: f.write(data)

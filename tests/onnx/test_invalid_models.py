@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from frontend.tensor import Tensor
-from frontend.onnx import OnnxError, load_model
+from tgc.frontend.tensor import Tensor
+from tgc.frontend.onnx import OnnxError, load_model
 
 OPSET = 17
 F, D, I32, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64

@@ -37,7 +37,7 @@ def _params(check: str = "stored"):
 
 def _require_runtime(target: str) -> None:
   """Skip, naming the missing piece, when `target`'s artifacts cannot run here (no C compiler, no wgpu/adapter)."""
-  from runtimes import RuntimeUnavailable, get_runtime
+  from tgc.runtimes import RuntimeUnavailable, get_runtime
   try:
     get_runtime(target)
   except RuntimeUnavailable as error:
@@ -91,7 +91,7 @@ def test_webgpu_squeezenet_in_chromium(tmp_path):
   reason = chromium.missing_browser()
   if reason: pytest.skip(reason)
   pytest.importorskip("onnxruntime", reason="onnxruntime (pip) is the reference for the light models")
-  from aot.pipeline import compile_model
+  from tgc.aot.pipeline import compile_model
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     model = lm.randomized(_load(BROWSER_MODEL), seed=0)

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conformance  # noqa: E402
-from aot.errors import UserError  # noqa: E402
-from aot.onnx_backend import TgcBackend, device_target  # noqa: E402
+from tgc.aot.errors import UserError  # noqa: E402
+from tgc.aot.onnx_backend import TgcBackend, device_target  # noqa: E402
 
 F = TensorProto.FLOAT
 
@@ -45,7 +45,7 @@ def test_devices():
 def test_other_targets(device):
   """The same artifacts for the GPU-style targets (PoCL / wgpu on lavapipe here); skipped, naming what is missing,
   where the runtime cannot run. Ids contain the device name: tests/conftest.py runs webgpu ones apart."""
-  from runtimes import RuntimeUnavailable
+  from tgc.runtimes import RuntimeUnavailable
   if not TgcBackend.supports_device(device): pytest.skip(f"this build has no {device} target or artifact runtime")
   x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
   try:

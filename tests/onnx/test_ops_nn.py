@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conformance  # noqa: E402
 from expected_failures_nn import NN_EXPECTED_FAILURES  # noqa: E402
 
-from frontend.tensor import Tensor  # noqa: E402
-from frontend.onnx import OPS, load_model  # noqa: E402
-import frontend.onnx.ops_nn as ops_nn  # noqa: E402
+from tgc.frontend.tensor import Tensor  # noqa: E402
+from tgc.frontend.onnx import OPS, load_model  # noqa: E402
+import tgc.frontend.onnx.ops_nn as ops_nn  # noqa: E402
 
 NN_OPS = sorted(name.split(":")[-1] for name, fn in OPS.items() if fn.__module__ == ops_nn.__name__)
 
@@ -239,7 +239,7 @@ def test_dequantized_weights_stay_int8_in_the_artifact(tmp_path):
   stores the int8 tensor (a quarter of the bytes) and dequantizes in its kernels; outputs match onnx.reference."""
   from onnx import numpy_helper
   from onnx.reference import ReferenceEvaluator
-  from aot.onnx_backend import TgcBackend
+  from tgc.aot.onnx_backend import TgcBackend
   w = _RNG.integers(-128, 127, (256, 64)).astype(np.int8)
   scale = (np.abs(_randn(64)) * 0.01 + 0.001).astype(np.float32)
   graph = helper.make_graph(

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import runtimes.c
-from runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
-from runtimes.c import C_FLAGS, CRuntime
+from tgc.runtimes import c
+from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
+from tgc.runtimes.c import C_FLAGS, CRuntime
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -175,7 +175,7 @@ def test_disk_cache_is_reused_without_invoking_the_compiler(tmp_path, monkeypatc
 
   def no_compiler(*args, **kwargs):
     raise AssertionError(f"compiler invoked: {args}")
-  monkeypatch.setattr(runtimes.c.subprocess, "run", no_compiler)
+  monkeypatch.setattr(c.subprocess, "run", no_compiler)
   program = second.compile(SCALE, "scale")
   out = second.alloc(1024)
   program(out, upload(second, np.full(256, 2.0, np.float32)))
@@ -189,9 +189,9 @@ def test_cache_key_depends_on_source_flags_and_compiler(tmp_path, monkeypatch):
   key = runtime.cache_key(SCALE)
   assert key == runtime.cache_key(SCALE) and len(key) == 64
   assert key != runtime.cache_key(SCALE + "\n")
-  monkeypatch.setattr(runtimes.c, "C_FLAGS", C_FLAGS + ("-g",))
+  monkeypatch.setattr(c, "C_FLAGS", C_FLAGS + ("-g",))
   assert key != runtime.cache_key(SCALE)
-  monkeypatch.setattr(runtimes.c, "C_FLAGS", C_FLAGS)
+  monkeypatch.setattr(c, "C_FLAGS", C_FLAGS)
   monkeypatch.setattr(runtime, "compiler_version", runtime.compiler_version + " patched")
   assert key != runtime.cache_key(SCALE)
 
@@ -200,7 +200,7 @@ def test_parallel_processes_compile_the_same_source(tmp_path):
   script = (
     "import sys, time\n"
     "import numpy as np\n"
-    "from runtimes.c import CRuntime\n"
+    "from tgc.runtimes.c import CRuntime\n"
     "runtime = CRuntime(cache_dir=sys.argv[1])\n"
     "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
     f"program = runtime.compile({SCALE!r}, 'scale')\n"

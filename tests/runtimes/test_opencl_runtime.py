@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtimes import CompileError, LaunchError
+from tgc.runtimes import CompileError, LaunchError
 
 VECTOR_ADD = """
 __kernel void vector_add(__global float* restrict data0, __global const float* restrict data1,

@@ -15,10 +15,10 @@ import math
 import numpy as np
 import pytest
 
-from frontend import Tensor, dtypes
-from frontend import functional as F
-from frontend import realize
-from runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
+from tgc.frontend import Tensor, dtypes
+from tgc.frontend import functional as F
+from tgc.frontend import realize
+from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
 
 ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
 TRANSCENDENTAL = dict(rtol=1e-5, atol=1e-5)
