@@ -5,7 +5,7 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, dtypes, substitute
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.symbolic import simplify
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
@@ -146,8 +146,8 @@ class _KernelBuilder:
     if buf not in self.bufs: self.bufs.append(buf)
     return UOp(Ops.DEFINE_GLOBAL, buf.dtype, (), (self.bufs.index(buf), mutable))
 
-  def new_range(self, size: int, kind: str) -> UOp:
-    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (self.n_ranges, kind))
+  def new_range(self, size: int, kind: AxisType) -> UOp:
+    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), RangeArg(self.n_ranges, kind))
     self.n_ranges += 1
     return r
 
@@ -169,7 +169,7 @@ class _KernelBuilder:
     if n.op is Ops.REDUCE_AXIS:
       op, axes = n.arg
       in_shape = n.src[0].shape
-      ranges = {a: self.new_range(in_shape[a], "reduce") if in_shape[a] > 1 else UOp.const(INDEX, 0) for a in axes}
+      ranges = {a: self.new_range(in_shape[a], AxisType.REDUCE) if in_shape[a] > 1 else UOp.const(INDEX, 0) for a in axes}
       inner = tuple(ranges[i] if i in ranges else x for i, x in enumerate(idx))
       body = self.value(n.src[0], inner, valid)
       loops = tuple(ranges[a] for a in sorted(ranges) if ranges[a].op is Ops.RANGE)
@@ -239,7 +239,7 @@ def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
   """A sub-byte output is written a whole byte per work-item: each byte gathers its elements."""
   k, numel = per_word(n.dtype), math.prod(n.shape)
   nbytes = -(-numel // k)
-  byte = kb.new_range(nbytes, "global") if nbytes > 1 else UOp.const(INDEX, 0)
+  byte = kb.new_range(nbytes, AxisType.GLOBAL) if nbytes > 1 else UOp.const(INDEX, 0)
   vals = []
   for i in range(k):
     e = byte * k + i
@@ -308,7 +308,7 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
       continue
     if n.dtype.storage_only and per_word(n.dtype) > 1: store = _packed_store(kb, n, out_arg)
     else:
-      idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
+      idx = tuple(kb.new_range(s, AxisType.GLOBAL) if s != 1 else UOp.const(INDEX, 0) for s in shape)
       store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), kb.value(n, idx, None, top=True)))
     ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
     ast, bufs = _drop_unused_buffers(ast, kb.bufs)

@@ -1,4 +1,13 @@
-"""C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float."""
+"""C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float.
+
+Vectors are GCC/Clang vector extensions (`float __attribute__((vector_size(32)))`: the compiler emits AVX2, AVX-512
+or NEON for them as the -march flags allow), used only under `#if TG_SIMD`, which the prelude defines unless
+`TG_NO_SIMD` is set or the compiler is neither GCC nor Clang; `lower` renders the same kernel with its vector axis
+expanded into scalars for the `#else` branch, which is plain C99. The prelude also lets both compilers fuse
+multiplies and adds (FMA). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
+Vector loads and stores go through may_alias types of 4-byte alignment (any element address is fine); comparisons
+give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit lanes are vector ops (`vectorize` does the
+rest lane by lane)."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
@@ -35,10 +44,40 @@ static unsigned short tg_f2h(float f) {
   return (unsigned short)(s | r);
 }
 """
+SIMD_PRELUDE = """#ifndef TG_KERNEL
+#define TG_KERNEL
+#endif
+#if !defined(TG_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#define TG_SIMD 1
+#else
+#define TG_SIMD 0
+#endif
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif"""
+_VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32"}
+_VEC_C = {"f32": "float", "i32": "int", "u32": "unsigned int"}
+_CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+
+
+def vector_type(d: DType) -> str:
+  """The C name of a 32-bit-lane vector type (bool vectors are masks of int32)."""
+  return f"tg_{_VEC_NAMES[d.scalar]}x{d.count}"
+
+
+def _typedefs(kind: str, lanes: int) -> str:
+  c, size = _VEC_C[kind], 4 * lanes
+  return (f"#if TG_SIMD\ntypedef {c} tg_{kind}x{lanes} __attribute__((vector_size({size})));\n"
+          f"typedef {c} tg_{kind}x{lanes}u __attribute__((vector_size({size}), aligned(4), __may_alias__));\n#endif")
 
 
 class CRenderer(CStyleRenderer):
-  target = "c"
+  language = "c"
+  kernel_prefix = "TG_KERNEL "
+  vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.WHERE, Ops.CMPLT,
+                          Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP})
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -48,9 +87,55 @@ class CRenderer(CStyleRenderer):
               for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
 
   def prefix(self, program: list[UOp]) -> list[str]:
-    out = ["#include <math.h>", "#include <string.h>"]
+    out = ["#include <math.h>", "#include <string.h>", SIMD_PRELUDE]
     if any(u.dtype == dtypes.float16 for u in program): out.append(HALF_HELPERS)
+    vecs = sorted({(_VEC_NAMES[d.scalar], d.count) for u in program for d in (u.dtype, *(s.dtype for s in u.src))
+                   if d.count > 1})
+    out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     return out
+
+  # ---- vectors ----
+  def render_vector(self, lanes: list[str], d: DType) -> str:
+    if d.scalar.is_bool: lanes = [f"-({x})" for x in lanes]
+    return f"(({vector_type(d)}){{{', '.join(lanes)}}})"
+
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
+    return f"(*(const {vector_type(d)}u *)({buf} + ({idx})))"
+
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"*({vector_type(d)}u *)({buf} + ({idx})) = {val};"
+
+  def render_gated_load(self, gate: str, load: str, d: DType) -> str:
+    if d.count == 1: return super().render_gated_load(gate, load, d)
+    return f"(({gate})?{load}:{self.render_vector([self.render_const(0, d.scalar)] * d.count, d)})"
+
+  def render_vector_alu(self, u: UOp, s: list[str]) -> str:
+    d, src = u.dtype, u.src[0].dtype
+    if u.op in _CMP: return f"({s[0]}{_CMP[u.op]}{s[1]})"
+    if u.op is Ops.WHERE: return self._select(s[0], s[1], s[2], d)
+    if u.op is Ops.MAX:
+      if not d.scalar.is_float: return self._select(f"({s[0]}>{s[1]})", s[0], s[1], d)
+      return self._select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))", s[0], s[1], d)
+    if u.op is Ops.RECIP: return f"(1.0f/{s[0]})"
+    if u.op is Ops.NEG: return f"(-{s[0]})" if not d.scalar.is_bool else f"(~{s[0]})"
+    if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
+    if u.op is Ops.BITCAST: return f"(({vector_type(d)})({s[0]}))"
+    if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+    return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
+            Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})"}[u.op].format(*s)
+
+  def _select(self, mask: str, a: str, b: str, d: DType) -> str:
+    if d.scalar.is_int or d.scalar.is_bool: return f"(({mask}&{a})|(~{mask}&{b}))"
+    m = vector_type(d.scalar.vec(d.count)).replace("f32", "i32")
+    return f"(({vector_type(d)})(({mask}&(({m}){a}))|(~{mask}&(({m}){b}))))"
+
+  def _vector_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src.scalar == dst.scalar or (src.scalar in (dtypes.int32, dtypes.index) and dst.scalar in (dtypes.int32,
+                                                                                                   dtypes.index)):
+      return x
+    if dst.scalar.is_bool: return f"({x}!=0)" if not src.scalar.is_bool else x
+    if src.scalar.is_bool: x = f"(-{x})"
+    return f"__builtin_convertvector({x}, {vector_type(dst)})"
 
   def render_load(self, buf, idx, d):
     return f"tg_h2f({buf}[{idx}])" if d == dtypes.float16 else f"{buf}[{idx}]"
