@@ -1,7 +1,8 @@
 """`CompiledModel`: everything an artifact needs, for one target. Kernels (source, launch sizes), the call order
 with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
 from __future__ import annotations
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 import numpy as np
 from tgc.ir import UOp, DType
 from tgc.codegen.lower import lower, KernelProgram
@@ -77,14 +78,24 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   by_ast: dict[str, str] = {}
   calls_bufs: list[list[UOp]] = []
   calls: list[Call] = []
+  own = _own_weights(items, {b for _, b, _ in weights})
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
     if it.ast.key not in by_ast:
       kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
       opts = opts_for(it) if opts_for else None
-      kernels[kname] = lower(it.ast, target, opts, name=kname)
+      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
       by_ast[it.ast.key] = kname
     calls_bufs.append(list(it.bufs))
+  relaid: set[UOp] = set()
+  for it in items:                                 # weights stored in the order their kernel reads them
+    for pos, how in kernels[by_ast[it.ast.key]].relayouts.items():
+      if it.bufs[pos] in relaid: continue
+      relaid.add(it.bufs[pos])
+      b = buffers[index[it.bufs[pos]]]
+      data = how.apply(weight_data[b.name])
+      weight_data[b.name] = data
+      buffers[index[it.bufs[pos]]] = replace(b, shape=(data.size,), nbytes=data.nbytes)
   inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
@@ -93,3 +104,19 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   for it, bufs in zip(items, calls_bufs):
     calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)})
+
+
+def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
+  """Per kernel (AST key), the argument positions whose buffers are weights that nothing else reads (in every call
+  of the kernel), with their element counts: lowering may store those in the order the kernel reads them."""
+  uses: dict[UOp, set[tuple[str, int]]] = {}
+  for it in items:
+    for pos, b in enumerate(it.bufs): uses.setdefault(b, set()).add((it.ast.key, pos))
+  own: dict[str, dict[int, int]] = {}
+  refused: set[tuple[str, int]] = set()
+  for it in items:
+    for pos, b in enumerate(it.bufs):
+      mine = b in weights and not b.dtype.storage_only and uses[b] == {(it.ast.key, pos)}
+      if not mine: refused.add((it.ast.key, pos))
+      else: own.setdefault(it.ast.key, {})[pos] = math.prod(b.arg[1])
+  return {key: {p: n for p, n in ps.items() if (key, p) not in refused} for key, ps in own.items()}

@@ -4,13 +4,14 @@ everything a runtime or an artifact needs to launch it, as data (`KernelProgram`
 from __future__ import annotations
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
+from tgc.codegen.relayout import Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
@@ -34,6 +35,8 @@ class KernelProgram:
   ops: int                              # arithmetic ops per launch (estimate, for reports)
   params: tuple[KernelParam, ...] = ()  # the buffer parameters in signature order
   bytes: int = 0                        # bytes loaded and stored per launch (estimate, for reports)
+  # weight arguments stored in the order this kernel reads them: position -> how to build the new contents
+  relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -229,12 +232,17 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
 
 
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
-          name: str | None = None) -> KernelProgram:
+          name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
+  """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
+  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
   target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   renderer = get_renderer(target)
+  weights = weights or {}
   k = Kernel(ast)
-  if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target)
+  if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
+  relaid_ast, relayouts = relayout(k.ast, weights) if weights else (k.ast, {})
+  k = Kernel(relaid_ast, k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
   program, gsz, lsz = _program(k.ast, target, renderer, vectors)
@@ -250,7 +258,7 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)
   return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, nbufs, tuple(opts), ops * work_items,
-                       tuple(renderer.params(program)), nbytes * work_items)
+                       tuple(renderer.params(program)), nbytes * work_items, relayouts)
 
 
 def _c_sizes(ast: UOp):

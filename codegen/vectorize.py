@@ -69,9 +69,8 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   buf, idx, val, gate = st.src[0], st.src[1], st.src[2], st.src[3:]
   if val.dtype.count == 1 and not ctx.on_v(st): return None
-  if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate):
-    # the same address in every lane (a store that does not depend on v of a value that does): the last lane wins
-    return st.replace(src=(buf, idx, gep(val, ctx.lanes - 1)) + gate)
+  # a vector store (every output index depends on the output's VECTOR axis: one without it is already rewritten)
+  if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate): return None
   base = contiguous_base(idx, ctx.v)
   if base is not None and not any(ctx.on_v(g) for g in gate):
     return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)

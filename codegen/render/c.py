@@ -67,6 +67,23 @@ def vector_type(d: DType) -> str:
   return f"tg_{_VEC_NAMES[d.scalar]}x{d.count}"
 
 
+def _exp2_helper(lanes: int) -> str:
+  """2^x on float32 vectors: x = n + f (n an integer, |f| <= 1/2), 2^f by its Taylor polynomial of degree 7 (error
+  below 3e-9, under float rounding), 2^n as two exponent scalings so results down into the subnormal range get one
+  rounding; x is clamped to [-252, 254] (0 and inf beyond), NaN propagates."""
+  f, i = f"tg_f32x{lanes}", f"tg_i32x{lanes}"
+  coefs = ["1.525273380405984e-05f", "0.00015403530393381606f", "0.0013333558146428443f", "0.009618129107628477f",
+           "0.05550410866482158f", "0.2402265069591007f", "0.6931471805599453f", "1.0f"]
+  horner = f"p = r * {coefs[0]} + {coefs[1]};\n" + "".join(f"  p = p * r + {c};\n" for c in coefs[2:])
+  return (f"#if TG_SIMD\nstatic inline {f} tg_exp2_{f[3:]}({f} x) {{\n"
+          f"  const {f} lo = ({f}){{0}} - 252.0f, hi = ({f}){{0}} + 254.0f;\n  {f} n, r, p;\n  {i} m, k, k1;\n"
+          f"  m = x < lo; x = ({f})((m & ({i})lo) | (~m & ({i})x));\n"
+          f"  m = x > hi; x = ({f})((m & ({i})hi) | (~m & ({i})x));\n"
+          f"  n = (x + 12582912.0f) - 12582912.0f;\n  r = x - n;\n  {horner}"
+          f"  k = __builtin_convertvector(n, {i});\n  k1 = k >> 1;\n"
+          f"  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n}}\n#endif")
+
+
 def _typedefs(kind: str, lanes: int) -> str:
   c, size = _VEC_C[kind], 4 * lanes
   return (f"#if TG_SIMD\ntypedef {c} tg_{kind}x{lanes} __attribute__((vector_size({size})));\n"
@@ -77,7 +94,8 @@ class CRenderer(CStyleRenderer):
   language = "c"
   kernel_prefix = "TG_KERNEL "
   vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.WHERE, Ops.CMPLT,
-                          Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP})
+                          Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP,
+                          Ops.EXP2})
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -92,9 +110,12 @@ class CRenderer(CStyleRenderer):
     vecs = sorted({(_VEC_NAMES[d.scalar], d.count) for u in program for d in (u.dtype, *(s.dtype for s in u.src))
                    if d.count > 1})
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
+    out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     return out
 
   # ---- vectors ----
+  def type_name(self, d: DType) -> str: return vector_type(d) if d.count > 1 else self.types[d]
+
   def render_vector(self, lanes: list[str], d: DType) -> str:
     if d.scalar.is_bool: lanes = [f"-({x})" for x in lanes]
     return f"(({vector_type(d)}){{{', '.join(lanes)}}})"
@@ -117,6 +138,7 @@ class CRenderer(CStyleRenderer):
       if not d.scalar.is_float: return self._select(f"({s[0]}>{s[1]})", s[0], s[1], d)
       return self._select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))", s[0], s[1], d)
     if u.op is Ops.RECIP: return f"(1.0f/{s[0]})"
+    if u.op is Ops.EXP2: return f"tg_exp2_f32x{d.count}({s[0]})"
     if u.op is Ops.NEG: return f"(-{s[0]})" if not d.scalar.is_bool else f"(~{s[0]})"
     if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
     if u.op is Ops.BITCAST: return f"(({vector_type(d)})({s[0]}))"
