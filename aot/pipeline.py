@@ -117,7 +117,8 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                        len(cm.weights), _specs(cm.inputs), _specs(cm.outputs), files, time.perf_counter() - start)
 
 
-def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None, input_shapes: dict | None = None,
+def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
+                   input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0
                    ) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's

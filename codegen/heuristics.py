@@ -59,9 +59,9 @@ def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()
 
 # ---------------------------------------------------------------- CPUs
 def _vectorizable(k: Kernel) -> bool:
-  """SIMD lanes are 32-bit values: every load, store and computed value of the kernel (index math aside)."""
-  return all(n.dtype.scalar.itemsize == 4 or n.dtype.is_bool for n in k.ast.toposort()
-             if n.op not in (Ops.SINK, Ops.STORE, Ops.DEFINE_GLOBAL, Ops.RANGE) and n.dtype.scalar.name != "index")
+  """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them)."""
+  return all(n.dtype.itemsize == 4 or (n.dtype.is_bool and n.op not in (Ops.LOAD, Ops.DEFINE_GLOBAL))
+             for n in k.ast.toposort() if n.op not in (Ops.SINK, Ops.STORE))
 
 
 def _gather_share(k: Kernel, r: UOp, constant: frozenset) -> float:

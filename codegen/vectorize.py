@@ -35,7 +35,8 @@ class VectorCtx:
   def vec(self, u: UOp) -> UOp:
     """`u` as a vector: itself if it is one, its lanes if it depends on v, else broadcast."""
     if u.dtype.count > 1: return u
-    if self.on_v(u): return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), tuple(self.lane(u, i) for i in range(self.lanes)))
+    if self.on_v(u):
+      return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), tuple(self.lane(u, i) for i in range(self.lanes)))
     return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), (u,))
 
 

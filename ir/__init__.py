@@ -5,5 +5,5 @@ from tgc.ir.axis import AxisType, RangeArg
 from tgc.ir.uop import UOp
 from tgc.ir.pattern import UPat, PatternMatcher, graph_rewrite, substitute, RewriteLoopError
 
-__all__ = ["DType", "dtypes", "promote", "least_upper_float", "Ops", "GroupOp", "AxisType", "RangeArg", "UOp", "UPat", "PatternMatcher",
-           "graph_rewrite", "substitute", "RewriteLoopError"]
+__all__ = ["DType", "dtypes", "promote", "least_upper_float", "Ops", "GroupOp", "AxisType", "RangeArg", "UOp", "UPat",
+           "PatternMatcher", "graph_rewrite", "substitute", "RewriteLoopError"]

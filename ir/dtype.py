@@ -16,7 +16,8 @@ class DType:
   bits: int = 0          # bits per element (packed types hold 8//bits elements per byte)
   count: int = 1         # lanes: 1 for scalars
 
-  def __repr__(self): return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar.name}.vec({self.count})"
+  def __repr__(self):
+    return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar.name}.vec({self.count})"
   def vec(self, n: int) -> DType:
     """The vector of `n` lanes of this scalar type (n == 1: the scalar itself)."""
     if self.count != 1: raise ValueError(f"{self!r} is already a vector")
