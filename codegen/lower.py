@@ -35,6 +35,8 @@ class KernelProgram:
   ops: int                              # arithmetic ops per launch (estimate, for reports)
   params: tuple[KernelParam, ...] = ()  # the buffer parameters in signature order
   bytes: int = 0                        # bytes loaded and stored per launch (estimate, for reports)
+  shared_bytes: int = 0                 # workgroup memory per work-group
+  features: tuple[str, ...] = ()        # device features the kernel needs (e.g. "shader-f16", "cl_khr_fp64")
   # weight arguments stored in the order this kernel reads them: position -> how to build the new contents
   relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -247,9 +249,9 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
                                               for n in k.ast.toposort())
   program, gsz, lsz = _program(k.ast, target, renderer, vectors)
   name = name or _default_name(ast, gsz)
-  function = renderer.render(name, program, lsz)
-  prefix = list(renderer.prefix(program))
-  if vectors:   # the same kernel in plain C for compilers without vector extensions
+  rendered = renderer.render_kernel(name, program, lsz)
+  function, prefix = rendered.function, list(rendered.prefix)
+  if vectors and not target.has_workgroups:   # the same kernel in plain C for compilers without vector extensions
     scalar, _, _ = _program(k.ast, target, renderer, False)
     function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
     prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
@@ -258,7 +260,7 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)
   return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, nbufs, tuple(opts), ops * work_items,
-                       tuple(renderer.params(program)), nbytes * work_items, relayouts)
+                       rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features, relayouts)
 
 
 def _c_sizes(ast: UOp):

@@ -7,17 +7,16 @@ out), `model.h` (plain C: no CUDA header needed to use it), `main.c` (the .npy e
 
 The host part of model.cu sits inside `#if !defined(__CUDACC_RTC__) && !defined(TGC_KERNELS_ONLY)`, so NVRTC
 (the Python runtime, runtimes/artifact_cuda.py) compiles the same file as kernels only. The launches are generated
-here, one statement per call with each argument cast to the exact parameter type of the rendered signature
-(`data<i>` parameters; a parameter the renderer dropped is not passed), so the compiler checks them. Tensor tables
+here, one statement per call with each argument cast to the exact parameter type the renderer reports
+(`KernelProgram.params`; a parameter the renderer dropped is not passed), so the compiler checks them. Tensor tables
 and header documentation are the C bundle's; model names reach the sources only through `comment` and `c_string`."""
 from __future__ import annotations
-import re
 
 from tgc.codegen.compiled import CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.target import Target
-from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_parts,
-                        write_bundle)
+from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_params,
+                        kernel_parts, write_bundle)
 from tgc.emit.c_literals import c_bytes, c_string
 from tgc.emit.common import fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
@@ -25,25 +24,8 @@ from tgc.emit.weights import WeightsFile
 SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile")
 DEFAULT_ARCH = "sm_80"
 KERNELS_ONLY_MACRO = "TGC_KERNELS_ONLY"
-PARAM = re.compile(r"^((?:const\s+)?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:__restrict__\s+)?data(\d+)$")
-SIGNATURE = re.compile(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
-                       r'([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$', re.S)
 _CUDA = Target.make("cuda")
 BLOCK_LIMITS, MAX_THREADS, GRID_LIMITS = _CUDA.max_local_size, _CUDA.max_local_items, _CUDA.max_groups_per_dim
-
-
-def kernel_params(k: KernelProgram) -> list[Param]:
-  """The parameters of a rendered CUDA kernel, in signature order; each must be a pointer `data<i>`."""
-  head = k.function.split("{", 1)[0].strip()
-  match = SIGNATURE.match(head)
-  if match is None or match.group(1) != k.name:
-    raise ValueError(f"kernel {k.name}: unexpected CUDA signature {head!r}")
-  params = []
-  for text in (p.strip() for p in match.group(2).split(",") if p.strip()):
-    m = PARAM.match(text)
-    if m is None: raise ValueError(f"kernel {k.name}: parameter {text!r} is not a pointer data<i>")
-    params.append(Param(int(m.group(2)), " ".join(m.group(1).split())))
-  return params
 
 
 def launch_dims(k: KernelProgram) -> tuple[list[int], list[int]]:
@@ -107,7 +89,7 @@ def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   files = {name: fill(read_template("cuda", f"{name}.tmpl"), values, f"templates/cuda/{name}.tmpl").encode("utf-8")
            for name in SOURCE_FILES}
   files[WEIGHTS_FILE] = weights.data
-  half = any("cuda_fp16.h" in line for k in cm.kernels.values() for line in k.prefix)
+  half = any("cuda_fp16" in k.features for k in cm.kernels.values())
   info = {"source": "model.cu", "kernel_source": "model.cu", "cuda_api": "runtime", "default_arch": DEFAULT_ARCH,
           "link_libraries": ["cudart"], "kernels_only_macro": KERNELS_ONLY_MACRO,
           "headers": ["cuda_fp16.h"] if half else [], "weights_check": "sha256 of the weights file (its device copy)",

@@ -8,17 +8,15 @@ Foundation), `weights.safetensors` and `manifest.json`.
 
 The host code in templates/metal is generic; what is model-specific reaches it as tables generated here (the
 kernels, each launch's threadgroups and its buffers with binding index and byte offset, weight tensors with their
-CRC-32). Kernel parameters are read from the rendered signatures (`device` pointers `data<i> [[buffer(i)]]`, in
+CRC-32). Kernel parameters are the renderer's (`KernelProgram.params`: `device` pointers `data<i> [[buffer(i)]]`, in
 order; a parameter the renderer dropped is not bound). `launches` is the same plan as data: the Python runner
 (runtimes/artifact_metal.py) reads it from the manifest. The tensor tables, header documentation, kernel source
 strings and launch checks are the C and OpenCL bundles'."""
 from __future__ import annotations
-import re
 
 from tgc.codegen.compiled import CompiledModel
-from tgc.codegen.lower import KernelProgram
-from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
-                        write_bundle)
+from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
+                        weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import fill, read_template
 from tgc.emit.opencl import _launch, source_strings
@@ -26,27 +24,6 @@ from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.metal", "model.h", "model.m", "main.c", "Makefile")
 ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_ARENA"}
-PARAM = re.compile(r"^(const\s+)?device\s+([A-Za-z_][A-Za-z0-9_]*)\s*\*\s*data(\d+)\s*\[\[buffer\((\d+)\)\]\]$")
-THREAD_IDS = {"uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"}
-
-
-def kernel_params(k: KernelProgram) -> list[Param]:
-  """The buffer parameters of a rendered Metal kernel, in signature order: `device` pointers `data<i>` bound at
-  `[[buffer(i)]]` (the thread position parameters are skipped)."""
-  head = k.function.split("{", 1)[0]
-  match = re.search(rf"\bvoid {re.escape(k.name)}\((.*)\)\s*$", head, re.S)
-  if not head.lstrip().startswith("kernel void ") or match is None:
-    raise ValueError(f"kernel {k.name}: unexpected Metal signature {head.strip()!r}")
-  params = []
-  for text in (" ".join(p.split()) for p in match.group(1).split(",") if p.strip()):
-    if text in THREAD_IDS: continue
-    m = PARAM.match(text)
-    if m is None or m.group(3) != m.group(4):
-      raise ValueError(f"kernel {k.name}: parameter {text!r} is not a device buffer data<i> [[buffer(i)]]")
-    params.append(Param(int(m.group(3)), ("const " if m.group(1) else "") + m.group(2)))
-  return params
-
-
 def kernel_source(cm: CompiledModel) -> str:
   """The text of model.metal: each prefix line once (first use order), then the kernels."""
   return kernel_file(cm, "metal")

@@ -7,38 +7,23 @@ inputs in, launches the kernels in order and copies the outputs out), `main.c` (
 
 The host code in templates/opencl is generic; what is model-specific reaches it as tables generated here (each
 launch's kernel, sizes and argument buffers; weight tensors with their CRC-32; arena slots). Kernel arguments are
-read from the rendered signatures (`__global` `data<i>` parameters, in order; a parameter the renderer dropped is
-not bound). The tensor tables and header documentation are the C bundle's, so both APIs describe tensors alike."""
+the renderer's parameters (`KernelProgram.params`, in signature order; a parameter the renderer dropped is not
+bound), extensions its `features`. The tensor tables and header documentation are the C bundle's, so both APIs
+describe tensors alike."""
 from __future__ import annotations
-import re
 
 from tgc.codegen.compiled import CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import plan_slots
-from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
-                        write_bundle)
+from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
+                        weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import fill, read_template
 from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
 ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_SLOT"}
-PARAM = re.compile(r"^__global\s+((?:const\s+)?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:restrict\s+)?data(\d+)$")
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
-
-
-def kernel_params(k: KernelProgram) -> list[Param]:
-  """The parameters of a rendered OpenCL kernel, in signature order; each must be a `__global` buffer `data<i>`."""
-  head = k.function.split("{", 1)[0]
-  match = re.search(rf"\bvoid {re.escape(k.name)}\((.*)\)\s*$", head, re.S)
-  if not head.lstrip().startswith("__kernel") or match is None:
-    raise ValueError(f"kernel {k.name}: unexpected OpenCL signature {head.strip()!r}")
-  params = []
-  for text in (p.strip() for p in match.group(1).split(",") if p.strip()):
-    m = PARAM.match(text)
-    if m is None: raise ValueError(f"kernel {k.name}: parameter {text!r} is not a __global buffer data<i>")
-    params.append(Param(int(m.group(2)), m.group(1).strip()))
-  return params
 
 
 def kernel_source(cm: CompiledModel) -> str:
@@ -104,9 +89,9 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   for name in SOURCE_FILES[1:]:
     files[name] = fill(read_template("opencl", f"{name}.tmpl"), values, f"templates/opencl/{name}.tmpl").encode()
   files[WEIGHTS_FILE] = weights.data
-  fp64 = any("cl_khr_fp64" in line for k in cm.kernels.values() for line in k.prefix)
+  extensions = sorted({f for k in cm.kernels.values() for f in k.features})
   info = {"source": "model.c", "c_standard": "c99", "kernel_source": "model.cl", "kernel_source_embedded": True,
-          "opencl_version": "1.2", "link_libraries": ["OpenCL"], "extensions": ["cl_khr_fp64"] if fp64 else [],
+          "opencl_version": "1.2", "link_libraries": ["OpenCL"], "extensions": extensions,
           "weights_check": "crc32 per tensor", "slot_buffers": buffer_bytes,
           "arena_placement": "sub-buffers of one arena buffer when CL_DEVICE_MEM_BASE_ADDR_ALIGN divides every slot "
                              "offset, else the slot_buffers (whole buffers shared by slots of disjoint lifetimes)"}

@@ -23,14 +23,12 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 
 import numpy as np
 
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import plan_slots
-from tgc.codegen.render.wgsl import wgsl_bindings, wgsl_workgroup_sizes
 from tgc.emit.c import bundle_start, write_bundle
 from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
 from tgc.emit.manifest import build_manifest
@@ -50,8 +48,6 @@ DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBinding
                   "maxComputeInvocationsPerWorkgroup": 256, "maxComputeWorkgroupSizeX": 256,
                   "maxComputeWorkgroupSizeY": 256, "maxComputeWorkgroupSizeZ": 64,
                   "maxComputeWorkgroupStorageSize": 16384}
-_WORKGROUP_VAR = re.compile(r"^var<workgroup>\s+\w+\s*:\s*array<(\w+),\s*(\d+)>;", re.MULTILINE)
-_WGSL_BYTES = {"f16": 2}
 PRETTY_WIDTH = 116
 
 
@@ -77,8 +73,9 @@ def _launch(k: KernelProgram) -> list[int]:
   return [g // s for g, s in zip(glob, loc)]
 
 
-def _workgroup_bytes(k: KernelProgram) -> int:
-  return sum(_WGSL_BYTES.get(t, 4) * int(n) for t, n in _WORKGROUP_VAR.findall(k.src))
+def bindings(k: KernelProgram) -> list[list]:
+  """A kernel's storage bindings as the plan lists them: [binding index, read-only, atomic (zero it first)]."""
+  return [[p.index, not p.mutable, p.atomic] for p in k.params]
 
 
 def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
@@ -114,13 +111,8 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
   kernels: list[dict] = []
   kernel_index: dict[str, int] = {}
   for name, k in cm.kernels.items():
-    sizes = wgsl_workgroup_sizes(k.src)
-    if name not in sizes: raise ValueError(f"kernel {name}: the WGSL has no compute entry point named {name}")
-    if sizes[name] != tuple(k.local_size):
-      raise ValueError(f"kernel {name}: @workgroup_size{sizes[name]} differs from its local size {k.local_size}")
     kernel_index[name] = len(kernels)
-    kernels.append({"name": name, "workgroupSize": list(sizes[name]),
-                    "bindings": [[b.index, b.read_only, b.atomic] for b in wgsl_bindings(k.src)],
+    kernels.append({"name": name, "workgroupSize": [int(s) for s in k.local_size], "bindings": bindings(k),
                     "wgsl": k.src.rstrip("\n").split("\n")})
   calls = []
   for c in cm.calls:
@@ -138,7 +130,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind("weight")],
           "buffers": buffers, "kernels": kernels, "calls": calls,
-          "features": sorted({"shader-f16" for k in cm.kernels.values() if "enable f16;" in k.prefix}),
+          "features": sorted({f for k in cm.kernels.values() for f in k.features}),
           "limits": (limits := required_limits(cm, buffers, kernels, calls)),
           "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
 
@@ -150,7 +142,7 @@ def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict],
           "maxBufferSize": max([b["size"] for b in buffers] + [0]),
           "maxComputeWorkgroupsPerDimension": max([n for c in calls for n in c["workgroups"]] + [0]),
           "maxComputeInvocationsPerWorkgroup": max([math.prod(k["workgroupSize"]) for k in kernels] + [0]),
-          "maxComputeWorkgroupStorageSize": max([_workgroup_bytes(k) for k in cm.kernels.values()] + [0])}
+          "maxComputeWorkgroupStorageSize": max([k.shared_bytes for k in cm.kernels.values()] + [0])}
   for axis, dim in zip("XYZ", range(3)):
     need[f"maxComputeWorkgroupSize{axis}"] = max([k["workgroupSize"][dim] for k in kernels] + [0])
   return {name: need[name] for name in DEFAULT_LIMITS}
@@ -218,8 +210,8 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   kernel_args = {}
   for name, k in cm.kernels.items():
     call = next(c for c in cm.calls if c.kernel == name)
-    kernel_args[name] = [{"index": b.index, "dtype": numpy_name(cm.buffers[call.buffers[b.index]].dtype),
-                          "mutable": not b.read_only} for b in wgsl_bindings(k.src)]
+    kernel_args[name] = [{"index": p.index, "dtype": numpy_name(cm.buffers[call.buffers[p.index]].dtype),
+                          "mutable": p.mutable} for p in k.params]
   info = {"module": "model.js", "types": "model.d.ts", "demo": "index.html", "api": "load(weights, {device})",
           "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
           "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],

@@ -99,7 +99,7 @@ def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
     prg = lower(ast, device, opts)
     if config.debug >= 3: print(f"--- {prg.name} opts={list(prg.opts)}\n{ast!r}")
     if config.debug >= 4: print(prg.src)
-    _kernel_cache[key] = (prg, _runtime(device).compile(prg.src, prg.name))
+    _kernel_cache[key] = (prg, _runtime(device).load(prg))
   return _kernel_cache[key]
 
 

@@ -21,7 +21,8 @@ import re
 import numpy as np
 
 from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
-from tgc.runtimes.base import RuntimeUnavailable
+from tgc.codegen.render.wgsl import Binding
+from tgc.runtimes.base import CompileError, RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
 PLAN_FORMAT = 1
@@ -114,12 +115,12 @@ class WebGPUArtifact(Artifact):
       device.queue.write_buffer(self._buffers[w["buffer"]], 0, self._device_bytes(w, raw, f"weight {w['name']!r}"))
     self._programs = []
     for k in self.plan["kernels"]:
-      prg = rt.compile("\n".join(k["wgsl"]), k["name"])
-      declared = [[b.index, b.read_only, b.atomic] for b in prg.bindings]
-      if declared != k["bindings"]:
-        raise ArtifactError(f"{self.folder}/model.js: kernel {k['name']}: the plan's bindings {k['bindings']} differ "
-                            f"from the WGSL's {declared}")
-      self._programs.append(prg)
+      bindings = [Binding(int(i), f"data{i}", bool(read_only), bool(atomic), "") for i, read_only, atomic in k["bindings"]]
+      try:
+        self._programs.append(rt.compile("\n".join(k["wgsl"]), k["name"], bindings, tuple(k["workgroupSize"])))
+      except CompileError as error:
+        raise ArtifactError(f"{self.folder}/model.js: kernel {k['name']} does not compile with the plan's bindings "
+                            f"{k['bindings']} and work-group size {k['workgroupSize']}: {error}") from None
     self._calls = []
     for c in self.plan["calls"]:
       prg = self._programs[c["kernel"]]

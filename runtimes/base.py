@@ -105,6 +105,11 @@ class Runtime:
   def compile(self, src: str, name: str) -> Program:
     raise NotImplementedError
 
+  def load(self, prg) -> Program:
+    """The program of a lowered kernel (a `codegen.lower.KernelProgram`); runtimes that need the facts the renderer
+    reports as data (WebGPU: bindings and work-group size) take them from it."""
+    return self.compile(prg.src, prg.name)
+
   def synchronize(self) -> None:
     raise NotImplementedError
 

@@ -16,7 +16,7 @@ def kernel_timer(rt: Runtime, buffer_nbytes: list[int], runs: int = 3) -> Callab
     bufs.append(b)
 
   def timer(prg: KernelProgram) -> float:
-    fn = rt.compile(prg.src, prg.name)
+    fn = rt.load(prg)
     fn(*bufs, global_size=prg.global_size, local_size=prg.local_size, wait=True)
     return min(fn(*bufs, global_size=prg.global_size, local_size=prg.local_size, wait=True) for _ in range(runs))
   return timer

@@ -7,7 +7,10 @@ work-groups per dimension, 16 KiB of work-group memory) but the adapter's buffer
 Buffers are STORAGE | COPY_SRC | COPY_DST GPUBuffers of `nbytes` rounded up to 4 bytes (at least 4).
 
 Programs are WGSL modules rendered by `codegen.render.wgsl`: the kernel's argument i is `@binding(i)` of group 0;
-only the bindings the module declares are bound (a kernel may not use all its arguments). Bad WGSL raises
+only the bindings the module declares are bound (a kernel may not use all its arguments). What the module declares
+comes as data, never from parsing its source: `load(program)` takes a lowered `KernelProgram` (its `params` are the
+bindings, its `local_size` the @workgroup_size), `compile(src, name, bindings, workgroup_size)` takes them given
+(`Binding`s; an artifact's plan holds them). Bad WGSL, or bindings the module does not declare as given, raise
 CompileError with naga's message.
 
 Launch convention (as OpenCL): `global_size` is the total number of invocations per dimension (work-groups times
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tgc.codegen.render.wgsl import Binding, wgsl_bindings, wgsl_workgroup_sizes
+from tgc.codegen.render.wgsl import Binding
 from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 try:
@@ -50,6 +53,11 @@ BROWSER_LIMITS = {"max-storage-buffers-per-shader-stage": 8, "max-compute-invoca
 def _round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
 
 
+def bindings_of(params) -> list[Binding]:
+  """The storage bindings of a rendered WGSL kernel, from its `KernelProgram.params`."""
+  return [Binding(p.index, f"data{p.index}", not p.mutable, p.atomic, p.spelled) for p in params]
+
+
 def _private_runtime_dir() -> None:
   """Vulkan loaders warn without XDG_RUNTIME_DIR; give them a private (mode 700) one when it is unset."""
   if not os.environ.get("XDG_RUNTIME_DIR"):
@@ -69,13 +77,11 @@ class WebGPUBuffer(Buffer):
 class WebGPUProgram(Program):
   """One compute entry point of a WGSL module, with an explicit bind-group layout built from its bindings."""
 
-  def __init__(self, runtime: "WebGPURuntime", name: str, src: str):
+  def __init__(self, runtime: "WebGPURuntime", name: str, src: str, bindings: list[Binding],
+               workgroup_size: tuple[int, ...]):
     super().__init__(runtime, name)
-    sizes = wgsl_workgroup_sizes(src)
-    if name not in sizes:
-      raise CompileError(runtime.name, name, f"the source does not define a compute entry point named '{name}'")
-    self.workgroup_size: tuple[int, int, int] = sizes[name]
-    self.bindings: list[Binding] = wgsl_bindings(src)
+    self.workgroup_size: tuple[int, int, int] = tuple(int(s) for s in workgroup_size) + (1,) * (3 - len(workgroup_size))
+    self.bindings: list[Binding] = sorted(bindings, key=lambda b: b.index)
     self.zero_outputs: tuple[int, ...] = tuple(b.index for b in self.bindings if b.atomic)
     device = runtime.device
     try:
@@ -213,7 +219,16 @@ class WebGPURuntime(Runtime):
         self._work_done_works = False
     self.device.queue.read_buffer(self._sync_buffer, 0, 4)
 
-  def compile(self, src: str, name: str) -> WebGPUProgram:
-    key = (hashlib.sha256(src.encode()).hexdigest(), name)
-    if key not in self.programs: self.programs[key] = WebGPUProgram(self, name, src)
+  def compile(self, src: str, name: str, bindings: list[Binding] | None = None,
+              workgroup_size: tuple[int, ...] | None = None) -> WebGPUProgram:
+    """The entry point `name` of the WGSL module `src`, whose storage bindings and @workgroup_size are given."""
+    if bindings is None or workgroup_size is None:
+      raise CompileError(self.name, name, "a WGSL program needs its bindings and work-group size as data: use "
+                                          "load(KernelProgram) or pass bindings= and workgroup_size=")
+    key = (hashlib.sha256(src.encode()).hexdigest(), name, tuple(bindings), tuple(workgroup_size))
+    if key not in self.programs: self.programs[key] = WebGPUProgram(self, name, src, bindings, workgroup_size)
     return self.programs[key]
+
+  def load(self, prg) -> WebGPUProgram:
+    """The program of a lowered kernel: bindings from its params, work-group size from its local size."""
+    return self.compile(prg.src, prg.name, bindings_of(prg.params), prg.local_size)

@@ -1,7 +1,8 @@
 """The C-style renderer base: walks a linearized kernel and prints it. Subclasses only change data: type names,
 how arguments and indices are spelled, and the few ops whose spelling differs. A renderer is made for a `Target`
-(`target.renderer()`), which holds the limits and options it checks and spells; it returns the kernel function and,
-as data, what callers need to know about it (`params`)."""
+(`target.renderer()`), which holds the limits and options it checks and spells. `render_kernel` returns the kernel
+function and, as data, what callers need to know about it (`RenderedKernel`: the lines it needs before it, its
+parameters, workgroup memory bytes, device features), so that artifact writers and runtimes never parse source."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass
@@ -17,6 +18,18 @@ class KernelParam:
   dtype: DType
   mutable: bool
   spelled: str
+  atomic: bool = False     # WGSL: bound as array<atomic<u32>> (packed output, zeroed before each launch)
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+  """What rendering one kernel gives: the function, the lines it needs before it (includes, helpers, WGSL module
+  declarations), its buffer parameters, workgroup memory per work-group and the device features it needs."""
+  function: str
+  prefix: tuple[str, ...]
+  params: tuple[KernelParam, ...]
+  shared_bytes: int = 0
+  features: tuple[str, ...] = ()
 
 # op -> format over rendered sources; the same in every C-family language
 BASE_OPS = {
@@ -53,6 +66,9 @@ class CStyleRenderer:
     return self.storage_types.get(d, self.type_name(d))
   def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg: RangeArg with its launch dimension
   def prefix(self, program: list[UOp]) -> list[str]: return []
+  def features(self, program: list[UOp]) -> tuple[str, ...]:
+    """Device features the kernel needs (OpenCL extensions, WebGPU features, CUDA headers), sorted."""
+    return ()
   def fn(self, op: Ops, d: DType) -> str: return self.math_fns[(op, d)]
   def prepare(self, ast: UOp) -> UOp:
     """Target-specific graph rewrites of a kernel after launch dimensions are assigned, before linearizing."""
@@ -99,6 +115,7 @@ class CStyleRenderer:
   def render_vector_load(self, buf: str, idx: str, d: DType) -> str: raise NotImplementedError
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str: raise NotImplementedError
   def render_vector_alu(self, u: UOp, s: list[str]) -> str: raise NotImplementedError
+  def render_gep(self, x: str, i: int, d: DType) -> str: return f"{x}[{i}]"
 
   def render_alu(self, u: UOp, s: list[str]) -> str:
     d = u.src[0].dtype
@@ -136,6 +153,12 @@ class CStyleRenderer:
     return f"{self.kernel_prefix}void {name}({', '.join(args)})"
 
   # ---- the walk ----
+  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> RenderedKernel:
+    """The kernel and what callers need to know about it, as data."""
+    function = self.render(name, program, local_size)
+    return RenderedKernel(function, tuple(self.prefix(program)), tuple(self.params(program)), shared_bytes(program),
+                          self.features(program))
+
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
     """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it."""
     names: dict[UOp, str] = {}
@@ -155,6 +178,8 @@ class CStyleRenderer:
     bufs = _buffers(program)
     args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs]
     for b in bufs: names[b] = f"data{b.arg[0]}"
+    # workgroup memory is declared at the kernel's outermost scope (OpenCL and Metal require it), before anything else
+    program = [u for u in program if u.op is Ops.DEFINE_LOCAL] + [u for u in program if u.op is not Ops.DEFINE_LOCAL]
     for u in program:
       pad = "  " * depth
       if u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype); continue
@@ -198,16 +223,18 @@ class CStyleRenderer:
         buf, idx, val = u.src[:3]
         st = self.render_store(r(buf), r(idx), r(val), buf.dtype) if val.dtype.count == 1 else \
           self.render_vector_store(r(buf), r(idx), r(val), val.dtype)
-        lines.append(f"{pad}{self.render_if(r(u.src[3]), st)}" if len(u.src) > 3 else f"{pad}{st}")
+        gate = store_gate(u)
+        lines.append(f"{pad}{self.render_if(r(gate), st)}" if gate is not None else f"{pad}{st}")
         continue
       if u.op is Ops.LOAD:
         buf, idx = u.src[:2]
         ld = self.render_load(r(buf), r(idx), buf.dtype) if u.dtype.count == 1 else \
           self.render_vector_load(r(buf), r(idx), u.dtype)
-        expr = self.render_gated_load(r(u.src[2]), ld, u.dtype) if len(u.src) > 2 else ld
+        gate = load_gate(u)
+        expr = self.render_gated_load(r(gate), ld, u.dtype) if gate is not None else ld
       elif u.op is Ops.VECTORIZE:
         expr = self.render_vector([r(s) for s in u.src] * (u.dtype.count if len(u.src) == 1 else 1), u.dtype)
-      elif u.op is Ops.GEP: expr = f"{r(u.src[0])}[{u.arg}]"
+      elif u.op is Ops.GEP: expr = self.render_gep(r(u.src[0]), u.arg, u.src[0].dtype)
       elif u.dtype.count > 1 or any(s.dtype.count > 1 for s in u.src):
         expr = self.render_vector_alu(u, [r(s) for s in u.src])
       elif u.op is Ops.CAST: expr = self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
@@ -227,6 +254,21 @@ class CStyleRenderer:
 
 _RANGE_NAMES = {AxisType.GLOBAL: "gidx", AxisType.LOCAL: "lidx", AxisType.GROUP: "lidx"}
 _GRID = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP)
+
+
+def load_gate(u: UOp) -> UOp | None:
+  """The validity gate of a LOAD (src[2]); a BARRIER there only orders a workgroup-memory read after it."""
+  return u.src[2] if len(u.src) > 2 and u.src[2].op is not Ops.BARRIER else None
+
+
+def store_gate(u: UOp) -> UOp | None:
+  """The validity gate of a STORE (src[3]); a BARRIER there only orders a workgroup-memory write after it."""
+  return u.src[3] if len(u.src) > 3 and u.src[3].op is not Ops.BARRIER else None
+
+
+def shared_bytes(program: list[UOp]) -> int:
+  """Workgroup memory the kernel declares, in bytes."""
+  return sum(u.dtype.itemsize * u.arg[1] for u in program if u.op is Ops.DEFINE_LOCAL)
 
 
 def _buffers(program: list[UOp]) -> list[UOp]:

@@ -59,9 +59,13 @@ class CUDARenderer(CStyleRenderer):
   def grid_index(self, r: UOp) -> str:
     return f"{'blockIdx' if r.arg.kind is AxisType.GLOBAL else 'threadIdx'}.{'xyz'[r.arg.dim]}"
 
+  def features(self, program):
+    """"cuda_fp16": the kernel needs cuda_fp16.h (NVRTC finds it in the CUDA include folder)."""
+    used = {u.dtype.scalar for u in program} | {s.dtype.scalar for u in program for s in u.src}
+    return ("cuda_fp16",) if dtypes.float16 in used else ()
+
   def prefix(self, program):
-    used = {u.dtype for u in program} | {s.dtype for u in program for s in u.src}
-    out = ["#include <cuda_fp16.h>"] if dtypes.float16 in used else []
+    out = ["#include <cuda_fp16.h>"] if "cuda_fp16" in self.features(program) else []
     if any(u.op is Ops.BITCAST and (u.src[0].dtype, u.dtype) not in _BITCASTS and
            not (u.src[0].dtype.is_int and u.dtype.is_int) for u in program):
       out.append(BITCAST_HELPER)

@@ -74,6 +74,4 @@ class MetalRenderer(CStyleRenderer):
       for n in (u, *u.src):
         if n.dtype == dtypes.float64:
           raise ValueError(f"metal: float64 is not supported (Metal has no double): kernel {name}, {n.op.name}")
-    # threadgroup memory must be declared at kernel function scope: declare it first
-    locals_ = [u for u in program if u.op is Ops.DEFINE_LOCAL]
-    return super().render(name, locals_ + [u for u in program if u.op is not Ops.DEFINE_LOCAL], local_size)
+    return super().render(name, program, local_size)   # threadgroup memory is declared first (cstyle)

@@ -27,8 +27,10 @@ class OpenCLRenderer(CStyleRenderer):
     return f"get_{'group' if r.arg.kind is AxisType.GLOBAL else 'local'}_id({r.arg.dim})"   # local, group: work-items
 
   def prefix(self, program):
-    if any(u.dtype == dtypes.float64 for u in program): return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"]
-    return []
+    return [f"#pragma OPENCL EXTENSION {ext} : enable" for ext in self.features(program)]
+
+  def features(self, program):
+    return ("cl_khr_fp64",) if any(u.dtype.scalar == dtypes.float64 for u in program) else ()
 
   def kernel_signature(self, name, args, local_size):
     attr = f"__attribute__((reqd_work_group_size({local_size[0]}, {local_size[1]}, {local_size[2]}))) "

@@ -3,8 +3,10 @@ work-group arrays and the helper functions it needs are declared at module scope
 `@compute @workgroup_size(x, y, z) fn <name>(@builtin(workgroup_id) gid, @builtin(local_invocation_id) lid)`.
 
 Bindings: argument i of the kernel is `@group(0) @binding(i) var<storage, ...> data{i}`; only the buffers the
-kernel uses are declared (`wgsl_bindings(src)` lists them for runtimes and loaders). Buffers the kernel only reads
-are `read`, the ones it stores to `read_write`.
+kernel uses are declared, and `render_kernel` reports them as data (`KernelParam`s: index, read_write, element type,
+atomic) with the module-scope declarations and features, for runtimes and loaders. Buffers the kernel only reads
+are `read`, the ones it stores to `read_write`. The renderer keeps no state between calls: the facts of one kernel
+live on a copy made for that call.
 
 Types: no 64-bit types. int64/uint64 are rendered as i32/u32 (storage and compute) only with `narrow_int64=True`;
 otherwise rendering names the offending buffer in a ValueError (storing int64 tensors as 32-bit words is the
@@ -39,12 +41,12 @@ launch dimension (lowering splits wider ranges over free dimensions first). Viol
 the kernel."""
 from __future__ import annotations
 import math
-import re
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
 import numpy as np
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify
-from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS
+from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes
 from tgc.codegen.target import Target
 
 U32 = dtypes.uint32
@@ -137,30 +139,30 @@ fn tg_f2h(f: f32) -> u32 {
 }
 
 
+@dataclass
+class _KernelFacts:
+  """What rendering one kernel needs to know about its buffers, and the helpers it used."""
+  packed: set[str]          # names of the packed global buffers
+  atomic: set[str]          # packed buffers the kernel stores to (array<atomic<u32>>)
+  stored: set[UOp]          # global buffers the kernel stores to
+  helpers: set[str] = field(default_factory=set)
+
+  @staticmethod
+  def of(program: list[UOp]) -> _KernelFacts:
+    bufs = {s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}
+    stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
+    return _KernelFacts({f"data{b.arg[0]}" for b in bufs if is_packed(b.dtype)},
+                        {f"data{b.arg[0]}" for b in stored if is_packed(b.dtype)}, stored)
+
+
 @dataclass(frozen=True)
 class Binding:
-  """One storage-buffer binding of a WGSL kernel, as declared in its source."""
+  """One storage-buffer binding of a WGSL kernel (what its `KernelParam` says, or an artifact's plan)."""
   index: int           # @binding(i): the kernel's argument i
   name: str
   read_only: bool      # var<storage, read>
   atomic: bool         # array<atomic<u32>>: packed output, must be zeroed before each launch
   element: str         # the WGSL element type
-
-
-_BINDING_RE = re.compile(r"@group\(0\)\s*@binding\((\d+)\)\s*var<storage,\s*(read|read_write)>\s*(\w+)\s*:\s*"
-                         r"array<(atomic<u32>|\w+)>")
-_WORKGROUP_RE = re.compile(r"@compute\s+@workgroup_size\((\d+),\s*(\d+),\s*(\d+)\)\s*fn\s+(\w+)")
-
-
-def wgsl_bindings(src: str) -> list[Binding]:
-  """The storage-buffer bindings a WGSL module declares, by binding index."""
-  out = [Binding(int(m[1]), m[3], m[2] == "read", m[4] == "atomic<u32>", m[4]) for m in _BINDING_RE.finditer(src)]
-  return sorted(out, key=lambda b: b.index)
-
-
-def wgsl_workgroup_sizes(src: str) -> dict[str, tuple[int, int, int]]:
-  """Entry point name -> its @workgroup_size."""
-  return {m[4]: (int(m[1]), int(m[2]), int(m[3])) for m in _WORKGROUP_RE.finditer(src)}
 
 
 def element_size(d: DType) -> int:
@@ -191,11 +193,7 @@ class WGSLRenderer(CStyleRenderer):
                   dtypes.float32: "f32", dtypes.index: "i32"}
     if narrow_int64: self.types.update({dtypes.int64: "i32", dtypes.uint64: "u32"})
     if narrow_f64: self.types[dtypes.float64] = "f32"
-    self._packed: set[str] = set()          # names of the packed global buffers
-    self._atomic: set[str] = set()          # packed buffers the kernel stores to
-    self._stored: set[UOp] = set()          # global buffers the kernel stores to
-    self._helpers: set[str] = set()
-    self._last: tuple | None = None         # (program, function) of the last render
+    self.kernel: _KernelFacts | None = None    # set only on the per-kernel copy `render_kernel` renders with
 
   # ---- types and constants ----
   def type_name(self, d: DType) -> str:
@@ -204,7 +202,7 @@ class WGSLRenderer(CStyleRenderer):
 
   def _use(self, helper: str) -> str:
     for dep in HELPERS[helper][0]: self._use(dep)
-    self._helpers.add(helper)
+    self.kernel.helpers.add(helper)
     return helper
 
   def _is_half(self, d: DType) -> bool: return self.f16 and d == dtypes.float16
@@ -317,7 +315,7 @@ class WGSLRenderer(CStyleRenderer):
 
   # ---- memory ----
   def render_store(self, buf: str, idx: str, val: str, d: DType) -> str:
-    if buf not in self._packed: return f"{buf}[{idx}] = {val};"
+    if buf not in self.kernel.packed: return f"{buf}[{idx}] = {val};"
     size = element_size(d)
     k, mask = 4 // size, (1 << (8 * size)) - 1
     if d == dtypes.float16: bits = self._half_bits(val)
@@ -346,11 +344,13 @@ class WGSLRenderer(CStyleRenderer):
 
   def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
     name = f"data{i}"
-    if name in self._atomic: elem = "atomic<u32>"
-    elif is_packed(d): elem = "u32"
-    else: elem = self.type_name(d)
-    access = "read_write" if mutable else "read"
-    return f"@group(0) @binding({i}) var<storage, {access}> {name}: array<{elem}>;"
+    return f"@group(0) @binding({i}) var<storage, {'read_write' if mutable else 'read'}> {name}: " \
+           f"array<{self._element(i, d)}>;"
+
+  def _element(self, i: int, d: DType) -> str:
+    """The WGSL element type of buffer argument i."""
+    if f"data{i}" in self.kernel.atomic: return "atomic<u32>"
+    return "u32" if is_packed(d) else self.type_name(d)
 
   def kernel_signature(self, name: str, args: list[str], local_size) -> str:
     x, y, z = local_size
@@ -366,18 +366,34 @@ class WGSLRenderer(CStyleRenderer):
       if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and is_packed(n.src[0].dtype): sub[n] = _unpack(n)
     return substitute(ast, sub) if sub else ast
 
-  def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> RenderedKernel:
+    """The entry point, the module-scope declarations it needs and its bindings as data. The facts of one kernel
+    (packed, atomic and written buffers, helpers used) live on a copy of this renderer, so rendering keeps no
+    state from one call to the next."""
     self._check(name, program, local_size)
-    bufs = {u for u in program if u.op is Ops.DEFINE_GLOBAL} | \
-           {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}
-    stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
-    self._packed = {f"data{b.arg[0]}" for b in bufs if is_packed(b.dtype)}
-    self._atomic = {f"data{b.arg[0]}" for b in stored if is_packed(b.dtype)}
-    self._helpers = set()
-    self._stored = stored
-    function = super().render(name, program, local_size)
-    self._last = (program, function)
-    return function
+    k = copy.copy(self)
+    k.kernel = _KernelFacts.of(program)
+    function = CStyleRenderer.render(k, name, program, local_size)
+    params = tuple(k.params(program))
+    features = ("shader-f16",) if self.f16 and any(u.dtype.scalar == dtypes.float16 for u in program) else ()
+    prefix = (["enable f16;"] if features else []) + [k.arg_decl(p.index, p.dtype, p.mutable) for p in params]
+    prefix += [f"var<workgroup> {u.arg[0]}: array<{self.type_name(u.dtype)}, {u.arg[1]}>;"
+               for u in program if u.op is Ops.DEFINE_LOCAL]
+    prefix += [src for h, (_, src) in HELPERS.items() if h in k.kernel.helpers]
+    return RenderedKernel(function, tuple(prefix), params, shared_bytes(program), features)
+
+  def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
+    return self.render_kernel(name, program, local_size).function
+
+  def prefix(self, program: list[UOp]) -> list[str]: return list(self.render_kernel("tg_kernel", program).prefix)
+
+  def params(self, program: list[UOp]) -> list[KernelParam]:
+    """The bindings in binding order: `mutable` is read_write (the kernel stores to it), `spelled` the array's
+    element type, `atomic` for packed outputs (array<atomic<u32>>: zero them before each launch)."""
+    if self.kernel is None: return list(self.render_kernel("tg_kernel", program).params)
+    bufs = sorted({s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
+    return [KernelParam(b.arg[0], b.dtype, b in self.kernel.stored, self._element(b.arg[0], b.dtype),
+                        f"data{b.arg[0]}" in self.kernel.atomic) for b in bufs]
 
   def _check(self, name: str, program: list[UOp], local_size) -> None:
     where = f"webgpu: kernel '{name}'"
@@ -409,17 +425,6 @@ class WGSLRenderer(CStyleRenderer):
       if u.op is Ops.LOAD and u.src[0] in stored and is_packed(u.src[0].dtype):
         raise ValueError(f"{where} reads buffer data{u.src[0].arg[0]} ({u.src[0].dtype.name}) that it also writes; "
                          f"packed sub-32-bit outputs are write-only")
-
-  def prefix(self, program: list[UOp]) -> list[str]:
-    if self._last is None or self._last[0] is not program: self.render("tg_kernel", program)
-    out = []
-    if self.f16 and any(u.dtype == dtypes.float16 for u in program): out.append("enable f16;")
-    bufs = sorted({s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
-    out += [self.arg_decl(b.arg[0], b.dtype, b in self._stored) for b in bufs]
-    out += [f"var<workgroup> {u.arg[0]}: array<{self.type_name(u.dtype)}, {u.arg[1]}>;"
-            for u in program if u.op is Ops.DEFINE_LOCAL]
-    out += [src for h, (_, src) in HELPERS.items() if h in self._helpers]
-    return out
 
 
 def _is_inf(u: UOp) -> bool: return u.op is Ops.CONST and u.dtype.is_float and math.isinf(u.arg)

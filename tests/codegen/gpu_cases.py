@@ -170,7 +170,7 @@ def on_runtime(rt) -> Callable[[KernelProgram, list[np.ndarray]], None]:
   def execute(prg: KernelProgram, arrays: list[np.ndarray]) -> None:
     bufs = [rt.alloc(a.nbytes) for a in arrays]
     for b, a in zip(bufs, arrays): rt.copyin(b, a)
-    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
+    rt.load(prg)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
     rt.synchronize()
     for b, a in zip(bufs, arrays): a[:] = rt.copyout(b)
   return execute

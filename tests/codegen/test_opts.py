@@ -16,7 +16,7 @@ def run_with(t: Tensor, device: str, opts) -> np.ndarray:
   items, outs = schedule([t.uop], _alloc(device))
   assert len(items) == 1
   prg = lower(items[0].ast, device, opts)
-  fn = get_runtime(device).compile(prg.src, prg.name)
+  fn = get_runtime(device).load(prg)
   fn(*[buffers.storage(b) for b in items[0].bufs], global_size=prg.global_size, local_size=prg.local_size)
   get_runtime(device).synchronize()
   return to_numpy(outs[0])

@@ -24,7 +24,7 @@ def test_beam_finds_valid_opts_and_caches(tmp_path, monkeypatch):
   opts = beam_search(ast, "c", counting, width=2, device="test", max_steps=2)
   assert calls, "the search timed nothing"
   prg = lower(ast, "c", opts)
-  fn = rt.compile(prg.src, prg.name)
+  fn = rt.load(prg)
   fn(*[buffers.storage(x) for x in bufs])
   np.testing.assert_allclose(to_numpy(outs[0]), a @ b, rtol=1e-4, atol=1e-4)
   n = len(calls)

@@ -22,10 +22,11 @@ from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.render import get_renderer
-from tgc.codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
+from tgc.codegen.render.wgsl import WGSLRenderer
 from tgc.codegen.target import Target
 from tgc.ir import dtypes
 from tgc.runtimes import RuntimeUnavailable, get_runtime
+from wgsl_source import declared_bindings, reported_bindings, workgroup_sizes
 
 def tint_check(device, src: str) -> None:
   try:
@@ -51,7 +52,7 @@ def execute_on(rt):
       b = rt.alloc(a.nbytes)
       rt.copyin(b, a)
       bufs.append(b)
-    rt.compile(prg.src, prg.name)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
+    rt.load(prg)(*bufs, global_size=prg.global_size, local_size=prg.local_size)
     rt.synchronize()
     for a, b in zip(arrays, bufs): a[:] = rt.copyout(b)
   return execute
@@ -166,11 +167,9 @@ def test_packed_word_is_loaded_once():
 
 def test_packed_outputs_are_atomic_and_listed():
   prg, _, _ = one_kernel(t(data(7, dtype=np.float16)) * 2)
-  (out, inp) = wgsl_bindings(prg.src)
-  assert (out.index, out.atomic, out.read_only, out.element) == (0, True, False, "atomic<u32>")
-  assert (inp.index, inp.atomic, inp.read_only, inp.element) == (1, False, True, "u32")
+  assert reported_bindings(prg) == declared_bindings(prg.src) == [[0, False, True, "atomic<u32>"], [1, True, False, "u32"]]
   assert "atomicOr(&data0[" in prg.function and "tg_f2h(" in prg.function
-  assert wgsl_workgroup_sizes(prg.src) == {prg.name: prg.local_size}
+  assert workgroup_sizes(prg.src) == {prg.name: prg.local_size}
 
 
 def test_kernel_layout_and_spelling():
@@ -242,7 +241,7 @@ def test_storage_buffer_limit_names_the_kernel():
   with pytest.raises(ValueError, match=r"webgpu: kernel 'k9' binds 9 storage buffers; the limit is 8"):
     lower(items[0].ast, "webgpu", name="k9")
   prg = lower(items[0].ast, Target.make("webgpu", artifact=False, max_buffers=10), name="k9")
-  assert len(wgsl_bindings(prg.src)) == 9
+  assert len(prg.params) == len(declared_bindings(prg.src)) == 9
 
 
 def test_workgroup_size_limit_names_the_kernel():

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -17,10 +18,12 @@ import numpy as np
 import pytest
 
 from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.render import KernelParam
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.manifest import validate_manifest
 from tgc.frontend import Tensor
+from tgc.ir import dtypes
 from tgc.frontend import nn
 from tgc.frontend.jit import trace
 
@@ -196,6 +199,18 @@ def check_write_refusals(cm: CompiledModel, tmp_path, sources: Callable[[Compile
   target, cm.target = cm.target, Target.make("c")
   with pytest.raises(ValueError, match=f"target '{target.name}'"): sources(cm)
   cm.target = target
+
+
+def check_params_are_read_as_data(cm: CompiledModel, sources: Callable[[CompiledModel], tuple]) -> None:
+  """Writers take a kernel's parameters from what the renderer reported (`KernelProgram.params`), not from its
+  source: a reported parameter whose argument the call does not have is refused, naming it."""
+  name, k = next(iter(cm.kernels.items()))
+  n = len(next(c for c in cm.calls if c.kernel == name).buffers)
+  cm.kernels[name] = dataclasses.replace(k, params=k.params + (KernelParam(n, dtypes.float32, False, "const float"),))
+  try:
+    with pytest.raises(ValueError, match=f"kernel {name}: parameter data{n} has no buffer"): sources(cm)
+  finally:
+    cm.kernels[name] = k
 
 
 def tgc(*args):

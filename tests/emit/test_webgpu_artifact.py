@@ -20,7 +20,7 @@ import headless_chromium as chromium
 from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
 from artifact_cases import (ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, run, softmax_case)
-from tgc.codegen.render.wgsl import wgsl_bindings
+from wgsl_source import declared_bindings, reported_bindings
 from tgc.emit import write_artifact
 from tgc.emit import webgpu as emit_webgpu
 from tgc.emit.manifest import validate_manifest
@@ -146,7 +146,8 @@ def test_files_manifest_and_plan(bundles, name):
   for k in plan["kernels"]:
     src = cm.kernels[k["name"]].src
     assert "\n".join(k["wgsl"]) == src.rstrip("\n")
-    assert k["bindings"] == [[b.index, b.read_only, b.atomic] for b in wgsl_bindings(src)]
+    assert [b + [e] for b, (*_, e) in zip(k["bindings"], declared_bindings(src))] == declared_bindings(src) \
+      == reported_bindings(cm.kernels[k["name"]])
     assert k["workgroupSize"] == list(cm.kernels[k["name"]].local_size)
   assert len(plan["calls"]) == len(manifest["calls"]) == len(cm.calls)
   for call, c in zip(plan["calls"], cm.calls):

@@ -18,6 +18,7 @@ import pytest
 from tgc.frontend import Tensor, dtypes
 from tgc.frontend import functional as F
 from tgc.frontend import realize
+from tgc.codegen.render.wgsl import Binding
 from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
 
 ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
@@ -86,6 +87,13 @@ fn pack_bytes(@builtin(local_invocation_id) lid: vec3<u32>) {
 """
 
 
+# what a renderer would report for the two hand-written modules (bindings and work-group size)
+VECTOR_ADD_INFO = dict(bindings=[Binding(0, "data0", False, False, "f32"), Binding(1, "data1", True, False, "f32"),
+                                 Binding(2, "data2", True, False, "f32")], workgroup_size=(64, 1, 1))
+PACK_BYTES_INFO = dict(bindings=[Binding(0, "data0", False, True, "atomic<u32>"), Binding(2, "data2", True, False, "u32")],
+                       workgroup_size=(4, 1, 1))
+
+
 def upload(rt, array: np.ndarray):
   buf = rt.alloc(array.nbytes)
   rt.copyin(buf, array)
@@ -96,12 +104,12 @@ def test_vector_add_and_timing(webgpu_runtime):
   rt = webgpu_runtime
   a, b = floats(1000), floats(1000, seed=1)
   out = rt.alloc(4000)
-  program = rt.compile(VECTOR_ADD, "vector_add")
+  program = rt.compile(VECTOR_ADD, "vector_add", **VECTOR_ADD_INFO)
   assert program(out, upload(rt, a), upload(rt, b), global_size=(1024, 1, 1), local_size=(64, 1, 1)) is None
   seconds = program(out, upload(rt, a), upload(rt, b), global_size=(1024,), local_size=(64,), wait=True)
   assert isinstance(seconds, float) and 0 < seconds < 10
   np.testing.assert_array_equal(rt.copyout(out).view(np.float32), a + b)
-  assert rt.compile(VECTOR_ADD, "vector_add") is program          # cached
+  assert rt.compile(VECTOR_ADD, "vector_add", **VECTOR_ADD_INFO) is program          # cached
 
 
 @pytest.mark.parametrize("nbytes", [0, 1, 3, 5, 4097])
@@ -123,14 +131,19 @@ def test_copy_errors(webgpu_runtime):
 
 def test_bad_wgsl_raises_compile_error_with_nagas_message(webgpu_runtime):
   with pytest.raises(CompileError) as info: webgpu_runtime.compile(VECTOR_ADD.replace("data1[g.x] +", "data1[g.x] +*"),
-                                                                   "vector_add")
+                                                                   "vector_add", **VECTOR_ADD_INFO)
   assert "kernel 'vector_add' failed to compile" in str(info.value) and "wgsl:7" in info.value.log
-  with pytest.raises(CompileError, match="no_such_kernel"): webgpu_runtime.compile(VECTOR_ADD, "no_such_kernel")
+  with pytest.raises(CompileError, match="no_such_kernel"):
+    webgpu_runtime.compile(VECTOR_ADD, "no_such_kernel", **VECTOR_ADD_INFO)
+  with pytest.raises(CompileError, match="needs its bindings and work-group size as data"):
+    webgpu_runtime.compile(VECTOR_ADD, "vector_add")
+  wrong = dict(VECTOR_ADD_INFO, bindings=VECTOR_ADD_INFO["bindings"][:2])      # binding 2 is declared, not given
+  with pytest.raises(CompileError, match="vector_add"): webgpu_runtime.compile(VECTOR_ADD, "vector_add", **wrong)
 
 
 def test_launch_errors(webgpu_runtime):
   rt = webgpu_runtime
-  program = rt.compile(VECTOR_ADD, "vector_add")
+  program = rt.compile(VECTOR_ADD, "vector_add", **VECTOR_ADD_INFO)
   bufs = [rt.alloc(4000) for _ in range(3)]
   launch = dict(global_size=(64, 1, 1), local_size=(64, 1, 1))
   with pytest.raises(LaunchError, match=r"@workgroup_size\(64, 1, 1\), launched with local size \(32, 1, 1\)"):
@@ -148,7 +161,7 @@ def test_packed_outputs_are_zeroed_before_every_launch(webgpu_runtime):
   """Only declared bindings are bound (argument 1 is unused); the atomic output is cleared before each launch,
   so stale bytes (0xff here) and earlier results never leak into the atomicOr."""
   rt = webgpu_runtime
-  program = rt.compile(PACK_BYTES, "pack_bytes")
+  program = rt.compile(PACK_BYTES, "pack_bytes", **PACK_BYTES_INFO)
   assert program.zero_outputs == (0,) and [b.index for b in program.bindings] == [0, 2]
   out = upload(rt, np.full(6, 0xFF, np.uint8))
   for base in (1, 1, 7):
