@@ -9,8 +9,8 @@ with accumulators. The loop over the reduce axis that every gate (padding) ignor
 are computed once per tap; the output loop that indexes the weights goes outermost, so a panel of weights stays in
 cache while the rest of the output streams past it.
 
-GPU targets upcast the output axes some input is broadcast along and split a LOCAL off the last global axis (or
-a GROUP off a long reduction of few outputs)."""
+GPU targets get work-group shapes for any extent, register blocks and work-group reductions: see
+codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
@@ -187,47 +187,7 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset) -> list[Opt]:
 
 
 # ---------------------------------------------------------------- GPUs
-def _broadcast_axes(k: Kernel) -> list[int]:
-  """Global axes along which at least one load does not move (its value can be reused across the axis)."""
-  loads = _loads(k)
-  out = []
-  for i, r in enumerate(k.axes(G)):
-    if any(not _depends(ld.src[1], r) for ld in loads): out.append(i)
-  return out
-
-
 def _gpu_opts(k: Kernel, target: Target) -> list[Opt]:
-  has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
-  if has_reduce:
-    cand = _broadcast_axes(k)
-    globals_ = k.axes(G)
-    # upcast the last broadcast axis (it is the contiguous one for stores), then one more axis by 4
-    for amount_first in (4, 2):
-      if cand and Kernel.size(globals_[cand[-1]]) % amount_first == 0:
-        k = _try(k, Opt("UPCAST", cand[-1], amount_first))
-        break
-    cand = _broadcast_axes(k)
-    globals_ = k.axes(G)
-    if len(cand) >= 2 or (cand and k.opts == []):
-      ax = cand[0]   # the outermost broadcast axis: matmul's M, a convolution's output channels
-      for amt in (4, 2):
-        if Kernel.size(globals_[ax]) % amt == 0:
-          k = _try(k, Opt("UPCAST", ax, amt))
-          break
-    # few outputs and a long reduction: split the reduction across a work-group
-    out_items = math.prod(Kernel.size(r) for r in k.axes(G))
-    reduces = k.axes(R)
-    if out_items < 64 and reduces and Kernel.size(reduces[-1]) >= 256:
-      for amt in (64, 32, 16):
-        if Kernel.size(reduces[-1]) % amt == 0:
-          k = _try(k, Opt("GROUP", len(reduces) - 1, amt))
-          break
-  if not any(o.op == "GROUP" for o in k.opts):
-    globals_ = k.axes(G)
-    if globals_:
-      last = len(globals_) - 1
-      for amt in (32, 16, 8, 4, 2):
-        if Kernel.size(globals_[last]) % amt == 0:
-          k = _try(k, Opt("LOCAL", last, amt))
-          break
-  return k.opts
+  """Work-group shapes, register blocks and work-group reductions for GPU targets (codegen/gpu_heuristics.py)."""
+  from tgc.codegen.gpu_heuristics import gpu_opts    # it builds on the helpers above
+  return gpu_opts(k, target)

@@ -47,15 +47,16 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
   than its dimension allows is split over free launch dimensions; where none is free and dimension 0 allows more
   than the others (CUDA), all global ranges are folded into dimension 0 and split from there."""
   rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg.id)
-  globs = [r for r in rs if r.arg.kind is G]
   locs = {r.arg.id: r for r in rs if r.arg.kind in _LOCALS}
-  glob_ids = {g.arg.id for g in globs}
-  orphans = sum(1 for p in _local_parents(k_ast).values() if p not in glob_ids)   # locals needing a dim of their own
+  # an axis that went into the work-group whole (its LOCAL or GROUP split left no global range) keeps a launch
+  # dimension in its place: a global range of one work-group that appears nowhere in the kernel
+  present = {r.arg.id for r in rs if r.arg.kind is G}
+  whole = {p for p in _local_parents(k_ast).values() if p not in present}
+  globs = sorted([r for r in rs if r.arg.kind is G] +
+                 [UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, 1),), RangeArg(p, G)) for p in whole], key=lambda r: r.arg.id)
   limits = _dim_limits(max_per_dim, max_dims) if max_per_dim else None
-  if len(globs) + orphans > max_dims:
-    slots = max_dims - orphans
-    if slots < 1: raise ValueError("kernel needs more launch dimensions than the target has")
-    groups = _fold_groups(globs, slots, limits, set(_local_parents(k_ast).values()))
+  if len(globs) > max_dims:
+    groups = _fold_groups(globs, max_dims, limits, set(_local_parents(k_ast).values()))
     if groups is None: raise ValueError("cannot fold a launch dimension that has a local split")
     globs = []
     for group in groups:
@@ -72,13 +73,8 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
     sub[g] = g.replace(arg=RangeArg(g.arg.id, G, dim=dim))
     gsize[dim] = g.src[0].arg
     dim_of[g.arg.id] = dim
-  next_dim = len(globs)
   for lid in sorted(locs):
-    parent = parents[lid]
-    if parent in dim_of: dim = dim_of[parent]
-    else:   # the whole axis went local: it gets a launch dimension of its own
-      dim, next_dim = next_dim, next_dim + 1
-      if dim >= max_dims: raise ValueError("kernel needs more launch dimensions than the target has")
+    dim = dim_of[parents[lid]]
     sub[locs[lid]] = locs[lid].replace(arg=locs[lid].arg.replace(dim=dim))
     lsize[dim] = locs[lid].src[0].arg
   k_ast = substitute(k_ast, sub)

@@ -3,7 +3,9 @@
   VECTOR  an output or reduce axis into the lanes of a SIMD vector  SWAP    two loops of one kind trade places
   LOCAL   an output axis into the work-group (GPUs)                 GROUP   a reduce axis across the work-group (GPUs)
 A `Kernel` is an AST plus the opts applied to it; applying a split substitutes one range by outer*amount + inner,
-SWAP exchanges the numbers that order two loops."""
+SWAP exchanges the numbers that order two loops. A LOCAL amount need not divide its axis: the axis is padded to a
+multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
+(the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
@@ -38,6 +40,14 @@ reduce_ranges = PatternMatcher([
   # REDUCE(v, r2, r1) -> REDUCE(v, r1, r2): a reduce's loops in loop order
   (UPat(Ops.REDUCE, name="red"), _sort_reduce_ranges),
 ])
+
+
+def _gate_stores(sink: UOp, cond: UOp) -> UOp:
+  """Every store of a kernel's SINK also gated by `cond`."""
+  def gated(st: UOp) -> UOp:
+    gate = cond if len(st.src) < 4 else st.src[3].logical_and(cond)
+    return st.replace(src=st.src[:3] + (gate,) + st.src[4:])
+  return sink.replace(src=tuple(gated(st) for st in sink.src))
 
 
 @dataclass(frozen=True, order=True)
@@ -78,12 +88,16 @@ class Kernel:
     r = axes[opt.axis]
     if opt.op == "SWAP": return self._swap(opt, r, axes)
     n = self.size(r)
-    if opt.amount <= 1 or n % opt.amount: raise OptError(f"{opt}: {opt.amount} does not divide {n}")
+    padded = opt.op == "LOCAL" and n % opt.amount != 0
+    if opt.amount <= 1 or (n % opt.amount and not padded): raise OptError(f"{opt}: {opt.amount} does not divide {n}")
     if opt.op == "VECTOR" and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
-    outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, n // opt.amount),), RangeArg(r.arg.id, r.arg.kind)) \
-      if n // opt.amount > 1 else UOp.const(INDEX, 0)
+    groups = -(-n // opt.amount)
+    outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, groups),), RangeArg(r.arg.id, r.arg.kind)) \
+      if groups > 1 else UOp.const(INDEX, 0)
     inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), RangeArg(self.next_id(), inner_kind, r.arg.id))
-    new_ast = simplify(substitute(self.ast, {r: outer * opt.amount + inner}))
+    flat = outer * opt.amount + inner
+    if not padded: new_ast = simplify(substitute(self.ast, {r: flat}))
+    else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: flat.lt(n).where(flat, n - 1)}), flat.lt(n)))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 
   def _swap(self, opt: Opt, r: UOp, axes: list[UOp]) -> Kernel:

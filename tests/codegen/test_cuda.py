@@ -38,7 +38,7 @@ def test_kernel_shape():
   (prg,) = programs(case, "cuda")[2]
   assert prg.src.startswith(f'extern "C" __global__ void __launch_bounds__(16) {prg.name}(float* __restrict__ data0, '
                             f'const float* __restrict__ data1)')
-  assert "blockIdx.x" in prg.src and "threadIdx.y" in prg.src
+  assert "blockIdx.y" in prg.src and "threadIdx.x" in prg.src     # the split reduction is launch dimension x
   assert "__shared__ float temp" in prg.src and "__syncthreads();" in prg.src
 
 

@@ -36,10 +36,11 @@ def test_huge_shapes_fit_cudas_grid(sizes):
   assert math.prod(prg.global_size) >= math.prod(sizes)
 
 
-@pytest.mark.parametrize("sizes,how", [((70000, 64), "split"), ((100000, 2, 8), "fold"), ((70001, 3, 5), "fold"),
-                                       ((2, 3, 4, 5), "as is")])
-def test_wide_grids_compute_right(sizes, how):
-  prg = lower(elementwise_ast(*sizes), "cuda")
+@pytest.mark.parametrize("sizes,opts,how", [((70000, 64), [Opt("LOCAL", 1, 32)], "split"),
+                                            ((100000, 2, 8), [Opt("LOCAL", 2, 8)], "fold"), ((70001, 3, 5), [], "fold"),
+                                            ((2, 3, 4, 5), [], "as is")])
+def test_wide_grids_compute_right(sizes, opts, how):
+  prg = lower(elementwise_ast(*sizes), "cuda", opts)
   grid = grid_of(prg)
   assert within_limits(prg), (prg.global_size, prg.local_size)
   if how == "split": assert sum(g > 1 for g in grid) == 3              # y was too wide: part of it went to z
@@ -56,8 +57,10 @@ def test_wide_grids_compute_right(sizes, how):
 
 def test_grids_within_limits_are_unchanged():
   """y up to 65535 blocks stays where it is (no split, no fold)."""
-  prg = lower(elementwise_ast(65535, 64), "cuda")
+  prg = lower(elementwise_ast(65535, 64), "cuda", [Opt("LOCAL", 1, 32)])
   assert grid_of(prg) == [2, 65535, 1]
+  prg = lower(elementwise_ast(65535, 64), "cuda")        # the heuristics: the last axis whole in one block
+  assert grid_of(prg) == [1, 65535, 1] and prg.local_size == (64, 1, 1)
 
 
 def test_block_over_1024_threads_is_refused():

@@ -253,7 +253,7 @@ def test_workgroup_size_limit_names_the_kernel():
 
 @pytest.mark.parametrize("size,exact", [(1 << 22, True), (70001, False), (65536 * 3 + 2, True)])
 def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
-  prg = lower(elementwise_ast(size), "webgpu")
+  prg = lower(elementwise_ast(size), "webgpu", [])     # no work-group: one work-group per element
   groups = [g // l for g, l in zip(prg.global_size, prg.local_size)]
   assert max(groups) <= 65535 and math.prod(prg.global_size) >= size
   assert (math.prod(prg.global_size) == size) == exact

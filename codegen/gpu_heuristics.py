@@ -1,0 +1,157 @@
+"""Hand-coded opts for GPU targets (work-groups): what `heuristics.hand_coded_opts` gives a target with work-groups.
+
+1. Coalescing: the output axis the kernel's store is contiguous along becomes the last global axis (SWAP), which
+   lowering maps to launch dimension 0: neighbouring work-items of a work-group then store (and mostly load)
+   neighbouring elements.
+2. Long reductions of few outputs, or long reductions that read each loaded element for one output only and along
+   the contiguous axis of what they read (softmax, LayerNorm, row sums): the innermost reduce axis is split across a
+   work-group (GROUP) and the partial results are combined in workgroup memory.
+3. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
+   does not move are upcast (each loaded value is used by every copy), at most 16 accumulators per work-item.
+4. Every kernel of 64 or more work-items gets a work-group of 64 to 256 work-items (fewer when that would leave
+   fewer than about 32 work-groups): LOCAL splits of the last global axes, largest first from the contiguous one.
+   A LOCAL amount need not divide its axis: the axis is padded and the tail guarded (opts.py); amounts are chosen
+   to waste few padded work-items. Only kernels of fewer than 64 work-items may run one work-item per work-group."""
+from __future__ import annotations
+import math
+from tgc.ir import Ops, UOp, AxisType
+from tgc.codegen.opts import Kernel, Opt, OptError
+from tgc.codegen.target import Target
+
+G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
+MIN_ITEMS = 64                # kernels with fewer work-items may run one work-item per work-group
+WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
+MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
+MAX_ACCUMULATORS = 16         # register-block size (outputs per work-item) of a reduction
+MAX_WASTE = 1.15              # padded work-items / useful work-items a LOCAL split may cost
+GROUP_MIN_LOOP = 128          # a reduction this long is split across a work-group ...
+GROUP_FEW_OUTPUTS = 2048      # ... when it has at most this many outputs, or reads along its own contiguous axis
+
+
+def _try(k: Kernel, opt: Opt) -> Kernel:
+  try: return k.apply(opt)
+  except OptError: return k
+
+
+def _depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())
+
+
+def _stride(idx: UOp, r: UOp) -> int | None:
+  from tgc.codegen.heuristics import stride
+  return stride(idx, r)
+
+
+def _stores(k: Kernel) -> list[UOp]: return [n for n in k.ast.src if n.op is Ops.STORE]
+
+
+def _reduce_loads(k: Kernel) -> list[UOp]:
+  out: set[UOp] = set()
+  for red in (n for n in k.ast.toposort() if n.op is Ops.REDUCE):
+    out |= {n for n in red.src[0].toposort() if n.op is Ops.LOAD}
+  return sorted(out, key=lambda n: n.key)
+
+
+def _contiguous_axis(k: Kernel) -> int | None:
+  """The global axis every store of the kernel steps through memory by one element along."""
+  glob = k.axes(G)
+  for i, r in enumerate(glob):
+    if all(_stride(st.src[1], r) == 1 for st in _stores(k)): return i
+  return None
+
+
+def coalesce(k: Kernel) -> Kernel:
+  """SWAP the store's contiguous axis to the last place among the global axes (launch dimension 0)."""
+  glob, c = k.axes(G), _contiguous_axis(k)
+  if c is None or c == len(glob) - 1: return k
+  return _try(k, Opt("SWAP", c, len(glob) - 1))
+
+
+def group_reduce(k: Kernel, target: Target) -> Kernel | None:
+  """GROUP the innermost reduce axis when the reduction is long and has few outputs or reads along its own
+  contiguous axis; None when the kernel is not such a reduction."""
+  red = k.axes(R)
+  if not red: return None
+  loop, outputs, last = math.prod(Kernel.size(r) for r in red), math.prod(Kernel.size(r) for r in k.axes(G)), red[-1]
+  loads = _reduce_loads(k)
+  along = any(_stride(ld.src[1], last) == 1 for ld in loads)
+  reuse = any(Kernel.size(r) > 1 and not _depends(ld.src[1], r) for ld in loads for r in k.axes(G))
+  if loop < GROUP_MIN_LOOP or Kernel.size(last) < 32: return None
+  if outputs > GROUP_FEW_OUTPUTS and (reuse or not along): return None
+  n, limit = Kernel.size(last), min(target.max_local_items, target.max_local_size[0], WORKGROUP)
+  # the largest work-group that still leaves each work-item a few elements to combine, a power of two if it can
+  for want in (limit, limit // 2, limit // 4):
+    if want >= 32 and n % want == 0 and n // want >= 2: return _try(k, Opt("GROUP", len(red) - 1, want))
+  amounts = [d for d in range(min(limit, n // 2), 31, -1) if n % d == 0]
+  return _try(k, Opt("GROUP", len(red) - 1, amounts[0])) if amounts else None
+
+
+def register_block(k: Kernel) -> Kernel:
+  """Upcast up to two output axes that reduction loads are shared along, by the amounts (2..8, dividing the axis)
+  that need the fewest loads per accumulation, with at most MAX_ACCUMULATORS accumulators and enough work-items
+  left for a few work-groups."""
+  from tgc.codegen.heuristics import _block_cost
+  hot = _reduce_loads(k)
+  glob = k.axes(G)
+  items = math.prod(Kernel.size(r) for r in glob)
+  cands = [(i, r) for i, r in enumerate(glob) if Kernel.size(r) > 1 and any(not _depends(ld.src[1], r) for ld in hot)]
+  loop = math.prod(Kernel.size(r) for r in k.axes(R))
+  best, best_key = [], None
+  for a in range(len(cands)):
+    for b in range(a, len(cands)):
+      (ia, ra), (ib, rb) = cands[a], cands[b]
+      for na in _divisors(Kernel.size(ra), 8):
+        for nb in (_divisors(Kernel.size(rb), 8) if b != a else [1]):
+          n = na * nb
+          if n < 2 or n > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
+          cost = _block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
+          if cost is None: continue
+          key = (cost, -n, a, b)
+          if best_key is None or key < best_key: best_key, best = key, [(ia, na), (ib, nb)] if b != a else [(ia, na)]
+  for i, n in sorted(best, reverse=True):    # the later axis first: the earlier one's number stays valid
+    if n > 1: k = _try(k, Opt("UPCAST", i, n))
+  return k
+
+
+def _divisors(n: int, limit: int) -> list[int]: return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _local_amount(n: int, budget: int) -> int:
+  """Work-items of a LOCAL split of an axis of n (at most `budget`): the whole axis if it fits, else the largest
+  amount whose padding wastes at most MAX_WASTE (multiples of 32 preferred, then any)."""
+  if n <= budget: return n
+  for step in (32, 16, 8, 1):
+    for amt in range(budget - budget % step, step - 1 if step > 1 else 1, -step):
+      if amt > 1 and -(-n // amt) * amt <= MAX_WASTE * n: return amt
+  return budget
+
+
+def local_split(k: Kernel, target: Target) -> Kernel:
+  """LOCAL splits of the global axes, last first, up to a work-group of `WORKGROUP` work-items (fewer when the
+  kernel would have fewer than MIN_GROUPS work-groups)."""
+  glob = k.axes(G)
+  items = math.prod(Kernel.size(r) for r in glob)
+  if items < MIN_ITEMS or not glob: return k
+  size = min(WORKGROUP, target.max_local_items)
+  while size > MIN_ITEMS and items / size < MIN_GROUPS: size //= 2
+  # launch dimension d of a LOCAL on the i-th last axis: the axis's own (dimension limits x, y, z)
+  budget, dims = size, list(target.max_local_size)[:target.grid_dims]
+  # axes with a LOCAL split keep a launch dimension each; the others must still fold into one at least
+  most = len(dims) if len(glob) <= len(dims) else len(dims) - 1
+  for pos, r in enumerate(reversed(glob)):
+    if budget < 2 or pos >= most: break
+    axis = len(glob) - 1 - pos
+    amt = _local_amount(Kernel.size(r), min(budget, dims[pos]))
+    if amt < 2: continue
+    k = _try(k, Opt("LOCAL", axis, amt))
+    budget //= amt
+    if size // budget >= MIN_ITEMS: break
+  return k
+
+
+def gpu_opts(k: Kernel, target: Target) -> list[Opt]:
+  k = coalesce(k)
+  if any(n.op is Ops.REDUCE for n in k.ast.toposort()):
+    grouped = group_reduce(k, target)
+    if grouped is not None and any(o.op == "GROUP" for o in grouped.opts): return grouped.opts
+    k = register_block(k)
+  return local_split(k, target).opts
