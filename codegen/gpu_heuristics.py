@@ -8,10 +8,10 @@
    work-group (GROUP) and the partial results are combined in workgroup memory.
 3. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
    does not move are upcast (each loaded value is used by every copy), at most 16 accumulators per work-item.
-4. Every kernel of 64 or more work-items gets a work-group of 64 to 256 work-items (fewer when that would leave
-   fewer than about 32 work-groups): LOCAL splits of the last global axes, largest first from the contiguous one.
+4. Every kernel gets a work-group of 64 to 256 work-items (fewer when that would leave fewer than about 32
+   work-groups, or the kernel has fewer work-items): LOCAL splits of the last global axes, from the contiguous one.
    A LOCAL amount need not divide its axis: the axis is padded and the tail guarded (opts.py); amounts are chosen
-   to waste few padded work-items. Only kernels of fewer than 64 work-items may run one work-item per work-group."""
+   to waste few padded work-items."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
@@ -19,7 +19,7 @@ from tgc.codegen.opts import Kernel, Opt, OptError
 from tgc.codegen.target import Target
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
-MIN_ITEMS = 64                # kernels with fewer work-items may run one work-item per work-group
+MIN_ITEMS = 64                # the smallest work-group to aim for
 WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
 MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
 MAX_ACCUMULATORS = 16         # register-block size (outputs per work-item) of a reduction
@@ -115,10 +115,11 @@ def register_block(k: Kernel) -> Kernel:
 def _divisors(n: int, limit: int) -> list[int]: return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def _local_amount(n: int, budget: int) -> int:
-  """Work-items of a LOCAL split of an axis of n (at most `budget`): the whole axis if it fits, else the largest
-  amount whose padding wastes at most MAX_WASTE (multiples of 32 preferred, then any)."""
-  if n <= budget: return n
+def _local_amount(n: int, budget: int, cap: int) -> int:
+  """Work-items of a LOCAL split of an axis of n (about `budget`, at most `cap`): the whole axis if it fits in
+  twice the budget, else the largest amount up to the budget whose padding wastes at most MAX_WASTE (multiples of
+  32 preferred, then any)."""
+  if n <= min(2 * budget, cap): return n
   for step in (32, 16, 8, 1):
     for amt in range(budget - budget % step, step - 1 if step > 1 else 1, -step):
       if amt > 1 and -(-n // amt) * amt <= MAX_WASTE * n: return amt
@@ -130,21 +131,21 @@ def local_split(k: Kernel, target: Target) -> Kernel:
   kernel would have fewer than MIN_GROUPS work-groups)."""
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
-  if items < MIN_ITEMS or not glob: return k
+  if items < 2: return k
   size = min(WORKGROUP, target.max_local_items)
   while size > MIN_ITEMS and items / size < MIN_GROUPS: size //= 2
-  # launch dimension d of a LOCAL on the i-th last axis: the axis's own (dimension limits x, y, z)
-  budget, dims = size, list(target.max_local_size)[:target.grid_dims]
-  # axes with a LOCAL split keep a launch dimension each; the others must still fold into one at least
+  # a LOCAL on the i-th last axis gets that axis's launch dimension (limits x, y, z); axes with a LOCAL split keep a
+  # launch dimension each, and the others must still fold into one at least
+  dims = list(target.max_local_size)[:target.grid_dims]
   most = len(dims) if len(glob) <= len(dims) else len(dims) - 1
+  used = 1
   for pos, r in enumerate(reversed(glob)):
-    if budget < 2 or pos >= most: break
-    axis = len(glob) - 1 - pos
-    amt = _local_amount(Kernel.size(r), min(budget, dims[pos]))
+    if pos >= most or used >= MIN_ITEMS or size // used < 2: break
+    cap = min(dims[pos], target.max_local_items // used, WORKGROUP // used)
+    amt = _local_amount(Kernel.size(r), min(size // used, cap), cap)
     if amt < 2: continue
-    k = _try(k, Opt("LOCAL", axis, amt))
-    budget //= amt
-    if size // budget >= MIN_ITEMS: break
+    k = _try(k, Opt("LOCAL", len(glob) - 1 - pos, amt))
+    used *= amt
   return k
 
 

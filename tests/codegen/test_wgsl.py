@@ -173,7 +173,7 @@ def test_packed_outputs_are_atomic_and_listed():
 
 
 def test_kernel_layout_and_spelling():
-  prg, _, _ = one_kernel(t(data(33, 64)).sum(axis=1) + t(data(33, seed=1)))
+  prg, _, _ = one_kernel(t(data(330, 64)).sum(axis=1) + t(data(330, seed=1)))
   assert prg.src.index("@group(0) @binding(0) var<storage, read_write> data0: array<f32>;") < \
     prg.src.index("@compute @workgroup_size(")
   assert f"fn {prg.name}(@builtin(workgroup_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>)" \

@@ -110,6 +110,17 @@ def build_half(device: str):
   return lambda x: ((x.float() * w.float()).sum(-1) + x.float().max(-1)).half()
 
 
+def build_odd(device: str):
+  """Extents no work-group size divides (13 x 11 pixels, 10 channels): padded work-groups with guarded tails."""
+  Tensor.manual_seed(3)
+  conv = nn.Conv2d(5, 10, 3, padding=1, device=device)
+
+  def forward(x):
+    h = conv(x).relu()
+    return h, (h.mean((2, 3)) + x.sum((1, 2, 3)).reshape(1, 1) * 0.01).softmax(-1)
+  return forward
+
+
 def mlp_case() -> ModelCase:
   x = np.random.default_rng(0).standard_normal((2, 8), dtype=np.float32)
   return ModelCase("mlp", build_mlp, {"x": x})
@@ -129,6 +140,11 @@ def two_io_case(input_names=("x", "n"), output_names=None, weight_names=None, na
 
 def softmax_case() -> ModelCase:
   return ModelCase("softmax", build_softmax, {"x": np.random.default_rng(3).standard_normal((2, 256), np.float32)})
+
+
+def odd_case() -> ModelCase:
+  x = np.random.default_rng(6).standard_normal((1, 5, 13, 11), dtype=np.float32)
+  return ModelCase("odd", build_odd, {"x": x}, output_names=["features", "probs"])
 
 
 def half_case() -> ModelCase:

@@ -20,8 +20,8 @@ import cpu_kernels
 import cuda_cpu
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, assert_same_files,
                             check_params_are_read_as_data, check_write_refusals, checked_manifest, cnn_case, compare,
-                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case, run,
-                            softmax_case, tgc, two_io_case)
+                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case, odd_case,
+                            run, softmax_case, tgc, two_io_case)
 from tgc.emit import write_artifact
 from tgc.emit.cuda import cuda_sources
 from tgc.runtimes import RuntimeUnavailable, get_runtime
@@ -52,7 +52,7 @@ def gpu_or_skip():
 # ---------------------------------------------------------------- models
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case, "softmax": softmax_case,
-         "half": half_case}
+         "half": half_case, "odd": odd_case}
 
 
 def emit(root, case: ModelCase, sub: str) -> str: return emit_folder(root, case, sub=sub, target="cuda")
@@ -142,7 +142,7 @@ def test_writer_refusals(tmp_path):
 
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "hostile", "half"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "hostile", "half", "odd"])
 def test_model_cu_compiles_with_nvrtc(bundles, arch, name):
   """NVRTC compiles model.cu as shipped (the host library is left out under __CUDACC_RTC__) for sm_80 and sm_90,
   and every kernel of the manifest is an entry of the module."""
@@ -232,7 +232,7 @@ def run_plan_on_cpu(folder: str, inputs: dict[str, np.ndarray]) -> dict[str, np.
   return {t["name"]: o.view(np.dtype(t["dtype"])).reshape(t["shape"]) for t, o in zip(manifest["outputs"], outs)}
 
 
-@pytest.mark.parametrize("name", ["cnn", "softmax", "two_io", "half"])
+@pytest.mark.parametrize("name", ["cnn", "softmax", "two_io", "half", "odd"])
 def test_launch_plan_computes_right_on_cpu(bundles, name):
   cpu_kernels.skip_without_cpu_compiler()
   case, folder = bundles[name]
@@ -289,7 +289,7 @@ def test_cuda_artifact_without_gpu_is_one_clear_line(bundles):
   pytest.skip("an NVIDIA GPU is present: CUDAArtifact runs (test_cuda_artifact_matches_reference)")
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "two_io", "half"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "two_io", "half", "odd"])
 def test_cuda_artifact_matches_reference(bundles, name):
   gpu_or_skip()
   case, folder = bundles[name]

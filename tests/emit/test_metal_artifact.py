@@ -22,7 +22,7 @@ import metal_check
 from cpu_kernels import cpu_compiler, skip_without_cpu_compiler
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, assert_same_files,
                             check_params_are_read_as_data, check_write_refusals, checked_manifest, cnn_case, compare,
-                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case,
+                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case, odd_case,
                             require_tool, run, softmax_case, tgc, two_io_case)
 from tgc.emit import write_artifact
 from tgc.emit.metal import metal_sources
@@ -40,7 +40,7 @@ needs_clang = pytest.mark.skipif(metal_check.clang() is None or metal_check.objc
 # ---------------------------------------------------------------- models
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case, "softmax": softmax_case,
-         "half": half_case}
+         "half": half_case, "odd": odd_case}
 
 
 def emit(root, case: ModelCase, sub: str) -> str: return emit_folder(root, case, sub=sub, target="metal")
@@ -121,7 +121,7 @@ def test_model_m_tables_are_the_manifest_plan(bundles):
 # ---------------------------------------------------------------- the whole model on the CPU through the shim
 
 @needs_clang
-@pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half", "odd"])
 def test_artifact_on_cpu_matches_reference(bundles, name):
   skip_without_cpu_compiler()
   case, folder = bundles[name]
@@ -344,7 +344,7 @@ def metal_backend():
     pytest.skip(str(error))
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half", "odd"])
 def test_artifact_on_metal_matches_reference(bundles, metal_backend, name):
   case, folder = bundles[name]
   with MetalArtifact(folder, backend=metal_backend) as art:

@@ -20,7 +20,8 @@ import pytest
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, allocations_around_run, assert_same_files,
                             check_cli_round_trip, check_params_are_read_as_data, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
-                            hostile_case, make, manifest_of, mlp_case, require_tool, run, softmax_case, two_io_case)
+                            hostile_case, make, manifest_of, mlp_case, odd_case, require_tool, run, softmax_case,
+                            two_io_case)
 from tgc.emit import write_artifact
 from tgc.emit.common import read_template
 from tgc.emit.opencl import opencl_sources
@@ -58,7 +59,7 @@ def row_case(name: str, build) -> ModelCase:
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "two_io": two_io_case, "hostile": hostile_case, "softmax": softmax_case,
          "center": lambda: row_case("center", build_center), "scale": lambda: row_case("scale", build_scale),
-         "half": half_case,
+         "half": half_case, "odd": odd_case,
          "double": lambda: ModelCase("double", build_double, {"x": rng(5).standard_normal((4, 8))})}
 
 
@@ -268,7 +269,7 @@ def test_main_arguments_and_errors(bundles, cl_device, tmp_path):
   assert r.returncode == 1 and "cannot open the weights file" in r.stderr
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "center", "two_io", "scale", "half", "double"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "softmax", "center", "two_io", "scale", "half", "odd", "double"])
 def test_opencl_artifact_matches_reference(bundles, references, cl_device, name):
   case, folder = bundles[name]
   if name == "double" and not cl_device["fp64"]: pytest.skip("the default OpenCL device has no cl_khr_fp64")
@@ -485,10 +486,11 @@ def under_oclgrind(folder: str, inputs: dict[str, np.ndarray], env: dict):
   return got, result.stderr
 
 
-@pytest.mark.parametrize("name", ["mlp", "softmax", "cnn", "center"])
+@pytest.mark.parametrize("name", ["mlp", "softmax", "cnn", "center", "odd"])
 def test_kernels_under_oclgrind(bundles, references, cl_device, oclgrind_env, tmp_path, name):
   """Every kernel of the model on Oclgrind's simulator: no out-of-bounds access, no local-memory race, no barrier
-  divergence, and the outputs still match. softmax and center reduce across work-groups (__local + barrier)."""
+  divergence, and the outputs still match. softmax and center reduce across work-groups (__local + barrier); odd
+  has extents no work-group size divides (padded work-groups whose tail work-items must not load or store outside)."""
   case, folder = bundles[name]
   got, reports = under_oclgrind(copy(folder, tmp_path), case.inputs, oclgrind_env)
   assert not OCLGRIND_REPORTS.search(reports), reports[:4000]

@@ -19,7 +19,8 @@ import pytest
 import headless_chromium as chromium
 from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
 from artifact_cases import (ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
-                            emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, run, softmax_case)
+                            emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
+                            softmax_case)
 from wgsl_source import declared_bindings, reported_bindings
 from tgc.emit import write_artifact
 from tgc.emit import webgpu as emit_webgpu
@@ -77,8 +78,8 @@ def int64_case() -> ModelCase:
 
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
-         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->')}
-RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile"]
+         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'), "odd": odd_case}
+RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile", "odd"]
 
 
 def with_inputs(case: ModelCase, inputs: dict[str, np.ndarray]) -> ModelCase:
