@@ -6,9 +6,13 @@
 2. Long reductions of few outputs, or long reductions that read each loaded element for one output only and along
    the contiguous axis of what they read (softmax, LayerNorm, row sums): the innermost reduce axis is split across a
    work-group (GROUP) and the partial results are combined in workgroup memory.
-3. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
-   does not move are upcast (each loaded value is used by every copy), at most 16 accumulators per work-item.
-4. Every kernel gets a work-group of 64 to 256 work-items (fewer when that would leave fewer than about 32
+3. Vectors: when every value is 32-bit, the stores step one element along the last global axis and most loads
+   are contiguous (weights count: they are stored in the order the kernel reads them) or broadcast along it, that
+   axis is a VECTOR of 4 lanes (float4 / vec4 loads and stores where aligned, codegen/vectorize.py).
+4. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
+   does not move are upcast (each loaded value is used by every copy), at most 16 accumulators (vector lanes
+   included) per work-item.
+5. Every kernel gets a work-group of 64 to 256 work-items (fewer when that would leave fewer than about 32
    work-groups, or the kernel has fewer work-items): LOCAL splits of the last global axes, from the contiguous one.
    A LOCAL amount need not divide its axis: the axis is padded and the tail guarded (opts.py); amounts are chosen
    to waste few padded work-items."""
@@ -19,6 +23,7 @@ from tgc.codegen.opts import Kernel, Opt, OptError
 from tgc.codegen.target import Target
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
+LANES = 4                     # vector lanes (float4, vec4<f32>)
 MIN_ITEMS = 64                # the smallest work-group to aim for
 WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
 MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
@@ -85,6 +90,17 @@ def group_reduce(k: Kernel, target: Target) -> Kernel | None:
   return _try(k, Opt("GROUP", len(red) - 1, amounts[0])) if amounts else None
 
 
+def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
+  """VECTOR 4 along the last global axis when the kernel's values are all 32-bit, its stores are contiguous along
+  it and few of its memory accesses would be lane by lane."""
+  from tgc.codegen.heuristics import _vectorizable, _gather_share, MAX_GATHER_SHARE
+  glob = k.axes(G)
+  if not glob or Kernel.size(glob[-1]) % LANES or not _vectorizable(k): return k
+  if not all(_stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
+  if _gather_share(k, glob[-1], constant) > MAX_GATHER_SHARE: return k
+  return _try(k, Opt("VECTOR", len(glob) - 1, LANES))
+
+
 def register_block(k: Kernel) -> Kernel:
   """Upcast up to two output axes that reduction loads are shared along, by the amounts (2..8, dividing the axis)
   that need the fewest loads per accumulation, with at most MAX_ACCUMULATORS accumulators and enough work-items
@@ -93,6 +109,7 @@ def register_block(k: Kernel) -> Kernel:
   hot = _reduce_loads(k)
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
+  lanes = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
   cands = [(i, r) for i, r in enumerate(glob) if Kernel.size(r) > 1 and any(not _depends(ld.src[1], r) for ld in hot)]
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   best, best_key = [], None
@@ -102,7 +119,7 @@ def register_block(k: Kernel) -> Kernel:
       for na in _divisors(Kernel.size(ra), 8):
         for nb in (_divisors(Kernel.size(rb), 8) if b != a else [1]):
           n = na * nb
-          if n < 2 or n > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
+          if n < 2 or n * lanes > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
           cost = _block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
           if cost is None: continue
           key = (cost, -n, a, b)
@@ -149,10 +166,13 @@ def local_split(k: Kernel, target: Target) -> Kernel:
   return k
 
 
-def gpu_opts(k: Kernel, target: Target) -> list[Opt]:
+def gpu_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> list[Opt]:
+  """`constant`: argument positions of weights only this kernel reads (lowering stores them in its read order)."""
   k = coalesce(k)
-  if any(n.op is Ops.REDUCE for n in k.ast.toposort()):
+  reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
+  if reduce:
     grouped = group_reduce(k, target)
     if grouped is not None and any(o.op == "GROUP" for o in grouped.opts): return grouped.opts
-    k = register_block(k)
+  k = pick_vector(k, constant)
+  if reduce: k = register_block(k)
   return local_split(k, target).opts

@@ -53,7 +53,7 @@ def _in_reduce(k: Kernel) -> set[UOp]:
 def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> list[Opt]:
   """Opts for kernel `k` on `target`. `constant`: argument positions of buffers that are weights this kernel alone
   reads (their layout is chosen by lowering, so any access to them can be made contiguous)."""
-  if target.has_workgroups: return _gpu_opts(k, target)
+  if target.has_workgroups: return _gpu_opts(k, target, constant)
   return _cpu_opts(k, target, constant)
 
 
@@ -187,7 +187,8 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset) -> list[Opt]:
 
 
 # ---------------------------------------------------------------- GPUs
-def _gpu_opts(k: Kernel, target: Target) -> list[Opt]:
-  """Work-group shapes, register blocks and work-group reductions for GPU targets (codegen/gpu_heuristics.py)."""
+def _gpu_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> list[Opt]:
+  """Work-group shapes, vectors, register blocks and work-group reductions for GPU targets
+  (codegen/gpu_heuristics.py)."""
   from tgc.codegen.gpu_heuristics import gpu_opts    # it builds on the helpers above
-  return gpu_opts(k, target)
+  return gpu_opts(k, target, constant)

@@ -6,9 +6,12 @@ depends on the VECTOR range is turned into a `dtype.vec(W)` value:
   ALU(x, y) with vector sources -> the vector ALU; scalar sources are broadcast (VECTORIZE of one source)
   REDUCE(x, v, rest)            -> a vector accumulator over `rest`, then its lanes combined (a horizontal reduce)
 Ops the renderer cannot do on vectors (`native`: e.g. exp2 in C) are done lane by lane. Index arithmetic stays
-scalar: loads and stores read the VECTOR range out of their index."""
+scalar: loads and stores read the VECTOR range out of their index. Where the language needs aligned vector
+accesses (GPUs: 16-byte `float4`), `aligned(buffer, base)` says whether a contiguous access at `base` may be one
+vector load or store; where it may not, the lanes are loaded and stored one by one."""
 from __future__ import annotations
 from dataclasses import dataclass, field
+from typing import Callable
 from tgc.ir import Ops, GroupOp, UOp, AxisType, PatternMatcher, UPat, graph_rewrite, substitute, dtypes
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.expand import COMBINE
@@ -20,6 +23,7 @@ INDEX = dtypes.index
 class VectorCtx:
   v: UOp                                   # the VECTOR range
   native: frozenset                        # ops the renderer does on vectors
+  aligned: Callable[[UOp, UOp], bool] | None = None    # (buffer, base) -> a vector access there is allowed
   depends: dict = field(default_factory=dict)
 
   @property
@@ -29,6 +33,9 @@ class VectorCtx:
     """Whether `u` (a scalar node) depends on the VECTOR range."""
     if u not in self.depends: self.depends[u] = u is self.v or any(self.on_v(s) for s in u.src)
     return self.depends[u]
+
+  def vector_access(self, buf: UOp, base: UOp | None) -> bool:
+    return base is not None and (self.aligned is None or self.aligned(buf, base))
 
   def lane(self, u: UOp, i: int) -> UOp: return simplify(substitute(u, {self.v: UOp.const(INDEX, i)}))
 
@@ -62,7 +69,7 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   if ld.dtype.count > 1 or not any(ctx.on_v(s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
   base = contiguous_base(idx, ctx.v)
-  if base is not None and not any(ctx.on_v(g) for g in gate):
+  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate):
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(ctx.lane(ld, i) for i in range(ctx.lanes)))
 
@@ -73,7 +80,7 @@ def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   # a vector store (every output index depends on the output's VECTOR axis: one without it is already rewritten)
   if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate): return None
   base = contiguous_base(idx, ctx.v)
-  if base is not None and not any(ctx.on_v(g) for g in gate):
+  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate):
     return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)
   vals = ctx.vec(val)
   return UOp(Ops.SINK, dtypes.bool, tuple(UOp(Ops.STORE, dtypes.bool, (buf, ctx.lane(idx, i), gep(vals, i)) +
@@ -127,12 +134,12 @@ vectorizer = PatternMatcher([
 ])
 
 
-def vectorize(ast: UOp, native: frozenset) -> UOp:
-  """`ast` with its VECTOR range (if any) turned into vector values."""
+def vectorize(ast: UOp, native: frozenset, aligned: Callable[[UOp, UOp], bool] | None = None) -> UOp:
+  """`ast` with its VECTOR range (if any) turned into vector values (`aligned`: see the module docstring)."""
   vs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR]
   if not vs: return ast
   if len(vs) > 1: raise ValueError("a kernel vectorizes one axis")
-  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native))
+  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned))
   return _flatten(out)
 
 

@@ -13,7 +13,8 @@ model.js, so it runs exactly the WGSL and buffer plan a browser runs.
 
 Buffers (one GPUBuffer each; WebGPU validates usage per whole buffer, so intermediates are not sub-ranges of one
 arena): inputs, outputs, weights, then the slots of `codegen.memory.plan_slots` (intermediates whose lifetimes do
-not overlap share a slot). Sizes are rounded up to 4 bytes (at least 4). Element layout on the device is the
+not overlap share a slot). Sizes are rounded up to 16 bytes (at least 16: a kernel may read any of them as
+array<vec4<...>>). Element layout on the device is the
 host's little-endian layout (sub-32-bit types are packed 4 or 2 per u32 word, which is their byte layout) except
 int64/uint64 and float64, which the webgpu lowering narrows to 32-bit words (`codegen.compiled.artifact_renderer`):
 the loader narrows them on upload (integer values must fit in 32 bits; float64 is rounded to float32) and widens
@@ -51,7 +52,9 @@ DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBinding
 PRETTY_WIDTH = 116
 
 
-def round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
+def buffer_size(n: int) -> int:
+  """GPUBuffer bytes for n bytes of data: a multiple of 16 (kernels may read a buffer as array<vec4<...>>)."""
+  return max(16, (n + 15) // 16 * 16)
 
 
 def device_nbytes(b: BufferInfo) -> int:
@@ -82,7 +85,7 @@ def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
   """Arena buffer index -> slot, and the slots' sizes in device bytes (whole buffers shared by intermediates of
   disjoint lifetimes)."""
   calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind == "arena"] for c in cm.calls]
-  return plan_slots(calls, {b.index: round4(device_nbytes(b)) for b in cm.of_kind("arena")})
+  return plan_slots(calls, {b.index: buffer_size(device_nbytes(b)) for b in cm.of_kind("arena")})
 
 
 def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
@@ -94,7 +97,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
     for i, b in enumerate(cm.buffers):
       if b.kind != kind: continue
       where[i] = len(buffers)
-      buffers.append({"label": f"{kind} {b.symbol}", "size": round4(device_nbytes(b))})
+      buffers.append({"label": f"{kind} {b.symbol}", "size": buffer_size(device_nbytes(b))})
   first_slot = len(buffers)
   buffers += [{"label": f"slot {s}", "size": size} for s, size in enumerate(slot_sizes)]
   for i, b in enumerate(cm.buffers):

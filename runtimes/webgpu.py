@@ -4,7 +4,7 @@ default compute limits that browsers grant (8 storage buffers per stage, 256 inv
 work-groups per dimension, 16 KiB of work-group memory) but the adapter's buffer sizes; "shader-f16" and
 "timestamp-query" are enabled when the adapter has them.
 
-Buffers are STORAGE | COPY_SRC | COPY_DST GPUBuffers of `nbytes` rounded up to 4 bytes (at least 4).
+Buffers are STORAGE | COPY_SRC | COPY_DST GPUBuffers of `nbytes` rounded up to 16 bytes (at least 16).
 
 Programs are WGSL modules rendered by `codegen.render.wgsl`: the kernel's argument i is `@binding(i)` of group 0;
 only the bindings the module declares are bound (a kernel may not use all its arguments). What the module declares
@@ -50,7 +50,7 @@ BROWSER_LIMITS = {"max-storage-buffers-per-shader-stage": 8, "max-compute-invoca
                   "max-compute-workgroups-per-dimension": 65535}
 
 
-def _round4(n: int) -> int: return max(4, (n + 3) // 4 * 4)
+def _buffer_size(n: int) -> int: return max(16, (n + 15) // 16 * 16)
 
 
 def bindings_of(params) -> list[Binding]:
@@ -65,11 +65,12 @@ def _private_runtime_dir() -> None:
 
 
 class WebGPUBuffer(Buffer):
-  """A GPUBuffer of `nbytes` rounded up to a multiple of 4 (at least 4) bytes."""
+  """A GPUBuffer of `nbytes` rounded up to a multiple of 16 (at least 16) bytes: kernels may bind it as
+  array<vec4<...>>."""
 
   def __init__(self, runtime: "WebGPURuntime", nbytes: int):
     super().__init__(runtime, nbytes)
-    self.size = _round4(self.nbytes)
+    self.size = _buffer_size(self.nbytes)
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
     self.gpu_buffer = runtime.device.create_buffer(size=self.size, usage=usage)
 

@@ -116,6 +116,9 @@ class CStyleRenderer:
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str: raise NotImplementedError
   def render_vector_alu(self, u: UOp, s: list[str]) -> str: raise NotImplementedError
   def render_gep(self, x: str, i: int, d: DType) -> str: return f"{x}[{i}]"
+  def vector_access(self, buf: UOp, base: UOp) -> bool:
+    """Whether a vector load or store of `buf` may start at element `base` (vectorize asks; C: anywhere)."""
+    return True
 
   def render_alu(self, u: UOp, s: list[str]) -> str:
     d = u.src[0].dtype

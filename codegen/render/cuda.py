@@ -1,10 +1,12 @@
 """CUDA C++ renderer (NVRTC or nvcc): `extern "C" __global__` kernels with `__launch_bounds__`; global ranges
 are block indices and local/group ranges thread indices; float16 is `__half` in memory (cuda_fp16.h) and float in
-registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h."""
+registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h. Vectors are
+CUDA's `float4`/`int4`/`uint4` structs (gpu_vectors.py): 16-byte loads and stores, arithmetic lane by lane."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
+from tgc.codegen.render.gpu_vectors import GPUVectors
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
          (Ops.POW, "pow"))
@@ -26,6 +28,7 @@ _BITCASTS = {
 # integer -> half conversions that round once (int -> float -> half could round twice)
 _TO_HALF = {dtypes.int32: "__int2half_rn", dtypes.uint32: "__uint2half_rn", dtypes.int64: "__ll2half_rn",
             dtypes.uint64: "__ull2half_rn", dtypes.float64: "__double2half"}
+_VECTORS = {"float": "float", "int": "int", "unsigned int": "uint"}
 BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__ D tg_bitcast(S s) {
   union { S s; D d; } u;
   u.s = s;
@@ -33,7 +36,7 @@ BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__
 }"""
 
 
-class CUDARenderer(CStyleRenderer):
+class CUDARenderer(GPUVectors, CStyleRenderer):
   language = "cuda"
   kernel_prefix = 'extern "C" __global__ '
   restrict = "__restrict__ "
@@ -46,6 +49,16 @@ class CUDARenderer(CStyleRenderer):
   storage_types = {dtypes.bool: "unsigned char", dtypes.float16: "__half"}
   math_fns = {(op, d): name + ("f" if d != dtypes.float64 else "")
               for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
+
+  operators = False      # float4 & co. are structs
+
+  def type_name(self, d: DType) -> str:
+    return f"{_VECTORS[self.types[d.scalar]]}{d.count}" if d.count > 1 else self.types[d]
+  def render_vector(self, lanes: list[str], d: DType) -> str: return f"make_{self.type_name(d)}({', '.join(lanes)})"
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
+    return f"(*(const {self.type_name(d)}*)({buf}+({idx})))"
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"*(({self.type_name(d)}*)({buf}+({idx}))) = {val};"
 
   def nan(self, d): return f"__longlong_as_double({_F64_BITS['nan']})" if d == dtypes.float64 else \
     f"__int_as_float({_F32_BITS['nan']})"

@@ -1,12 +1,14 @@
 """Metal Shading Language renderer: `kernel void` functions whose buffers are `device` pointers bound by index and
 whose grid ranges are the threadgroup position (`gid`) and the thread position in the threadgroup (`lid`); `half`
 is native; Metal has no double, so float64 is refused. Float math uses `metal::precise` so results do not depend
-on the host's fast-math setting."""
+on the host's fast-math setting. Vectors are `float4` & co. (gpu_vectors.py); a vector load or store reads the
+buffer through a `device` (arguments) or `threadgroup` (workgroup arrays) pointer to the vector type."""
 from __future__ import annotations
 import math
 import struct
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
+from tgc.codegen.render.gpu_vectors import GPUVectors
 
 def _round_to(v: float, d: DType) -> float:
   """`v` rounded once to float32 or float16 (the repr of the result parses back to exactly that value)."""
@@ -21,7 +23,7 @@ def _round_to(v: float, d: DType) -> float:
 _PRECISE = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.POW, "pow"))
 
 
-class MetalRenderer(CStyleRenderer):
+class MetalRenderer(GPUVectors, CStyleRenderer):
   language = "metal"
   kernel_prefix = "kernel "
   global_qualifier = "device "
@@ -38,8 +40,17 @@ class MetalRenderer(CStyleRenderer):
               (Ops.TRUNC, dtypes.float32): "trunc", (Ops.TRUNC, dtypes.float16): "trunc"}
 
   def type_name(self, d: DType) -> str:
-    if d == dtypes.float64: raise ValueError("metal: float64 is not supported (Metal has no double)")
-    return self.types[d]
+    if d.scalar == dtypes.float64: raise ValueError("metal: float64 is not supported (Metal has no double)")
+    return f"{self.types[d.scalar]}{d.count}" if d.count > 1 else self.types[d]
+
+  def render_vector(self, lanes: list[str], d: DType) -> str: return f"{self.type_name(d)}({', '.join(lanes)})"
+  def _vector_pointer(self, buf: str, d: DType, const: bool) -> str:
+    space = "device" if buf.startswith("data") else "threadgroup"      # kernel arguments are data<i>
+    return f"({'const ' if const else ''}{space} {self.type_name(d)}*)"
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
+    return f"(*{self._vector_pointer(buf, d, True)}({buf}+({idx})))"
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"*{self._vector_pointer(buf, d, False)}({buf}+({idx})) = {val};"
 
   def render_const(self, v, d: DType) -> str:
     if d.is_float:   # decimal: hexadecimal float literals are C++17 (MSL is C++14-based)

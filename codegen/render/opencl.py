@@ -1,14 +1,16 @@
 """OpenCL C renderer: grid ranges are work-group and work-item ids; float16 uses vload_half/vstore_half
-(half storage, float math) so it runs without cl_khr_fp16."""
+(half storage, float math) so it runs without cl_khr_fp16. Vectors are `float4` & co. (gpu_vectors.py), loaded and
+stored with vload4/vstore4."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
+from tgc.codegen.render.gpu_vectors import GPUVectors
 
 _FNS = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
         (Ops.POW, "pow"))
 
 
-class OpenCLRenderer(CStyleRenderer):
+class OpenCLRenderer(GPUVectors, CStyleRenderer):
   language = "opencl"
   kernel_prefix = "__kernel "
   global_qualifier = "__global "
@@ -19,6 +21,12 @@ class OpenCLRenderer(CStyleRenderer):
            dtypes.float16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int"}
   storage_types = {dtypes.bool: "uchar", dtypes.float16: "half"}
   math_fns = {(op, d): f for op, f in _FNS for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
+
+  def type_name(self, d: DType) -> str: return f"{self.types[d.scalar]}{d.count}" if d.count > 1 else self.types[d]
+  def render_vector(self, lanes: list[str], d: DType) -> str: return f"(({self.type_name(d)})({', '.join(lanes)}))"
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str: return f"vload{d.count}(0, {buf}+({idx}))"
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"vstore{d.count}({val}, 0, {buf}+({idx}));"
 
   def nan(self, d): return "NAN" if d != dtypes.float64 else "((double)NAN)"
   def inf(self, d): return "INFINITY" if d != dtypes.float64 else "((double)INFINITY)"

@@ -47,6 +47,7 @@ import numpy as np
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify
 from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes
+from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, is_multiple
 from tgc.codegen.target import Target
 
 U32 = dtypes.uint32
@@ -145,14 +146,20 @@ class _KernelFacts:
   packed: set[str]          # names of the packed global buffers
   atomic: set[str]          # packed buffers the kernel stores to (array<atomic<u32>>)
   stored: set[UOp]          # global buffers the kernel stores to
+  vec4: set[str]            # buffers declared array<vec4<...>>: read or written by vectors, every store a vector
   helpers: set[str] = field(default_factory=set)
 
   @staticmethod
   def of(program: list[UOp]) -> _KernelFacts:
     bufs = {s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}
-    stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
+    stores = [u for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL]
+    stored = {u.src[0] for u in stores}
+    vector = {u.src[0] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL and
+              (u.dtype if u.op is Ops.LOAD else u.src[2].dtype).count == LANES}
+    scalar_stores = {u.src[0] for u in stores if u.src[2].dtype.count == 1}
     return _KernelFacts({f"data{b.arg[0]}" for b in bufs if is_packed(b.dtype)},
-                        {f"data{b.arg[0]}" for b in stored if is_packed(b.dtype)}, stored)
+                        {f"data{b.arg[0]}" for b in stored if is_packed(b.dtype)}, stored,
+                        {f"data{b.arg[0]}" for b in vector - scalar_stores})
 
 
 @dataclass(frozen=True)
@@ -175,7 +182,7 @@ def is_packed(d: DType) -> bool:
   return element_size(d) < 4
 
 
-class WGSLRenderer(CStyleRenderer):
+class WGSLRenderer(GPUVectors, CStyleRenderer):
   language = "webgpu"
   barrier = "workgroupBarrier();"
 
@@ -197,8 +204,24 @@ class WGSLRenderer(CStyleRenderer):
 
   # ---- types and constants ----
   def type_name(self, d: DType) -> str:
+    if d.count > 1: return f"vec{d.count}<{self.type_name(d.scalar)}>"
     if d not in self.types: raise ValueError(f"webgpu: WGSL has no type for {d.name}")
     return self.types[d]
+
+  # ---- vectors: array<vec4<T>> bindings (gpu_vectors.py) ----
+  def vector_access(self, buf: UOp, base: UOp) -> bool:
+    """Only storage buffers of 32-bit elements become array<vec4<T>> (a vec4 out of an array<T>, workgroup arrays
+    included, would be four loads anyway), at multiples of 4 elements."""
+    return buf.op is Ops.DEFINE_GLOBAL and not is_packed(buf.dtype) and is_multiple(base, LANES)
+
+  def render_vector(self, lanes: list[str], d: DType) -> str: return f"{self.type_name(d)}({', '.join(lanes)})"
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str: return f"{buf}[({idx}) / {LANES}i]"
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"{buf}[({idx}) / {LANES}i] = {val};"
+
+  def render_load(self, buf: str, idx: str, d: DType) -> str:
+    if buf in self.kernel.vec4: return f"{buf}[({idx}) / {LANES}i][({idx}) % {LANES}i]"
+    return f"{buf}[{idx}]"
 
   def _use(self, helper: str) -> str:
     for dep in HELPERS[helper][0]: self._use(dep)
@@ -324,7 +347,8 @@ class WGSLRenderer(CStyleRenderer):
     return f"atomicOr(&{buf}[({idx}) / {k}i], {bits} << (u32(({idx}) % {k}i) * {8 * size}u));"
 
   def render_gated_load(self, gate: str, load: str, d: DType) -> str:
-    return f"select({self.render_const(0, d)}, {load}, {gate})"
+    zero = self.render_const(0, d) if d.count == 1 else f"{self.type_name(d)}({self.render_const(0, d.scalar)})"
+    return f"select({zero}, {load}, {gate})"
 
   def render_if(self, cond: str, stmt: str) -> str: return f"if ({cond}) {{ {stmt} }}"
   def render_local(self, name: str, d: DType, size: int) -> str | None: return None   # module scope (prefix)
@@ -350,6 +374,7 @@ class WGSLRenderer(CStyleRenderer):
   def _element(self, i: int, d: DType) -> str:
     """The WGSL element type of buffer argument i."""
     if f"data{i}" in self.kernel.atomic: return "atomic<u32>"
+    if f"data{i}" in self.kernel.vec4: return self.type_name(d.vec(LANES))
     return "u32" if is_packed(d) else self.type_name(d)
 
   def kernel_signature(self, name: str, args: list[str], local_size) -> str:

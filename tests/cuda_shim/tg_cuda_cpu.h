@@ -17,6 +17,15 @@ struct tg_dim3 { unsigned x, y, z; };
 extern thread_local tg_dim3 blockIdx, threadIdx;
 void __syncthreads();
 
+// the 16-byte vector structs of vector_types.h and their make_ functions
+#define TG_VECTOR4(T, name) \
+  struct alignas(16) name { T x, y, z, w; }; \
+  inline name make_##name(T x, T y, T z, T w) { return name{x, y, z, w}; }
+TG_VECTOR4(float, float4)
+TG_VECTOR4(int, int4)
+TG_VECTOR4(unsigned int, uint4)
+#undef TG_VECTOR4
+
 typedef _Float16 __half;
 inline float __half2float(__half h) { return (float)h; }
 inline __half __float2half_rn(float f) { return (__half)f; }

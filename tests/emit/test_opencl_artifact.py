@@ -511,9 +511,12 @@ def test_oclgrind_reports_what_it_should(bundles, cl_device, oclgrind_env, tmp_p
   wide = copy(folder, tmp_path, "wide")
   source = Path(wide, "model.c").read_text()
   kernel = manifest_of(wide)["kernels"][0]
-  launch = re.search(rf'\{{"{kernel["name"]}", \d+, \d+, \{{(\d+), ', source)
-  assert launch is not None and int(launch.group(1)) == kernel["global_size"][0]
-  wider = launch.group(0).replace(f"{{{launch.group(1)}, ", f"{{{kernel['global_size'][0] + kernel['local_size'][0]}, ")
+  glob, loc = kernel["global_size"], kernel["local_size"]
+  dim = next(d for d in range(3) if glob[d] > loc[d])          # a launch dimension of several work-groups
+  launch = re.search(rf'\{{"{kernel["name"]}", \d+, \d+, \{{(\d+), (\d+), (\d+)\}}', source)
+  assert launch is not None and [int(g) for g in launch.groups()] == glob
+  sizes = [g + (loc[d] if d == dim else 0) for d, g in enumerate(glob)]
+  wider = launch.group(0).replace("{" + ", ".join(map(str, glob)) + "}", "{" + ", ".join(map(str, sizes)) + "}")
   Path(wide, "model.c").write_text(source.replace(launch.group(0), wider, 1))
   _, reports = under_oclgrind(wide, case.inputs, oclgrind_env)
   assert re.search(r"Invalid (read|write)", reports), reports[:2000]

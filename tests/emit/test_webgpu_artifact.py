@@ -164,13 +164,13 @@ def test_files_manifest_and_plan(bundles, name):
 
 def test_whole_buffer_plan(bundles):
   """One GPUBuffer per slot: no call binds a buffer twice when one binding is writable, slots are shared by
-  intermediates of disjoint lifetimes, and sizes are multiples of 4 that hold each tensor."""
+  intermediates of disjoint lifetimes, and sizes are multiples of 16 that hold each tensor."""
   for name, (_, folder) in bundles.items():
     plan, manifest = plan_of(folder), manifest_of(folder)
     slots = [b for b in plan["buffers"] if b["label"].startswith("slot ")]
     assert len(slots) <= len(manifest["arena_buffers"]), name
     assert [b["size"] for b in slots] == manifest["target_info"]["slot_buffers"]
-    assert all(b["size"] % 4 == 0 and b["size"] >= 4 for b in plan["buffers"])
+    assert all(b["size"] % 16 == 0 and b["size"] >= 16 for b in plan["buffers"])    # array<vec4<...>> bindings
     for t in plan["inputs"] + plan["outputs"] + plan["weights"]:
       narrow = 2 if t["dtype"] in ("int64", "uint64") else 1
       assert plan["buffers"][t["buffer"]]["size"] >= t["nbytes"] // narrow
