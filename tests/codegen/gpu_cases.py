@@ -105,6 +105,18 @@ def _conv():
   return F.conv2d(x, w, bias, padding=1).relu()
 
 
+def _vec_misaligned():
+  """Vector stores, but the loads start one element off a multiple of 4: they must stay lane by lane."""
+  return t(data(8, 66))[:, 1:65] * 2 + 1
+
+
+def _vec_mixed():
+  """One buffer read as vectors (x) and lane by lane (its flip): WGSL binds it array<vec4<f32>> and reads
+  components."""
+  x = t(data(8, 64))
+  return x * 3 - x.flip(1)
+
+
 def _f64():
   a = t(data(16, 24, dtype=np.float64))
   return (a.exp() * a.sin()).sum(axis=1) + a.sqrt().max(axis=1) - (-1.5)
@@ -135,6 +147,8 @@ CASES = [
   Case("bitcast_back", _bitcast_back, rtol=1e-3, tags=frozenset({"half"})),
   Case("bitcast_bool", lambda: (t(data(4, 8)) > 0).bitcast(dtypes.uint8) * 3),
   Case("conv2d", _conv, rtol=1e-4, atol=1e-4),
+  Case("vec_misaligned", _vec_misaligned),
+  Case("vec_mixed", _vec_mixed, (Opt("VECTOR", 1, 4), Opt("LOCAL", 1, 16))),
   Case("float64", _f64, rtol=1e-12, atol=1e-12, tags=frozenset({"f64"})),
 ]
 
