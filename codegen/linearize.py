@@ -7,7 +7,8 @@ that contains everything they depend on: address arithmetic and whatever a reduc
 of the loops they do not depend on; the rest is computed where it is first used. The result is what renderers
 walk."""
 from __future__ import annotations
-from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes
+from tgc.ir import Ops, UOp, AxisType, dtypes
+from tgc.codegen.expand import COMBINE
 
 _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 INDEX = dtypes.index
@@ -108,6 +109,16 @@ class _Linearizer:
     self.emitted |= set(reds)
 
 
+def _computed(u: UOp, done: set[UOp]) -> list[UOp]:
+  """`u` after those of its sources not computed yet (ranges, constants, buffers and barriers are not computed)."""
+  out = []
+  for n in u.toposort():
+    if n in done or n.op in (Ops.CONST, Ops.RANGE, Ops.DEFINE_LOCAL, Ops.DEFINE_GLOBAL, Ops.BARRIER): continue
+    done.add(n)
+    out.append(n)
+  return out
+
+
 def linearize(sink: UOp, grid_kinds: tuple[AxisType, ...] = (AxisType.GLOBAL, AxisType.LOCAL)) -> list[UOp]:
   """`grid_kinds`: range kinds that are work-item indices rather than loops (none on CPUs). When GROUP is among
   them, a REDUCE over a group range finishes with a work-group reduction through local memory. Output loops that
@@ -116,9 +127,13 @@ def linearize(sink: UOp, grid_kinds: tuple[AxisType, ...] = (AxisType.GLOBAL, Ax
 
 
 def _workgroup_reduce(reds: list[UOp], accs: dict, shared: list[UOp], n_acc: int) -> list[UOp]:
-  """Each work-item's partial result goes to local memory; after a barrier every work-item combines them
-  (uniform control flow, as browsers require); the stores are gated to the first work-item by `lower`.
-  The local buffer is indexed by the group axis alone, so no other axis may be split into the work-group."""
+  """Each work-item's partial result goes to local memory and the partials are combined as a tree: at each step
+  the first half of the work-items adds (multiplies, maxes) the second half's partials into theirs, with a barrier
+  between steps (every work-item reaches every barrier: uniform control flow, as browsers require), then every
+  work-item reads the total; the stores are gated to the first work-item by `lower`. A group size that is not a
+  power of two first folds the part above the largest power of two below it. The local buffer is indexed by the
+  group axis alone, so no other axis may be split into the work-group. Each barrier is its own node (`arg`: its
+  step), and the loads after it name it, so every read is ordered after the writes it needs."""
   if len(shared) != 1: raise ValueError("a reduction split across work-items supports one GROUP axis")
   g = shared[0]
   size = g.src[0].arg
@@ -128,10 +143,22 @@ def _workgroup_reduce(reds: list[UOp], accs: dict, shared: list[UOp], n_acc: int
     tmp = UOp(Ops.DEFINE_LOCAL, red.dtype, (), (f"temp{n_acc + i}", size))
     temps.append(tmp)
     out += [tmp, UOp(Ops.STORE, dtypes.bool, (tmp, g, accs[red]))]
-  out.append(UOp(Ops.BARRIER, dtypes.bool, ()))
+  barrier = UOp(Ops.BARRIER, dtypes.bool, (), (n_acc, 0))
+  out.append(barrier)
+  done: set[UOp] = set()
+  live, step = size, 1
+  while live > 1:
+    half = 1 << ((live - 1).bit_length() - 1)          # the largest power of two below `live`
+    gate = g.lt(live - half)                           # partials [half, live) fold into [0, live - half)
+    partner = gate.where(g + half, g)                  # in bounds for every work-item; used only where gated
+    for red, tmp in zip(reds, temps):
+      mine, theirs = UOp(Ops.LOAD, red.dtype, (tmp, g, barrier)), UOp(Ops.LOAD, red.dtype, (tmp, partner, barrier))
+      out += _computed(UOp(Ops.STORE, dtypes.bool, (tmp, g, COMBINE[red.arg](mine, theirs), gate)), done)
+    barrier = UOp(Ops.BARRIER, dtypes.bool, (), (n_acc, step))
+    out.append(barrier)
+    live, step = half, step + 1
   for i, (red, tmp) in enumerate(zip(reds, temps)):
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (UOp.const(red.dtype, reduce_identity(red.arg, red.dtype)),), n_acc + i)
-    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), RangeArg(10_000 + n_acc + i, AxisType.REDUCE))
-    ld = UOp(Ops.LOAD, red.dtype, (tmp, r))
-    out += [acc, r, ld, UOp(Ops.ASSIGN, red.dtype, (acc, ld), red), UOp(Ops.ENDRANGE, dtypes.bool, (r,))]
+    out += [acc, ld := UOp(Ops.LOAD, red.dtype, (tmp, UOp.const(INDEX, 0), barrier)),
+            UOp(Ops.ASSIGN, red.dtype, (acc, ld), red)]
   return out
