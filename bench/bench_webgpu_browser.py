@@ -2,26 +2,34 @@
 same ONNX model, in one headless Chromium session (SwiftShader WebGPU on a machine without a GPU), both served from
 a local http server on 127.0.0.1; nothing is fetched from elsewhere at run time.
 
-The models are the onnx wheel's light models (squeezenet by default) with seeded random weights
-(tests/onnx/light_models.py); both engines get the same seeded normal input, and both outputs are checked against
-onnxruntime (pip, CPU) on that input. Per engine: load time (import of the module + load of the weights/model:
-tgc's `load()` builds every pipeline, onnxruntime-web compiles its shaders during the first run), the first run,
-and the median of --runs further runs (each run uploads the input and reads the output back); printed as
-tgc / onnxruntime-web ratios. For the tgc artifact also: its kernels and dispatches, and its intermediate memory:
-the arena of the compile-time memory plan (manifest `arena_bytes`, codegen/memory.py `plan_memory`), the whole
-GPUBuffers the WebGPU artifact allocates for intermediates (manifest `target_info.slot_buffers`,
-`plan_slots`), against the sum of every intermediate tensor (manifest `arena_buffers`).
+Models (positional, any number): a path to any .onnx file, or one of the named models: the onnx wheel's light
+models (`resnet50`, `squeezenet`, ...: seeded random weights, tests/onnx/light_models.py), `mobilenet_v2` and
+`transformer` (bench/onnx_models.py) and `example_cnn` (examples/mnist_cnn.py written out as the same ONNX graph,
+bench/bench_artifact.py `example_as_onnx`; tgc compiles that ONNX file, as onnxruntime-web loads it). Default: the
+four benchmark models resnet50, mobilenet_v2, transformer, example_cnn. Inputs with dynamic dimensions need
+`--input-shape name=1,3,224,224`. Both engines get the same seeded inputs (normal floats, small integers), and both
+outputs are checked against onnxruntime (pip, CPU) on those inputs.
+
+Per engine: load time (import of the module + load of the weights/model: tgc's `load()` builds every pipeline,
+onnxruntime-web compiles its shaders during the first run), the first run, --warmup more runs, then the median of
+--runs timed runs; every run uploads the inputs and reads the outputs back (onnxruntime-web's outputs are on the CPU).
+Printed as tgc / onnxruntime-web ratios. For the tgc artifact also: its kernels and dispatches, its work-group sizes
+(kernels of 64 or more work-items that run one work-item per work-group) and its intermediate memory: the arena of the
+compile-time memory plan (manifest `arena_bytes`, codegen/memory.py `plan_memory`), the whole GPUBuffers the WebGPU
+artifact allocates for intermediates (manifest `target_info.slot_buffers`, `plan_slots`), against the sum of every
+intermediate tensor (manifest `arena_buffers`).
 
 Install the peer once (into bench/web/node_modules, ignored by git):
 
     (cd bench/web && npm install)
-    python bench/bench_webgpu_browser.py [squeezenet shufflenet ...] [--runs 5] [--seed 0] [--json]
+    python bench/bench_webgpu_browser.py [MODEL ...] [--runs 5] [--warmup 2] [--seed 0] [--json]
 
 Needs /usr/bin/chromium (Debian package chromium), playwright (pip; never `playwright install`) and onnxruntime."""
 from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import statistics
@@ -33,6 +41,7 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "onnx"))
 
@@ -45,31 +54,42 @@ from tgc.aot.errors import UserError  # noqa: E402
 ORT_DIST = os.path.join(ROOT, "bench", "web", "node_modules", "onnxruntime-web", "dist")
 ORT_MODULE = "ort.webgpu.min.mjs"
 BLANK_PAGE = "<!doctype html><meta charset=utf-8><title>tgc browser benchmark</title>\n"
+DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "transformer", "example_cnn")
+BUILT = ("mobilenet_v2", "transformer", "example_cnn")
+IR_VERSION = 10           # what the models built here declare (onnxruntime-web 1.30 reads up to 13)
+
+# the inputs as the page gets them: [{name, dtype, shape, data}]; each engine's TypedArrays made from them
+FEEDS_JS = """const typed = (f) => f.dtype === "int64" ? BigInt64Array.from(f.data, (v) => BigInt(v))
+  : f.dtype === "int32" ? Int32Array.from(f.data) : Float32Array.from(f.data);"""
 
 # each returns {loadMs, firstMs, times: [ms], outputs: {name: [values]}, info}
-TGC_JS = """async ({module, weights, input, data, shape, runs}) => {
+TGC_JS = """async ({module, weights, feeds, runs, warmup}) => {
+  %s
   const t0 = performance.now();
   const m = await import(module);
   const model = await m.load(weights);
   const loadMs = performance.now() - t0;
-  const feeds = {[input]: Float32Array.from(data)};
+  const inputs = Object.fromEntries(feeds.map((f) => [f.name, typed(f)]));
   let t = performance.now();
-  const first = await model.run(feeds);
+  const first = await model.run(inputs);
   const firstMs = performance.now() - t;
+  for (let i = 0; i < warmup; i++) await model.run(inputs);
   const times = [];
   for (let i = 0; i < runs; i++) {
     t = performance.now();
-    await model.run(feeds);
+    await model.run(inputs);
     times.push(performance.now() - t);
   }
-  const outputs = Object.fromEntries(Object.entries(first).map(([k, v]) => [k, Array.from(v.data)]));
+  const outputs = Object.fromEntries(Object.entries(first).map(([k, v]) => [k, Array.from(v.data, Number)]));
   const a = model.device.adapterInfo || {};
   const info = [a.vendor, a.architecture, a.description].filter(Boolean).join(" ");
+  const variant = model.variant || "";
   await model.dispose();
-  return {loadMs, firstMs, times, outputs, info};
-}"""
+  return {loadMs, firstMs, times, outputs, info, variant};
+}""" % FEEDS_JS
 
-ORT_JS = """async ({module, wasm, modelUrl, input, data, shape, runs}) => {
+ORT_JS = """async ({module, wasm, modelUrl, feeds, runs, warmup}) => {
+  %s
   const t0 = performance.now();
   const ort = await import(module);
   ort.env.wasm.wasmPaths = wasm;
@@ -77,24 +97,26 @@ ORT_JS = """async ({module, wasm, modelUrl, input, data, shape, runs}) => {
   ort.env.logLevel = "error";
   const session = await ort.InferenceSession.create(modelUrl, {executionProviders: ["webgpu"]});
   const loadMs = performance.now() - t0;
-  const feeds = {[input]: new ort.Tensor("float32", Float32Array.from(data), shape)};
+  const inputs = Object.fromEntries(feeds.map((f) => [f.name, new ort.Tensor(f.dtype, typed(f), f.shape)]));
   let t = performance.now();
-  const first = await session.run(feeds);
+  const first = await session.run(inputs);
   const firstMs = performance.now() - t;
+  const outputs = {};
+  for (const [k, v] of Object.entries(first)) outputs[k] = Array.from(await v.getData(), Number);
+  for (let i = 0; i < warmup; i++) await session.run(inputs);
   const times = [];
   for (let i = 0; i < runs; i++) {
     t = performance.now();
-    await session.run(feeds);
+    const out = await session.run(inputs);
+    for (const v of Object.values(out)) await v.getData();
     times.push(performance.now() - t);
   }
-  const outputs = {};
-  for (const [k, v] of Object.entries(first)) outputs[k] = Array.from(await v.getData());
   const device = await ort.env.webgpu.device;
   const a = (device && device.adapterInfo) || {};
   const info = [a.vendor, a.architecture, a.description].filter(Boolean).join(" ");
   await session.release();
-  return {loadMs, firstMs, times, outputs, info: (device ? "webgpu " : "no webgpu device ") + info};
-}"""
+  return {loadMs, firstMs, times, outputs, info: (device ? "webgpu " : "no webgpu device ") + info, variant: ""};
+}""" % FEEDS_JS
 
 
 class BenchError(Exception):
@@ -113,30 +135,82 @@ def missing_pieces() -> str | None:
 
 
 def memory_stats(manifest: dict) -> dict:
-  """Kernels and intermediate memory of an artifact, from its manifest."""
+  """Kernels, work-group sizes and intermediate memory of an artifact, from its manifest."""
   inter = [b["nbytes"] for b in manifest["arena_buffers"]]
   slots = manifest.get("target_info", {}).get("slot_buffers", [])
+  sizes = [math.prod(k["local_size"]) for k in manifest["kernels"]]
+  single = sum(1 for k, wg in zip(manifest["kernels"], sizes) if wg == 1 and math.prod(k["global_size"]) >= 64)
   return {"kernels": len(manifest["kernels"]), "dispatches": len(manifest["calls"]),
+          "one_item_workgroups": single, "median_workgroup": statistics.median(sizes) if sizes else 0,
           "intermediates": len(inter), "intermediate_bytes_sum": int(sum(inter)),
           "largest_intermediate_bytes": int(max(inter, default=0)), "arena_bytes": int(manifest["arena_bytes"]),
           "webgpu_slot_buffers": len(slots), "webgpu_slot_bytes": int(sum(slots)),
           "weights_bytes": int(manifest["weights"]["nbytes"])}
 
 
-def prepare(name: str, seed: int, site: str) -> dict:
-  """The randomized model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the input and
-  onnxruntime's (CPU) output."""
-  from tgc.aot.pipeline import compile_model
+def known_models() -> tuple[str, ...]: return tuple(lm.NAMES) + BUILT
+
+
+def load_onnx(spec: str, seed: int):
+  """(name, ModelProto) of a model argument: an .onnx path, a light model name or one of BUILT (built here with
+  an IR version onnxruntime-web reads: onnx's helpers write the newest)."""
+  name, model = _load_onnx(spec, seed)
+  if not spec.lower().endswith(".onnx"): model.ir_version = min(model.ir_version, IR_VERSION)
+  return name, model
+
+
+def _load_onnx(spec: str, seed: int):
+  import onnx
+  if spec.lower().endswith(".onnx"):
+    if not os.path.isfile(spec): raise BenchError(f"{spec}: no such file")
+    return re.sub(r"[^A-Za-z0-9_]", "_", os.path.splitext(os.path.basename(spec))[0]), onnx.load(spec)
+  if spec == "mobilenet_v2" or spec == "transformer":
+    import onnx_models
+    return spec, getattr(onnx_models, "mobilenet_v2" if spec == "mobilenet_v2" else "transformer_encoder")(seed=seed)
+  if spec == "example_cnn":
+    from bench_artifact import example_as_onnx
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import mnist_cnn
+    model, _ = mnist_cnn.build("numpy")
+    return spec, example_as_onnx(model)
+  if spec not in lm.NAMES: raise BenchError(f"unknown model {spec!r}: give an .onnx file or one of "
+                                            f"{', '.join(known_models())}")
+  if not lm.available(spec): raise BenchError(f"{lm.model_path(spec)} is not in this onnx wheel")
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    model = lm.randomized(lm.load(name), seed)
+    return spec, lm.randomized(lm.load(spec), seed)
+
+
+def feeds_for(model, seed: int, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+  """Seeded inputs for every graph input that is not an initializer: normal floats, integers in [0, 10)."""
+  import onnx
+  rng = np.random.default_rng(seed)
+  inits = {t.name for t in model.graph.initializer}
+  feeds = {}
+  for vi in model.graph.input:
+    if vi.name in inits: continue
+    t = vi.type.tensor_type
+    dims = shapes.get(vi.name) or tuple(d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim)
+    if any(d <= 0 for d in dims): raise BenchError(f"input {vi.name!r} has dynamic dimensions: --input-shape "
+                                                   f"{vi.name}=...")
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+    feeds[vi.name] = rng.standard_normal(dims).astype(dtype) if dtype.kind == "f" else \
+      rng.integers(0, 10, dims).astype(dtype)
+  return feeds
+
+
+def prepare(spec: str, seed: int, site: str, shapes: dict) -> dict:
+  """The model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the inputs and
+  onnxruntime's (CPU) outputs."""
+  from tgc.aot.pipeline import compile_model
+  name, model = load_onnx(spec, seed)
   path = os.path.join(site, "models", f"{name}.onnx")
   with open(path, "wb") as f: f.write(model.SerializeToString())
   start = time.perf_counter()
   folder = os.path.join(site, "tgc", name)
-  compile_model(path, "webgpu", folder, name=name)
+  compile_model(path, "webgpu", folder, name=name, input_shapes=shapes or None)
   compile_s = time.perf_counter() - start
-  feeds = lm.random_inputs(model, seed)
+  feeds = feeds_for(model, seed, shapes)
   ref = lm.run_onnxruntime(model, feeds)[0]
   outputs = [o.name for o in model.graph.output]
   manifest = chromium.manifest_of(folder)
@@ -174,21 +248,24 @@ def errors(outputs: dict, ref: dict) -> float:
   return worst
 
 
-def bench_model(context, url: str, prep: dict, runs: int) -> dict:
-  name, feeds = prep["name"], prep["feeds"]
-  (input_name, x), = feeds.items()
-  common = {"input": input_name, "data": x.reshape(-1).astype(np.float64).tolist(), "shape": list(x.shape),
-            "runs": runs}
+def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str | None = None) -> dict:
+  name = prep["name"]
+  feeds = [{"name": k, "dtype": str(v.dtype), "shape": list(v.shape),
+            "data": v.reshape(-1).astype(np.float64 if v.dtype.kind == "f" else np.int64).tolist()}
+           for k, v in prep["feeds"].items()]
+  common = {"feeds": feeds, "runs": runs, "warmup": warmup}
   result = {"model": name, "compile_s": prep["compile_s"], "onnx_nodes": prep["onnx_nodes"],
-            "input_shape": list(x.shape), **memory_stats(prep["manifest"])}
+            "inputs": {k: list(v.shape) for k, v in prep["feeds"].items()}, **memory_stats(prep["manifest"])}
   engines = {"tgc": (TGC_JS, {"module": f"/tgc/{name}/model.js", "weights": f"/tgc/{name}/weights.safetensors"}),
              "ort": (ORT_JS, {"module": f"/ort/{ORT_MODULE}", "wasm": "/ort/", "modelUrl": f"/models/{name}.onnx"})}
   for engine, (script, args) in engines.items():
+    if only and engine != only: continue
     got = run_engine(context, url, f"{name} on {engine}", script, {**common, **args})
     result[engine] = {"load_ms": got["loadMs"], "first_run_ms": got["firstMs"],
                       "median_run_ms": statistics.median(got["times"]) if got["times"] else got["firstMs"],
                       "runs": len(got["times"]), "scaled_error_vs_onnxruntime_cpu": errors(got["outputs"], prep["ref"]),
-                      "device": got["info"]}
+                      "device": got["info"], "variant": got.get("variant", "")}
+  if only: return result
   t, o = result["tgc"], result["ort"]
   result["ratios"] = {"load": t["load_ms"] / o["load_ms"], "first_run": t["first_run_ms"] / o["first_run_ms"],
                       "load_plus_first_run": (t["load_ms"] + t["first_run_ms"]) / (o["load_ms"] + o["first_run_ms"]),
@@ -202,7 +279,8 @@ def _mib(n: int) -> str: return f"{n / 2 ** 20:.2f} MiB"
 def markdown(results: list[dict], meta: dict) -> str:
   lines = [f"Chromium {meta['chromium']} headless, WebGPU adapter: tgc {meta['tgc_device'] or '?'}, "
            f"onnxruntime-web {meta['ort_version']} ({meta['ort_device'] or '?'}); seed {meta['seed']}, median of "
-           f"{meta['runs']} runs after the first.", "",
+           f"{meta['runs']} runs after the first and {meta['warmup']} warm-up runs; 1-minute load "
+           f"{meta['load_before']:.1f} before, {meta['load_after']:.1f} after.", "",
            "| model | engine | load ms | first run ms | median run ms | max err vs ort CPU (scaled) |",
            "|---|---|---|---|---|---|"]
   for r in results:
@@ -213,10 +291,13 @@ def markdown(results: list[dict], meta: dict) -> str:
     q = r["ratios"]
     lines.append(f"| {r['model']} | **tgc / ort** | {q['load']:.2f} | {q['first_run']:.2f} | {q['median_run']:.2f} | "
                  f"(load + first run: {q['load_plus_first_run']:.2f}) |")
-  lines += ["", "| model | ONNX nodes | tgc kernels (dispatches) | intermediates: sum of all | arena (memory plan) | "
-                "WebGPU slot buffers | arena / sum | weights |", "|---|---|---|---|---|---|---|---|"]
+  lines += ["", "| model | ONNX nodes | tgc kernels (dispatches) | median work-group | one-item work-groups (>= 64 "
+                "items) | intermediates: sum of all | arena (memory plan) | WebGPU slot buffers | arena / sum | "
+                "weights |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   for r in results:
     lines.append(f"| {r['model']} | {r['onnx_nodes']} | {r['kernels']} ({r['dispatches']}) | "
+                 f"{r['median_workgroup']:g} | {r['one_item_workgroups']} | "
                  f"{_mib(r['intermediate_bytes_sum'])} ({r['intermediates']} tensors) | {_mib(r['arena_bytes'])} | "
                  f"{_mib(r['webgpu_slot_bytes'])} ({r['webgpu_slot_buffers']}) | "
                  f"{r['arena_bytes'] / max(1, r['intermediate_bytes_sum']):.2f} | {_mib(r['weights_bytes'])} |")
@@ -231,37 +312,44 @@ def _ort_version() -> str:
     return "?"
 
 
+def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+  out = {}
+  for item in items:
+    name, _, dims = item.partition("=")
+    try: out[name] = tuple(int(d) for d in dims.split(","))
+    except ValueError: raise BenchError(f"--input-shape {item!r}: expected name=d0,d1,...") from None
+  return out
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("models", nargs="*", default=["squeezenet"], help=f"some of: {', '.join(lm.NAMES)}")
-  ap.add_argument("--runs", type=int, default=5, help="timed runs after the first (median)")
-  ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and input")
+  ap.add_argument("models", nargs="*", default=list(DEFAULT_MODELS),
+                  help=f".onnx files or some of: {', '.join(known_models())}")
+  ap.add_argument("--runs", type=int, default=5, help="timed runs after the warm-up (median)")
+  ap.add_argument("--warmup", type=int, default=2, help="untimed runs after the first")
+  ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+  ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                  help="the shape of an input with dynamic dimensions")
+  ap.add_argument("--only", choices=("tgc", "ort"), help="run one engine only (JSON output, no ratios)")
   ap.add_argument("--json", action="store_true", help="print the results as JSON")
   args = ap.parse_args(argv)
-  unknown = [n for n in args.models if n not in lm.NAMES]
-  if unknown:
-    print(f"bench_webgpu_browser: unknown models: {', '.join(unknown)}; known: {', '.join(lm.NAMES)}",
-          file=sys.stderr)
-    return 2
   reason = missing_pieces()
   if reason:
     print(f"bench_webgpu_browser: {reason}", file=sys.stderr)
     return 2
-  for name in args.models:
-    if not lm.available(name):
-      print(f"bench_webgpu_browser: {lm.model_path(name)} is not in this onnx wheel", file=sys.stderr)
-      return 2
+  load_before = os.getloadavg()[0]
   with tempfile.TemporaryDirectory(prefix="tgc-bench-web-") as site:
     for sub in ("models", "tgc"): os.makedirs(os.path.join(site, sub))
     with open(os.path.join(site, "index.html"), "w", encoding="utf-8") as f: f.write(BLANK_PAGE)
     preps = []
-    for name in args.models:
-      try:
-        preps.append(prepare(name, args.seed, site))
-      except UserError as error:
-        print(f"bench_webgpu_browser: {name}: {error}", file=sys.stderr)
-        return 1
-      print(f"{name}: compiled in {preps[-1]['compile_s']:.1f} s", file=sys.stderr, flush=True)
+    try:
+      shapes = _shapes(args.input_shape)
+      for spec in args.models:
+        preps.append(prepare(spec, args.seed, site, shapes))
+        print(f"{preps[-1]['name']}: compiled in {preps[-1]['compile_s']:.1f} s", file=sys.stderr, flush=True)
+    except (BenchError, UserError) as error:
+      print(f"bench_webgpu_browser: {error}", file=sys.stderr)
+      return 2
     results = []
     routes = {"/": site, "/ort": ORT_DIST}
     try:
@@ -272,16 +360,18 @@ def main(argv=None) -> int:
             raise BenchError("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
           for prep in preps:
             start = time.perf_counter()
-            results.append(bench_model(context, url, prep, args.runs))
+            results.append(bench_model(context, url, prep, args.runs, args.warmup, args.only))
             print(f"{prep['name']}: measured in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
         finally:
           chromium.close(context, profile)
     except BenchError as error:
       print(f"bench_webgpu_browser: {error}", file=sys.stderr)
       return 1
+  if args.only: args.json = True
   meta = {"chromium": browser_version(), "ort_version": _ort_version(), "seed": args.seed, "runs": args.runs,
-          "tgc_device": results[0]["tgc"]["device"] if results else "",
-          "ort_device": results[0]["ort"]["device"] if results else ""}
+          "warmup": args.warmup, "load_before": load_before, "load_after": os.getloadavg()[0],
+          "tgc_device": results[0].get("tgc", {}).get("device", "") if results else "",
+          "ort_device": results[0].get("ort", {}).get("device", "") if results else ""}
   if args.json: print(json.dumps({"meta": meta, "results": results}, indent=2))
   else: print(markdown(results, meta))
   return 0

@@ -1,5 +1,10 @@
 """`CompiledModel`: everything an artifact needs, for one target. Kernels (source, launch sizes), the call order
-with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
+with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights.
+
+Variants: a GPU target's kernels are also rendered for other flavors of the target that an artifact may pick when
+it loads (`variant_targets`): the same opts, so the same launch sizes, parameters and weight layouts, only the
+source differs. "cpu" is the target without workgroup tiles, for GPU languages run by a CPU (PoCL, SwiftShader,
+lavapipe). `CompiledModel.variants` holds, per variant, the kernels whose source differs from the main one."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
@@ -39,6 +44,7 @@ class CompiledModel:
   weights: dict[str, np.ndarray]   # by original weight name, in buffer order
   arena_bytes: int
   meta: dict = field(default_factory=dict)
+  variants: dict[str, dict[str, KernelProgram]] = field(default_factory=dict)   # variant -> kernels that differ
 
   def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
   @property
@@ -51,6 +57,36 @@ def _nbytes(b: UOp) -> int:
   n = 1
   for s in b.arg[1]: n *= s
   return n * b.dtype.itemsize
+
+
+CPU_VARIANT = "cpu"
+
+
+def variant_targets(target: Target) -> dict[str, Target]:
+  """The flavors of `target` an artifact carries besides the main one, by name."""
+  if target.has_workgroups and target.workgroup_tiles: return {CPU_VARIANT: replace(target, workgroup_tiles=False)}
+  return {}
+
+
+def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
+              weights: dict[str, dict[int, int]]) -> dict[str, dict[str, KernelProgram]]:
+  """Every kernel lowered again for each variant target with the opts it got: those whose source differs."""
+  out: dict[str, dict[str, KernelProgram]] = {}
+  for vname, vtarget in variant_targets(target).items():
+    for kname, k in kernels.items():
+      if k.shared_bytes == 0: continue       # nothing staged in workgroup memory: the same kernel
+      v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key))
+      if v.src == k.src: continue
+      if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
+                                                                             sorted(k.relayouts)):
+        raise AssertionError(f"kernel {kname}: variant {vname} launches or binds differently")
+      out.setdefault(vname, {})[kname] = v
+  return out
+
+
+def _bound(k: KernelProgram) -> list[tuple]:
+  """What binding a kernel's buffers depends on (not how the source spells their elements)."""
+  return [(p.index, p.dtype, p.mutable, p.atomic) for p in k.params]
 
 
 def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[str, UOp]],
@@ -75,6 +111,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     # storage-only weights are their (packed) storage words, flat; the others take the tensor's shape
     weight_data[nm] = np.ascontiguousarray(data).reshape(-1 if b.dtype.storage_only else b.arg[1])
   kernels: dict[str, KernelProgram] = {}
+  asts: dict[str, UOp] = {}
   by_ast: dict[str, str] = {}
   calls_bufs: list[list[UOp]] = []
   calls: list[Call] = []
@@ -85,6 +122,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
       kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
       opts = opts_for(it) if opts_for else None
       kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
+      asts[kname] = it.ast
       by_ast[it.ast.key] = kname
     calls_bufs.append(list(it.bufs))
   relaid: set[UOp] = set()
@@ -103,7 +141,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   for it, bufs in zip(items, calls_bufs):
     calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)})
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)},
+                       _variants(target, kernels, asts, own))
 
 
 def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:

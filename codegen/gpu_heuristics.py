@@ -11,7 +11,8 @@
    axis is a VECTOR of 4 lanes (float4 / vec4 loads and stores where aligned, codegen/vectorize.py).
 4. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
    does not move are upcast (each loaded value is used by every copy), at most 16 accumulators (vector lanes
-   included) per work-item.
+   included) per work-item, and the reduce axis the loads step along contiguously is unrolled by 8 or 4, which
+   lets lowering stage the loads the work-items of a work-group share in workgroup memory (gpu_tiles.py).
 5. Every kernel gets a work-group of 64 to 256 work-items (fewer when that would leave fewer than about 32
    work-groups, or the kernel has fewer work-items): LOCAL splits of the last global axes, from the contiguous one.
    A LOCAL amount need not divide its axis: the axis is padded and the tail guarded (opts.py); amounts are chosen
@@ -24,6 +25,7 @@ from tgc.codegen.target import Target
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 LANES = 4                     # vector lanes (float4, vec4<f32>)
+UNROLL = (8, 4)               # copies of a reduction step to unroll
 MIN_ITEMS = 64                # the smallest work-group to aim for
 WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
 MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
@@ -129,6 +131,19 @@ def register_block(k: Kernel) -> Kernel:
   return k
 
 
+def unroll_reduce(k: Kernel) -> Kernel:
+  """UNROLL the reduce axis the reduction's loads step along contiguously (else the innermost) by 8 or 4 when the
+  reduction is long: more multiply-adds per loop step, and per step of workgroup-memory tiles (gpu_tiles.py)."""
+  red = k.axes(R)
+  if not red or math.prod(Kernel.size(r) for r in red) < 4 * UNROLL[-1]: return k
+  loads = _reduce_loads(k)
+  order = sorted(range(len(red)), key=lambda i: (not any(_stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
+  for i in order:
+    for amt in UNROLL:
+      if Kernel.size(red[i]) % amt == 0: return _try(k, Opt("UNROLL", i, amt))
+  return k
+
+
 def _divisors(n: int, limit: int) -> list[int]: return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
@@ -143,9 +158,11 @@ def _local_amount(n: int, budget: int, cap: int) -> int:
   return budget
 
 
-def local_split(k: Kernel, target: Target) -> Kernel:
+def local_split(k: Kernel, target: Target, square: bool = False) -> Kernel:
   """LOCAL splits of the global axes, last first, up to a work-group of `WORKGROUP` work-items (fewer when the
-  kernel would have fewer than MIN_GROUPS work-groups)."""
+  kernel would have fewer than MIN_GROUPS work-groups). `square` (register-blocked reductions): the last axis gets
+  about the square root of the work-group, the next the rest, so that what one work-group reads of each operand
+  (a tile, gpu_tiles.py) is shared by many of its work-items."""
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
   if items < 2: return k
@@ -159,7 +176,8 @@ def local_split(k: Kernel, target: Target) -> Kernel:
   for pos, r in enumerate(reversed(glob)):
     if pos >= most or used >= MIN_ITEMS or size // used < 2: break
     cap = min(dims[pos], target.max_local_items // used, WORKGROUP // used)
-    amt = _local_amount(Kernel.size(r), min(size // used, cap), cap)
+    want = size // used if not (square and pos == 0) else 1 << (max(size, 1).bit_length() - 1) // 2
+    amt = _local_amount(Kernel.size(r), min(want, cap), cap)
     if amt < 2: continue
     k = _try(k, Opt("LOCAL", len(glob) - 1 - pos, amt))
     used *= amt
@@ -174,5 +192,8 @@ def gpu_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> li
     grouped = group_reduce(k, target)
     if grouped is not None and any(o.op == "GROUP" for o in grouped.opts): return grouped.opts
   k = pick_vector(k, constant)
-  if reduce: k = register_block(k)
-  return local_split(k, target).opts
+  blocked = False
+  if reduce:
+    blocked_k = register_block(k)
+    blocked, k = blocked_k.opts != k.opts, unroll_reduce(blocked_k)
+  return local_split(k, target, square=blocked and sum(Kernel.size(r) > 1 for r in k.axes(G)) >= 2).opts

@@ -1,5 +1,6 @@
-"""Lowering one kernel AST for a target: choose opts (heuristics or given), apply them, expand upcasts and
-unrolls, vectorize the VECTOR axis, map grid ranges to launch dimensions, linearize, render. The result carries
+"""Lowering one kernel AST for a target: choose opts (heuristics or given), apply them, store weights in read order,
+stage shared loads in workgroup memory (GPUs), expand upcasts and unrolls, vectorize the VECTOR axis, map grid
+ranges to launch dimensions, linearize, render. The result carries
 everything a runtime or an artifact needs to launch it, as data (`KernelProgram`)."""
 from __future__ import annotations
 import itertools
@@ -11,9 +12,10 @@ from tgc.ir.symbolic import simplify
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
-from tgc.codegen.relayout import Relayout, relayout
+from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.heuristics import hand_coded_opts
+from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
 from tgc.codegen.target import Target, as_target
 
@@ -239,8 +241,9 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   k = Kernel(ast)
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
-  relaid_ast, relayouts = relayout(k.ast, weights) if weights else (k.ast, {})
-  k = Kernel(relaid_ast, k.opts)
+  order = GPU_ORDER if target.has_workgroups else None
+  relaid_ast, relayouts = relayout(k.ast, weights, order) if weights else (k.ast, {})
+  k = Kernel(stage(relaid_ast, target), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
   program, gsz, lsz = _program(k.ast, target, renderer, vectors)

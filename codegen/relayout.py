@@ -5,7 +5,9 @@ load becomes an index that steps through memory contiguously (vector loads, pane
 a convolution's output channels next to each other), so nothing is repacked at run time. Elements the kernel
 never reads are dropped; gated loads get zeros where the gate is off (when the gate depends only on the load's own
 loops). A relayout that would make the buffer more than a few percent bigger (a weight read several times) is not
-made."""
+made. On GPUs (`GPU_ORDER`) the work-item axes come after the upcast and unroll copies, just outside the vector
+lanes: neighbouring work-items of a work-group then read neighbouring elements at each step (coalesced), and what
+a work-group reads in one step of its reduction is one contiguous block."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from tgc.ir.symbolic import simplify
 INDEX = dtypes.index
 MAX_GROWTH = 1.05
 MAX_ELEMENTS = 1 << 28
+GPU_ORDER = {AxisType.GLOBAL: 0, AxisType.REDUCE: 1, AxisType.UPCAST: 2, AxisType.UNROLL: 2, AxisType.LOCAL: 3,
+             AxisType.GROUP: 3, AxisType.VECTOR: 4}
 _ORDER = {AxisType.GLOBAL: 0, AxisType.LOCAL: 0, AxisType.REDUCE: 1, AxisType.GROUP: 1, AxisType.UPCAST: 2,
           AxisType.UNROLL: 2, AxisType.VECTOR: 3}
 
@@ -47,10 +51,10 @@ def evaluate(u: UOp, env: dict[UOp, np.ndarray]) -> np.ndarray:
   return memo[u]
 
 
-def relayout(ast: UOp, sizes: dict[int, int]) -> tuple[UOp, dict[int, Relayout]]:
+def relayout(ast: UOp, sizes: dict[int, int], order: dict | None = None) -> tuple[UOp, dict[int, Relayout]]:
   """`ast` (opts applied, before expansion) with the loads of the weight arguments at the positions of `sizes`
   (position -> elements the buffer holds) reading their relaid copies, and the relayout of each argument it
-  changed."""
+  changed. `order`: the rank of each axis kind in the new layout (default: the loop order; GPUs: GPU_ORDER)."""
   loads: dict[int, list[UOp]] = {}
   for n in ast.toposort():
     if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and n.src[0].arg[0] in sizes:
@@ -59,18 +63,18 @@ def relayout(ast: UOp, sizes: dict[int, int]) -> tuple[UOp, dict[int, Relayout]]
   out: dict[int, Relayout] = {}
   for pos, lds in sorted(loads.items()):
     if len(lds) != 1 or lds[0].dtype.storage_only: continue    # read at two places, or packed: kept as stored
-    made = _relayout_load(lds[0], sizes[pos])
+    made = _relayout_load(lds[0], sizes[pos], order or _ORDER)
     if made is None: continue
     sub[lds[0]], out[pos] = made
   return (simplify(substitute(ast, sub)) if sub else ast), out
 
 
-def _relayout_load(ld: UOp, old: int) -> tuple[UOp, Relayout] | None:
+def _relayout_load(ld: UOp, old: int, order: dict) -> tuple[UOp, Relayout] | None:
   buf, idx, gates = ld.src[0], ld.src[1], ld.src[2:]
   own = {n for n in idx.toposort() if n.op is Ops.RANGE}
   gate_ranges = {n for g in gates for n in g.toposort() if n.op is Ops.RANGE}
   inner_gate = bool(gates) and gate_ranges <= own
-  rs = sorted(own, key=lambda r: (_ORDER[r.arg.kind], r.arg.id))
+  rs = sorted(own, key=lambda r: (order[r.arg.kind], r.arg.id))
   sizes = [r.src[0].arg for r in rs]
   numel = math.prod(sizes)
   if numel > MAX_ELEMENTS or numel > MAX_GROWTH * old + 64: return None

@@ -3,7 +3,9 @@
 A target is a kernel language (c, opencl, cuda, metal, webgpu) plus the facts heuristics, search and renderers ask
 about: for C the CPU (`CPU`: ISA level and compiler flags, SIMD width, vector registers, FMA, half arithmetic, cache
 sizes), for GPU languages the launch limits (work-group size, work-groups per dimension, workgroup memory, storage
-buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors as 32-bit words). Nothing below asks
+buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors as 32-bit words); `workgroup_tiles` off
+means kernels for a GPU language that will run on a CPU (PoCL, SwiftShader, lavapipe: caches already share what
+work-items read, and barriers are costly there). Nothing below asks
 for a target by its name to decide how to generate code; it asks the target.
 
 `--cpu` levels: `native` (the machine that compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 + FMA), `x86-64-v4`
@@ -109,6 +111,7 @@ class Target:
   f16: bool = False                                  # compute float16 in half precision (the device has it)
   narrow_int64: bool = False                         # webgpu: 64-bit integers held and computed as 32-bit words
   narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
+  workgroup_tiles: bool = True                       # GPUs: stage operands work-items share in workgroup memory
 
   @staticmethod
   def make(name: str, cpu: str | CPU = "native", artifact: bool = True, **kw) -> Target:
@@ -146,8 +149,8 @@ class Target:
     """Stable across processes (cache keys, reports): the language and what changes generated code."""
     parts = [self.name]
     if self.cpu is not None: parts.append(self.cpu.level)
-    parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16))
-              if on]
+    parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
+                              ("no_tiles", self.has_workgroups and not self.workgroup_tiles)) if on]
     if self.max_buffers is not None and self.max_buffers != GPU_DEFAULTS.get(self.name, {}).get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")
     return "+".join(parts)

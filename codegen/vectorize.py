@@ -71,7 +71,9 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate):
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
-  return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(ctx.lane(ld, i) for i in range(ctx.lanes)))
+  # each lane's load: only the sources that depend on v change (a workgroup-memory read keeps its barrier as is)
+  return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(
+    ld.replace(src=(buf,) + tuple(ctx.lane(s, i) if ctx.on_v(s) else s for s in ld.src[1:])) for i in range(ctx.lanes)))
 
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:

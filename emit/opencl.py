@@ -1,9 +1,10 @@
 """The `opencl` bundle: `model.cl` (every kernel of the model in OpenCL C 1.2, helper lines once), `model.h` /
-`model.c` (a C99 host library on the OpenCL 1.2 API: the kernel source embedded as strings and built at init, the
-weights uploaded once, intermediates as sub-buffers of one arena buffer or, when the device's sub-buffer alignment
-exceeds the plan's, as whole buffers shared by slots of disjoint lifetimes, and a run function that copies the
-inputs in, launches the kernels in order and copies the outputs out), `main.c` (the .npy example program),
-`Makefile` (links -lOpenCL), `weights.safetensors` and `manifest.json`.
+`model.c` (a C99 host library on the OpenCL 1.2 API: the kernel source embedded as strings and built at init, on
+CPU devices such as PoCL the "cpu" kernel variant (without workgroup-memory tiles, where it differs; see
+codegen.compiled); the weights uploaded once, intermediates as sub-buffers of one arena buffer or, when the
+device's sub-buffer alignment exceeds the plan's, as whole buffers shared by slots of disjoint lifetimes, and a run
+function that copies the inputs in, launches the kernels in order and copies the outputs out), `main.c` (the .npy
+example program), `Makefile` (links -lOpenCL), `weights.safetensors` and `manifest.json`.
 
 The host code in templates/opencl is generic; what is model-specific reaches it as tables generated here (each
 launch's kernel, sizes and argument buffers; weight tensors with their CRC-32; arena slots). Kernel arguments are
@@ -11,8 +12,9 @@ the renderer's parameters (`KernelProgram.params`, in signature order; a paramet
 bound), extensions its `features`. The tensor tables and header documentation are the C bundle's, so both APIs
 describe tensors alike."""
 from __future__ import annotations
+import dataclasses
 
-from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.compiled import CPU_VARIANT, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import plan_slots
 from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
@@ -26,9 +28,11 @@ ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", 
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
 
 
-def kernel_source(cm: CompiledModel) -> str:
-  """The text of model.cl: each prefix line once (first use order), then the kernels."""
-  return kernel_file(cm, "opencl")
+def kernel_source(cm: CompiledModel, variant: str | None = None) -> str:
+  """The text of model.cl: each prefix line once (first use order), then the kernels (`variant`: those of that
+  kernel variant where they differ)."""
+  if variant is None: return kernel_file(cm, "opencl")
+  return kernel_file(dataclasses.replace(cm, kernels={**cm.kernels, **cm.variants.get(variant, {})}), "opencl")
 
 
 def source_strings(text: str) -> str:
@@ -82,8 +86,10 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
             "slots": len(cm.of_kind("arena")), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
+  cpu = f"static const char *const tg_source_cpu[] = {{\n{source_strings(kernel_source(cm, CPU_VARIANT))}\n}};" \
+    if CPU_VARIANT in cm.variants else "#define tg_source_cpu tg_source"
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
-                 "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
+                 "cpu_source": cpu, "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
   values.update(_host_tables(cm, params, weights, slot_buffer))
   files = {"model.cl": cl_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
@@ -93,6 +99,9 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   info = {"source": "model.c", "c_standard": "c99", "kernel_source": "model.cl", "kernel_source_embedded": True,
           "opencl_version": "1.2", "link_libraries": ["OpenCL"], "extensions": extensions,
           "weights_check": "crc32 per tensor", "slot_buffers": buffer_bytes,
+          "kernel_variants": {"gpu": "model.cl", **({CPU_VARIANT: "embedded in model.c: the kernels of model.cl "
+                                                    "without workgroup-memory tiles, for CL_DEVICE_TYPE_CPU devices"}
+                                                   if CPU_VARIANT in cm.variants else {})},
           "arena_placement": "sub-buffers of one arena buffer when CL_DEVICE_MEM_BASE_ADDR_ALIGN divides every slot "
                              "offset, else the slot_buffers (whole buffers shared by slots of disjoint lifetimes)"}
   return files, device_manifest(cm, sym, weights, params, files, info)

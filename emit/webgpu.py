@@ -5,9 +5,11 @@ seeded random inputs or a picked image and shows outputs and timing), `weights.s
 
 The host code in templates/webgpu is generic; what is model-specific reaches it as one JSON object, the *plan*,
 written into model.js between the lines `// tgc:plan begin` and `// tgc:plan end` (`const PLAN = {...};`). The
-plan holds the kernels (WGSL as a list of lines, work-group size, storage bindings), the buffers, each call's
-work-group counts and bound buffers, the I/O and weight tables, the expected safetensors header and the device
-features and limits the model needs (`limits`; the ones above WebGPU's defaults are requested: `requestLimits`).
+plan holds the kernels (WGSL as a list of lines, work-group size, storage bindings; `variants`: the WGSL of the
+variants where it differs), the buffers, each call's work-group counts and bound buffers, the I/O and weight tables,
+the expected safetensors header, the kernel variants with the adapters and features each needs (`plan_variants`:
+model.js runs the first the adapter can, and reports which) and the device limits the model needs (`limits`; the
+ones above WebGPU's defaults are requested: `requestLimits`).
 tgc's Python runtime for these artifacts (`runtimes/artifact_webgpu.py`, `read_plan`) reads the plan back out of
 model.js, so it runs exactly the WGSL and buffer plan a browser runs.
 
@@ -38,7 +40,7 @@ from tgc.emit.weights import WeightsFile
 WEIGHTS_FILE = "weights.safetensors"
 SOURCE_FILES = ("model.js", "model.d.ts", "index.html")
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32"}   # host dtype -> device type (WGSL: no 64-bit)
 JS_ARRAYS = {"float32": "Float32Array", "float16": "Uint16Array", "int32": "Int32Array", "uint32": "Uint32Array",
              "int64": "BigInt64Array", "uint64": "BigUint64Array", "int16": "Int16Array", "uint16": "Uint16Array",
@@ -117,6 +119,8 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
     kernel_index[name] = len(kernels)
     kernels.append({"name": name, "workgroupSize": [int(s) for s in k.local_size], "bindings": bindings(k),
                     "wgsl": k.src.rstrip("\n").split("\n")})
+    other = {v: progs[name].src.rstrip("\n").split("\n") for v, progs in cm.variants.items() if name in progs}
+    if other: kernels[-1]["variants"] = other
   calls = []
   for c in cm.calls:
     k = kernels[kernel_index[c.kernel]]
@@ -132,10 +136,23 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
           "header": weights.header[8:].decode("ascii"),
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind("weight")],
-          "buffers": buffers, "kernels": kernels, "calls": calls,
-          "features": sorted({f for k in cm.kernels.values() for f in k.features}),
+          "buffers": buffers, "kernels": kernels, "calls": calls, "variants": plan_variants(cm),
           "limits": (limits := required_limits(cm, buffers, kernels, calls)),
           "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
+
+
+def plan_variants(cm: CompiledModel) -> list[dict]:
+  """The kernel sets model.js chooses from when it loads, in order of preference: the first whose features the
+  adapter has and whose `adapters` it is ("hardware": not a fallback adapter; "any") runs. The main kernels
+  ("gpu", with workgroup tiles) are for hardware adapters when a "cpu" variant exists (codegen.compiled: the same
+  kernels without tiles, for software adapters such as SwiftShader); a kernel a variant leaves unchanged is the
+  main one."""
+  def features(name: str | None) -> list[str]:
+    progs = {**cm.kernels, **(cm.variants.get(name, {}) if name else {})}
+    return sorted({f for k in progs.values() for f in k.features})
+  out = [{"name": "gpu", "features": features(None), "adapters": "hardware" if cm.variants else "any"}]
+  out += [{"name": name, "features": features(name), "adapters": "any"} for name in cm.variants]
+  return out
 
 
 def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict], calls: list[dict]) -> dict:
@@ -145,7 +162,8 @@ def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict],
           "maxBufferSize": max([b["size"] for b in buffers] + [0]),
           "maxComputeWorkgroupsPerDimension": max([n for c in calls for n in c["workgroups"]] + [0]),
           "maxComputeInvocationsPerWorkgroup": max([math.prod(k["workgroupSize"]) for k in kernels] + [0]),
-          "maxComputeWorkgroupStorageSize": max([k.shared_bytes for k in cm.kernels.values()] + [0])}
+          "maxComputeWorkgroupStorageSize": max([k.shared_bytes for progs in [cm.kernels, *cm.variants.values()]
+                                                 for k in progs.values()] + [0])}
   for axis, dim in zip("XYZ", range(3)):
     need[f"maxComputeWorkgroupSize{axis}"] = max([k["workgroupSize"][dim] for k in kernels] + [0])
   return {name: need[name] for name in DEFAULT_LIMITS}
@@ -217,7 +235,7 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
                           "mutable": p.mutable} for p in k.params]
   info = {"module": "model.js", "types": "model.d.ts", "demo": "index.html", "api": "load(weights, {device})",
           "renderer": cm.meta.get("renderer", "webgpu"), "kernel_source": "inline in model.js (the plan block)",
-          "plan_markers": [PLAN_BEGIN, PLAN_END], "features": plan["features"],
+          "plan_markers": [PLAN_BEGIN, PLAN_END], "variants": plan["variants"],
           "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"],
           "int64": "narrowed to 32-bit words on the device",
           "float64": "stored and computed as float32 on the device", "float16": "stored packed, computed in f32",

@@ -55,7 +55,7 @@ class OpenCLArtifact(CArtifact):
     return {"ctx_size": (size, []), "arena_bytes": (size, []), "init": (i, [p, s, i, p]),
             "init_from_memory": (i, [p, p, size, i, p]), "verify_weights": (i, [p]), "run": (i, [p, p, p]),
             "free": (None, [p]), "strerror": (s, [i]), "error_detail": (s, [p]), "command_queue": (p, [p]),
-            "arena_sub_buffers": (i, [p])}
+            "arena_sub_buffers": (i, [p]), "kernel_variant": (s, [p])}
 
   def _describe(self, status: int, ctx=None) -> str:
     detail = self._fn("error_detail")(self._ctx if ctx is None else ctx).decode(errors="replace")
@@ -67,3 +67,9 @@ class OpenCLArtifact(CArtifact):
     """Whether the context placed the intermediates as sub-buffers of one arena buffer."""
     if not self.ready: raise ArtifactError(f"{self.folder}: the artifact is closed")
     return bool(self._fn("arena_sub_buffers")(self._ctx))
+
+  @property
+  def variant(self) -> str:
+    """The kernel variant the context built: "gpu" (workgroup-memory tiles) or "cpu" (CPU devices such as PoCL)."""
+    if not self.ready: raise ArtifactError(f"{self.folder}: the artifact is closed")
+    return self._fn("kernel_variant")(self._ctx).decode()

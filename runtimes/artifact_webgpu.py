@@ -1,7 +1,8 @@
 """Running a `webgpu` artifact folder from Python: `WebGPUArtifact` reads its manifest.json and the plan block of
 its own model.js (`// tgc:plan begin` ... `// tgc:plan end`: the kernels' WGSL, the buffers, each call's
 work-groups and bindings, the expected weights header; see emit/webgpu.py), checks both files against the
-manifest's sha256, and runs that plan the way model.js does, through the `wgpu` package on the device of
+manifest's sha256, picks the kernel variant model.js would pick on this device (or the one asked for: `variant`),
+and runs that plan the way model.js does, through the `wgpu` package on the device of
 `runtimes.webgpu` (lavapipe on a CPU-only machine): one buffer per plan buffer, the weights uploaded once, the
 pipelines built once; per run the inputs are written, one command buffer clears the packed outputs each call
 writes with atomics, dispatches the calls in order, and the outputs are read back. int64/uint64 tensors are
@@ -25,7 +26,7 @@ from tgc.codegen.render.wgsl import Binding
 from tgc.runtimes.base import CompileError, RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 NARROWED = {"int64": np.int32, "uint64": np.uint32, "float64": np.float32}
 
 
@@ -60,7 +61,7 @@ class WebGPUArtifact(Artifact):
   TARGET = "webgpu"
   KIND = "a WebGPU artifact"
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None):
+  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, variant: str | None = None):
     self._buffers: list = []
     self._open(folder)
     model_js = self._checked("model.js")
@@ -71,6 +72,7 @@ class WebGPUArtifact(Artifact):
       runtime = get_runtime("webgpu")
     self.runtime = runtime
     self._check_device()
+    self.variant = self._choose_variant(variant)
     self._setup(weights)
 
   # ---- loading ----
@@ -92,16 +94,29 @@ class WebGPUArtifact(Artifact):
 
   def _check_device(self) -> None:
     rt = self.runtime
-    for feature in self.plan["features"]:
-      if feature not in rt.features:
-        raise RuntimeUnavailable(f"webgpu: {rt.device_name} lacks the feature {feature!r} the model "
-                                 f"{self.plan['name']!r} needs")
     limits = rt.device.limits
     for name, need in self.plan["limits"].items():
       have = limits.get(_limit_key(name))
       if isinstance(have, int) and have < need:
         raise RuntimeUnavailable(f"webgpu: {rt.device_name} allows {name} = {have}; the model {self.plan['name']!r} "
                                  f"needs {need}")
+
+  def _choose_variant(self, wanted: str | None) -> str:
+    """The kernel variant model.js would run on this device (the first whose features it has and whose adapters it
+    is: "hardware" excludes software adapters), or `wanted`."""
+    rt, variants = self.runtime, self.plan["variants"]
+    if wanted is not None and wanted not in [v["name"] for v in variants]:
+      raise ArtifactError(f"{self.folder}/model.js: no kernel variant {wanted!r}; the model has "
+                          f"{', '.join(v['name'] for v in variants)}")
+    for v in variants:
+      if wanted is not None and v["name"] != wanted: continue
+      missing = [f for f in v["features"] if f not in rt.features]
+      if missing and wanted is not None:
+        raise RuntimeUnavailable(f"webgpu: {rt.device_name} lacks the feature {missing[0]!r} the kernel variant "
+                                 f"{wanted} of the model {self.plan['name']!r} needs")
+      if wanted is not None or (not missing and not (v["adapters"] == "hardware" and rt.software)): return v["name"]
+    raise RuntimeUnavailable(f"webgpu: {rt.device_name} can run none of the kernel variants of the model "
+                             f"{self.plan['name']!r} ({', '.join(v['name'] for v in variants)})")
 
   def _setup(self, weights: bytes) -> None:
     import wgpu
@@ -115,9 +130,11 @@ class WebGPUArtifact(Artifact):
       device.queue.write_buffer(self._buffers[w["buffer"]], 0, self._device_bytes(w, raw, f"weight {w['name']!r}"))
     self._programs = []
     for k in self.plan["kernels"]:
-      bindings = [Binding(int(i), f"data{i}", bool(read_only), bool(atomic), "") for i, read_only, atomic in k["bindings"]]
+      bindings = [Binding(int(i), f"data{i}", bool(read_only), bool(atomic), "")
+                  for i, read_only, atomic in k["bindings"]]
+      wgsl = k.get("variants", {}).get(self.variant, k["wgsl"])
       try:
-        self._programs.append(rt.compile("\n".join(k["wgsl"]), k["name"], bindings, tuple(k["workgroupSize"])))
+        self._programs.append(rt.compile("\n".join(wgsl), k["name"], bindings, tuple(k["workgroupSize"])))
       except CompileError as error:
         raise ArtifactError(f"{self.folder}/model.js: kernel {k['name']} does not compile with the plan's bindings "
                             f"{k['bindings']} and work-group size {k['workgroupSize']}: {error}") from None

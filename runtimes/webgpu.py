@@ -178,6 +178,8 @@ class WebGPURuntime(Runtime):
     except Exception as error:
       raise RuntimeUnavailable(f"webgpu: requesting a device from {self.device_name} failed: {error}") from None
     self.features = set(features)
+    # a software adapter (lavapipe, SwiftShader, WARP): artifacts pick their kernel variant for it (no tiles)
+    self.software = str(info.get("adapter_type", "")).upper() == "CPU" or bool(info.get("is_fallback_adapter"))
     self.max_workgroups_per_dim = int(self.device.limits["max-compute-workgroups-per-dimension"])
     self.query_set = self.query_buffer = None
     if "timestamp-query" in self.features:
@@ -191,6 +193,7 @@ class WebGPURuntime(Runtime):
   def device_info(self) -> dict[str, Any]:
     """Adapter, backend, features and the device's limits."""
     return {"name": self.device_name, "backend": self.backend, "has_f16": "shader-f16" in self.features,
+            "software": self.software,
             "has_fp64": False, "timestamps": "timestamp-query" in self.features,
             "limits": {k: int(v) for k, v in self.device.limits.items() if isinstance(v, int)}}
 

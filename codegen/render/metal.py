@@ -1,8 +1,8 @@
 """Metal Shading Language renderer: `kernel void` functions whose buffers are `device` pointers bound by index and
 whose grid ranges are the threadgroup position (`gid`) and the thread position in the threadgroup (`lid`); `half`
 is native; Metal has no double, so float64 is refused. Float math uses `metal::precise` so results do not depend
-on the host's fast-math setting. Vectors are `float4` & co. (gpu_vectors.py); a vector load or store reads the
-buffer through a `device` (arguments) or `threadgroup` (workgroup arrays) pointer to the vector type."""
+on the host's fast-math setting. Vectors are `float4` & co. (gpu_vectors.py); a vector load or store reads a
+`device` buffer through a pointer to the vector type (threadgroup arrays are read lane by lane)."""
 from __future__ import annotations
 import math
 import struct
@@ -44,9 +44,11 @@ class MetalRenderer(GPUVectors, CStyleRenderer):
     return f"{self.types[d.scalar]}{d.count}" if d.count > 1 else self.types[d]
 
   def render_vector(self, lanes: list[str], d: DType) -> str: return f"{self.type_name(d)}({', '.join(lanes)})"
+  def vector_access(self, buf: UOp, base: UOp) -> bool:
+    """Vector accesses of `device` buffers only (threadgroup arrays are read lane by lane)."""
+    return buf.op is Ops.DEFINE_GLOBAL and super().vector_access(buf, base)
   def _vector_pointer(self, buf: str, d: DType, const: bool) -> str:
-    space = "device" if buf.startswith("data") else "threadgroup"      # kernel arguments are data<i>
-    return f"({'const ' if const else ''}{space} {self.type_name(d)}*)"
+    return f"({'const ' if const else ''}device {self.type_name(d)}*)"
   def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
     return f"(*{self._vector_pointer(buf, d, True)}({buf}+({idx})))"
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:

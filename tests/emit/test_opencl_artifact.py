@@ -77,6 +77,7 @@ int main(void) {
   cl_device_id d[64], first = NULL, gpu = NULL;
   cl_uint np = 0, nd, i, total = 0, bits = 0;
   cl_device_fp_config fp64 = 0;
+  cl_device_type type = 0;
   if (clGetPlatformIDs(16, p, &np) != CL_SUCCESS) np = 0;
   for (i = 0; i < np && i < 16; i++) {
     if (clGetDeviceIDs(p[i], CL_DEVICE_TYPE_ALL, 64, d, &nd) != CL_SUCCESS) continue;
@@ -87,7 +88,8 @@ int main(void) {
   if (gpu != NULL) first = gpu;
   if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, NULL);
   if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof(fp64), &fp64, NULL);
-  printf("%u %u %u %d\n", np, total, bits, fp64 != 0);
+  if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_TYPE, sizeof(type), &type, NULL);
+  printf("%u %u %u %d %d\n", np, total, bits, fp64 != 0, (type & CL_DEVICE_TYPE_CPU) != 0);
   return 0;
 }
 """
@@ -103,10 +105,10 @@ def cl_device(tmp_path_factory) -> dict:
   if r.returncode != 0:
     pytest.skip("cannot build against OpenCL (CL/cl.h or libOpenCL missing): install the Debian packages "
                 "ocl-icd-opencl-dev and ocl-icd-libopencl1")
-  platforms, devices, bits, fp64 = map(int, run(["./probe"], cwd=tmp).stdout.split())
+  platforms, devices, bits, fp64, cpu = map(int, run(["./probe"], cwd=tmp).stdout.split())
   if platforms == 0: pytest.skip("no OpenCL platform: install the Debian package pocl-opencl-icd")
   if devices == 0: pytest.skip("an OpenCL platform but no device: install the Debian package pocl-opencl-icd")
-  return {"align": max(bits // 8, 1), "fp64": bool(fp64)}
+  return {"align": max(bits // 8, 1), "fp64": bool(fp64), "type": "CPU" if cpu else "other"}
 
 
 @pytest.fixture(scope="session")
@@ -495,6 +497,23 @@ def test_kernels_under_oclgrind(bundles, references, cl_device, oclgrind_env, tm
   got, reports = under_oclgrind(copy(folder, tmp_path), case.inputs, oclgrind_env)
   assert not OCLGRIND_REPORTS.search(reports), reports[:4000]
   compare(got, references[name], case.rtol, case.atol)
+
+
+def test_tiled_kernels_under_oclgrind(bundles, references, cl_device, oclgrind_env, tmp_path):
+  """The "gpu" kernel variant (forced: Oclgrind and PoCL are CPU devices, which get the "cpu" one), whose
+  convolutions stage their shared operands in __local tiles between barriers, under Oclgrind: no race, no
+  out-of-bounds access, no barrier divergence, the same outputs."""
+  case, folder = bundles["cnn"]
+  assert "cpu" in manifest_of(folder)["target_info"]["kernel_variants"]
+  assert "__local float tile" in Path(folder, "model.cl").read_text()
+  with OpenCLArtifact(folder) as art: assert art.variant == ("cpu" if cl_device["type"] == "CPU" else "gpu")
+  folder = copy(folder, tmp_path)
+  sym = manifest_of(folder)["model"]["symbol"].upper()
+  make(folder, f"CFLAGS=-O2 -D{sym}_KERNEL_VARIANT=1")
+  got, result = run_main(folder, case.inputs, env=oclgrind_env)
+  assert result.stdout.startswith("device: Oclgrind") and "(kernel variant gpu)" in result.stdout, result.stdout
+  assert not OCLGRIND_REPORTS.search(result.stderr), result.stderr[:4000]
+  compare(got, references["cnn"], case.rtol, case.atol)
 
 
 def test_oclgrind_reports_what_it_should(bundles, cl_device, oclgrind_env, tmp_path):

@@ -78,7 +78,8 @@ def int64_case() -> ModelCase:
 
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
-         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'), "odd": odd_case}
+         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'),
+         "odd": odd_case}
 RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile", "odd"]
 
 
@@ -132,8 +133,17 @@ def test_files_manifest_and_plan(bundles, name):
     assert hashlib.sha256(Path(folder, file).read_bytes()).hexdigest() == digest, file
   info = manifest["target_info"]
   assert info["module"] == "model.js" and info["types"] == "model.d.ts" and info["demo"] == "index.html"
-  assert info["renderer"] == "webgpu+narrow_int64+narrow_f64" and info["features"] == []
+  assert info["renderer"] == "webgpu+narrow_int64+narrow_f64"
   plan = plan_of(folder)
+  # kernel variants: the main ("gpu") one first; a "cpu" one (no workgroup tiles) exactly when some kernel differs,
+  # and then the main one is for hardware adapters only
+  variants = plan["variants"]
+  assert info["variants"] == variants and [v["features"] for v in variants] == [[]] * len(variants)
+  assert variants[0]["name"] == "gpu" and variants[-1]["adapters"] == "any"
+  differing = [k for k in plan["kernels"] if "variants" in k]
+  assert [v["name"] for v in variants] == (["gpu", "cpu"] if differing else ["gpu"])
+  assert variants[0]["adapters"] == ("hardware" if differing else "any")
+  for k in differing: assert set(k["variants"]) == {"cpu"} and k["variants"]["cpu"] != k["wgsl"]
   assert [t["name"] for t in plan["inputs"]] == [t["name"] for t in manifest["inputs"]]
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
   assert plan["weightsBytes"] == manifest["weights"]["nbytes"]
@@ -205,7 +215,7 @@ def test_types_and_demo_page(bundles):
   assert '"x": Uint16Array;' in half
   page = Path(folder, "index.html").read_text()
   assert 'import { load, inputs as SPECS, dtypeArrays, toFloat16Bits, fromFloat16Bits } from "./model.js";' in page
-  assert "window.tgcResult = { outputs, ms, runs }" in page
+  assert "window.tgcResult = { outputs, ms, runs, variant: model.variant }" in page
 
 
 def test_hostile_names_stay_in_strings(bundles):
@@ -258,6 +268,20 @@ def test_webgpu_artifact_other_inputs(bundles, wgpu_runtime):
     for seed in (11, 12):
       inputs = {"image": np.random.default_rng(seed).standard_normal((1, 3, 8, 8), dtype=np.float32)}
       compare(art.run(inputs), with_inputs(case, inputs).reference(), case)
+
+
+def test_webgpu_artifact_kernel_variants(bundles, references, wgpu_runtime):
+  """The cnn bundle has a kernel variant without workgroup tiles ("cpu"): the runner picks what model.js would
+  (lavapipe is a software adapter: "cpu"), and each variant, forced, computes the same outputs."""
+  case, folder = bundles["cnn"]
+  assert [v["name"] for v in plan_of(folder)["variants"]] == ["gpu", "cpu"]
+  with WebGPUArtifact(folder) as art: assert art.variant == ("cpu" if wgpu_runtime.software else "gpu")
+  for variant in ("gpu", "cpu"):
+    with WebGPUArtifact(folder, variant=variant) as art:
+      assert art.variant == variant
+      compare(art.run(case.inputs), references["cnn"], case)
+  with pytest.raises(ArtifactError, match="no kernel variant 'tiled'; the model has gpu, cpu"):
+    WebGPUArtifact(folder, variant="tiled")
 
 
 def test_webgpu_artifact_time(bundles, wgpu_runtime):
@@ -545,6 +569,28 @@ def test_browser_given_inputs(bundles, references, browser, server, name):
     assert "ms per run (median of 2)" in page.inner_text("#timing")
     first = list(got)[0]
     assert first in page.inner_text("#outputs")
+  finally:
+    page.close()
+
+
+def test_browser_kernel_variants(bundles, references, browser, server):
+  """SwiftShader is a fallback adapter: the demo page runs the "cpu" kernel variant (no workgroup tiles), and
+  load(weights, {variant: "gpu"}) runs the tiled kernels, which give the same outputs."""
+  case, folder = bundles["cnn"]
+  page = open_demo(browser, f"{server}/cnn/index.html?runs=1", plain_inputs(case.inputs))
+  try:
+    assert page.evaluate("() => window.tgcResult.variant") == "cpu"
+    assert "kernel variant cpu" in page.inner_text("#status")
+    result = page.evaluate(f"""async () => {{
+      const m = await import("./model.js");
+      const model = await m.load(undefined, {{variant: "gpu"}});
+      const out = await model.run(window.tgcInputs);
+      const variant = model.variant;
+      await model.dispose();
+      return {{variant, outputs: ({PLAIN_OUTPUTS})(out)}};
+    }}""")
+    assert result["variant"] == "gpu"
+    compare(outputs_from(result["outputs"], manifest_of(folder)), references["cnn"], case)
   finally:
     page.close()
 

@@ -90,8 +90,8 @@ fn pack_bytes(@builtin(local_invocation_id) lid: vec3<u32>) {
 # what a renderer would report for the two hand-written modules (bindings and work-group size)
 VECTOR_ADD_INFO = dict(bindings=[Binding(0, "data0", False, False, "f32"), Binding(1, "data1", True, False, "f32"),
                                  Binding(2, "data2", True, False, "f32")], workgroup_size=(64, 1, 1))
-PACK_BYTES_INFO = dict(bindings=[Binding(0, "data0", False, True, "atomic<u32>"), Binding(2, "data2", True, False, "u32")],
-                       workgroup_size=(4, 1, 1))
+PACK_BYTES_INFO = dict(bindings=[Binding(0, "data0", False, True, "atomic<u32>"),
+                                 Binding(2, "data2", True, False, "u32")], workgroup_size=(4, 1, 1))
 
 
 def upload(rt, array: np.ndarray):
