@@ -6,8 +6,8 @@ Only reductions that are unrolled (an UNROLL of at least MIN_UNROLL copies: a st
 paid for by that many multiply-adds per work-item) are staged. A load in such a reduction body is staged when its
 index moves with the innermost reduction loop (it changes every step) and it does not depend on some LOCAL axis:
 the work-items along that axis would each read the same element from global memory (matmul's rows shared by the
-work-items of one column, a convolution's input pixels by those computing other output channels). Its tile holds one element per value of the work-group axes, upcast and
-unroll copies and vector lanes the index depends on (`TILE_KINDS`), laid out with the index's smallest stride
+work-items of one column, a convolution's input pixels by those computing other output channels). Its tile holds
+one element per value of the work-group axes, upcast and unroll copies and vector lanes the index depends on (`TILE_KINDS`), laid out with the index's smallest stride
 innermost, so that consecutive work-items fill consecutive addresses (coalesced; weights are stored in that order
 by codegen/relayout.py). Tiles are chosen by reuse until the target's workgroup memory is spent.
 
