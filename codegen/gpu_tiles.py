@@ -9,7 +9,8 @@ the work-items along that axis would each read the same element from global memo
 work-items of one column, a convolution's input pixels by those computing other output channels). Its tile holds
 one element per value of the work-group axes, upcast and unroll copies and vector lanes the index depends on
 (`TILE_KINDS`), laid out with the index's smallest stride innermost, so that consecutive work-items fill
-consecutive addresses (coalesced; weights are stored in that order by codegen/relayout.py). Tiles are chosen by reuse until the target's workgroup memory is spent.
+consecutive addresses (coalesced; weights are stored in that order by codegen/relayout.py). Tiles are chosen by
+reuse until the target's workgroup memory is spent.
 
 Each step of the innermost reduction loop then runs: a barrier (everyone is done with the last step's tiles), the
 fill (element e of a tile by work-item e mod work-group size, straight-line copies until the tile is full; the
