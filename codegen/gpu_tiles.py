@@ -14,7 +14,8 @@ reuse until the target's workgroup memory is spent.
 
 Each step of the innermost reduction loop then runs: a barrier (everyone is done with the last step's tiles), the
 fill (element e of a tile by work-item e mod work-group size, straight-line copies until the tile is full; the
-load's own validity gate gives padding zeros), a barrier, the computation reading the tiles. Both barriers sit in
+load's own validity gate gives padding zeros; contiguous 16-byte aligned tiles are filled with vector loads), a
+barrier, the computation reading the tiles. Both barriers sit in
 the loop body in uniform control flow; the fill's tail is a gated store, never a gated barrier. The order is data:
 each fill store names the first barrier (its last source), the second barrier's sources are the fill stores, and
 every read of a tile names the second barrier (`LOAD(tile, index, barrier)`), so the linearizer places them in that
@@ -24,12 +25,14 @@ import math
 from tgc.ir import Ops, UOp, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.target import Target
+from tgc.codegen.render import get_renderer
 
 INDEX = dtypes.index
 TILE_KINDS = (AxisType.LOCAL, AxisType.UPCAST, AxisType.UNROLL, AxisType.VECTOR)
 UNIFORM_KINDS = (AxisType.GLOBAL, AxisType.REDUCE)     # the same for every work-item of a work-group in one step
 MIN_REUSE = 4
 MIN_UNROLL = 4
+LANES = 4
 
 
 def _ranges(u: UOp) -> set[UOp]: return {n for n in u.toposort() if n.op is Ops.RANGE}
@@ -75,7 +78,7 @@ def stage(ast: UOp, target: Target) -> UOp:
     order = sorted(tile, key=lambda r: (-_stride(ld.src[1], r), r.arg.id))     # smallest stride innermost
     sizes = [r.src[0].arg for r in order]
     buf = UOp(Ops.DEFINE_LOCAL, ld.dtype, (), (f"tile{n}", math.prod(sizes)))
-    fills += _fill(ld, buf, order, sizes, tid, wg, first)
+    fills += _fill(ld, buf, order, sizes, tid, wg, first, target)
     pos, mult = UOp.const(INDEX, 0), 1
     for r, size in zip(reversed(order), reversed(sizes)): pos, mult = pos + r * mult, mult * size
     tiles.append((ld, buf, simplify(pos)))
@@ -101,26 +104,58 @@ def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp) -> list[tuple[i
   return out
 
 
-def _fill(ld: UOp, buf: UOp, order: list[UOp], sizes: list[int], tid: UOp, wg: int, after: UOp) -> list[UOp]:
+def _fill(ld: UOp, buf: UOp, order: list[UOp], sizes: list[int], tid: UOp, wg: int, after: UOp,
+          target: Target) -> list[UOp]:
   """The stores filling `buf` with the values `ld` takes over its tile ranges: element e (row-major over `order`)
   by work-item e mod wg, ceil(size / wg) copies, the last gated where the tile ends. When the load's index steps
   through memory as the tile does (strides equal to the tile's row-major multipliers, as for weights stored in read
-  order), element e is read at the index of the tile's first element plus e."""
+  order), element e is read at the index of the tile's first element plus e. When the tile's innermost axis is
+  contiguous in memory, a multiple of 4 long and its first element provably 16-byte aligned (and no gate tells its
+  elements apart), each work-item fills 4 consecutive elements with one vector load per copy."""
   size = math.prod(sizes)
   mults = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
-  idx = ld.src[1]
-  linear = all(_stride(idx, r) == m and r in split_terms(idx)[0] and split_terms(idx)[0][r] == m
-               for r, m in zip(order, mults))
+  idx, gates = ld.src[1], ld.src[2:]
+  terms = split_terms(idx)[0]
+  linear = all(terms.get(r) == m and _stride(idx, r) == m for r, m in zip(order, mults))
   base = simplify(substitute(idx, {r: UOp.const(INDEX, 0) for r in order})) if linear else None
+
+  def at(e: UOp) -> tuple[UOp, tuple[UOp, ...]]:
+    """The index and gates of tile element e."""
+    coords = {r: (e // m) % n if m > 1 else e % n for r, n, m in zip(order, sizes, mults)}
+    gated = tuple(simplify(substitute(g, coords)) for g in gates)
+    return (simplify(base + e) if linear else simplify(substitute(idx, coords))), gated
+
+  inner = order[-1]
+  if sizes[-1] % LANES == 0 and terms.get(inner) == 1 and _stride(idx, inner) == 1 and \
+      not any(inner in _ranges(g) for g in gates):
+    renderer = get_renderer(target)
+    copies = [(tid + j * wg) * LANES for j in range(-(-size // (LANES * wg)))]
+    places = [at(e) for e in copies]
+    if all(renderer.vector_access(ld.src[0], index) for index, _ in places):
+      return _vector_fill(ld, buf, copies, places, size, after, renderer)
   stores = []
   for j in range(-(-size // wg)):
     e = tid + j * wg
-    coords = {r: (e // m) % n if m > 1 else e % n for r, n, m in zip(order, sizes, mults)}
-    if linear:
-      value = ld.replace(src=(ld.src[0], simplify(base + e)) + tuple(simplify(substitute(g, coords))
-                                                                       for g in ld.src[2:]))
-    else: value = simplify(substitute(ld, coords))
-    gate = simplify(e.lt(size))
-    tail = () if gate.op is Ops.CONST and gate.arg else (gate,)
-    stores.append(UOp(Ops.STORE, dtypes.bool, (buf, simplify(e), value) + tail + (after,)))
+    index, gated = at(e)
+    stores.append(_tile_store(buf, e, ld.replace(src=(ld.src[0], index) + gated), e.lt(size), after))
   return stores
+
+
+def _vector_fill(ld: UOp, buf: UOp, copies: list[UOp], places: list[tuple], size: int, after: UOp,
+                 renderer) -> list[UOp]:
+  """The fill in 4-element vectors (one vector load each; a vector store where the language stores vectors into
+  workgroup memory, else its 4 lanes)."""
+  stores = []
+  for e, (index, gated) in zip(copies, places):
+    value = UOp(Ops.LOAD, ld.dtype.vec(LANES), (ld.src[0], index) + gated)
+    if renderer.vector_access(buf, e): stores.append(_tile_store(buf, e, value, e.lt(size), after))
+    else: stores += [_tile_store(buf, e + i, UOp(Ops.GEP, ld.dtype, (value,), i), e.lt(size), after)
+                     for i in range(LANES)]
+  return stores
+
+
+def _tile_store(buf: UOp, e: UOp, value: UOp, inside: UOp, after: UOp) -> UOp:
+  """STORE(tile, e, value[, e inside the tile], barrier): ordered after the barrier."""
+  gate = simplify(inside)
+  tail = () if gate.op is Ops.CONST and gate.arg else (gate,)
+  return UOp(Ops.STORE, dtypes.bool, (buf, simplify(e), value) + tail + (after,))

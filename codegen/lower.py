@@ -231,13 +231,9 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
   return linearize(grid_ast, grid_kinds), gsz, lsz
 
 
-def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
-          name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
-  """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
-  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
-  target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
-  renderer = get_renderer(target)
-  weights = weights or {}
+def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weights: dict[int, int]):
+  """(kernel with its opts applied, weights relaid and shared loads staged; the opts; the relayouts; whether its
+  VECTOR axis becomes vectors)."""
   k = Kernel(ast)
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
@@ -246,6 +242,25 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   k = Kernel(stage(relaid_ast, target), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
+  return k, opts, relayouts, vectors
+
+
+def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
+               weights: dict[int, int] | None = None) -> tuple[list[UOp], tuple, tuple]:
+  """The linearized program `lower` renders, with its global and local sizes (for analyses of a kernel)."""
+  target = as_target(target)
+  renderer = get_renderer(target)
+  k, _, _, vectors = _optimized(ast, target, renderer, opts, weights or {})
+  return _program(k.ast, target, renderer, vectors)
+
+
+def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
+          name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
+  """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
+  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
+  target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
+  renderer = get_renderer(target)
+  k, opts, relayouts, vectors = _optimized(ast, target, renderer, opts, weights or {})
   program, gsz, lsz = _program(k.ast, target, renderer, vectors)
   name = name or _default_name(ast, gsz)
   rendered = renderer.render_kernel(name, program, lsz)

@@ -105,6 +105,12 @@ def _conv():
   return F.conv2d(x, w, bias, padding=1).relu()
 
 
+def _conv_tiles():
+  """A convolution big enough for workgroup-memory tiles: padding gates inside the tile fill."""
+  x, w = t(data(1, 8, 12, 12)), t(data(16, 8, 3, 3, seed=1))
+  return F.conv2d(x, w, None, padding=1)
+
+
 def _vec_misaligned():
   """Vector stores, but the loads start one element off a multiple of 4: they must stay lane by lane."""
   return t(data(8, 66))[:, 1:65] * 2 + 1
@@ -147,6 +153,8 @@ CASES = [
   Case("bitcast_back", _bitcast_back, rtol=1e-3, tags=frozenset({"half"})),
   Case("bitcast_bool", lambda: (t(data(4, 8)) > 0).bitcast(dtypes.uint8) * 3),
   Case("conv2d", _conv, rtol=1e-4, atol=1e-4),
+  Case("matmul_tiles", lambda: t(data(64, 96)) @ t(data(96, 80, seed=1)) + 1, rtol=1e-4, atol=1e-4),
+  Case("conv_tiles", _conv_tiles, rtol=1e-4, atol=1e-4),
   Case("vec_misaligned", _vec_misaligned),
   Case("vec_mixed", _vec_mixed, (Opt("VECTOR", 1, 4), Opt("LOCAL", 1, 16))),
   Case("float64", _f64, rtol=1e-12, atol=1e-12, tags=frozenset({"f64"})),
