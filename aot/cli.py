@@ -240,13 +240,16 @@ def bench_command(artifact, runs, warmup, seed):
 
 @cli.command("inspect", epilog=MODEL_HELP)
 @click.argument("thing", metavar="MODEL|OUT")
-@click.option("--target", "-t", default="c", show_default=True, help="Target to lower a Tensor-API model for.")
+@click.option("--target", "-t", default=None, metavar="TARGET",
+              help="Target to lower the model for (default c; an ONNX file is lowered only when given).")
 def inspect_command(thing, target):
   """Describe an artifact folder (kernels with launch sizes, buffers, arena), a Tensor-API model (traced and
-  lowered, nothing written) or an ONNX file (operators, which tgc supports, shapes)."""
+  lowered, nothing written) or an ONNX file (operators, which tgc supports, shapes; with --target, lowered like a
+  model). For GPU targets each kernel's global-memory traffic per work-group is shown: elements loaded per output
+  element, loads per distinct element read (1: each element once per work-group) and 4-lane vector loads."""
   if os.path.isdir(thing): _inspect_artifact(thing)
-  elif thing.lower().endswith(".onnx"): _inspect_onnx(thing)
-  else: _inspect_model(thing, target)
+  elif thing.lower().endswith(".onnx") and target is None: _inspect_onnx(thing)
+  else: _inspect_model(thing, target or "c")
 
 
 def _inspect_artifact(folder: str) -> None:
@@ -296,7 +299,7 @@ def _call_arg(a, named: dict[str, list[str]]) -> str:
 
 
 def _inspect_model(model: str, target: str) -> None:
-  from tgc.aot.pipeline import inspect_model
+  from tgc.aot.pipeline import inspect_model, kernel_traffic
   cm = inspect_model(model, target)
   click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
   for b in cm.inputs + cm.outputs:
@@ -305,8 +308,12 @@ def _inspect_model(model: str, target: str) -> None:
   click.echo(f"weights: {len(weights)} tensors, {_bytes(sum(b.nbytes for b in weights))}")
   for b in weights: click.echo(f"  {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
   click.echo(f"arena: {_bytes(cm.arena_bytes)}, {len(cm.of_kind('arena'))} buffers")
+  traffic = kernel_traffic(cm) if cm.target.has_workgroups else {}
   for name, k in cm.kernels.items():
-    click.echo(f"  {name:<20} global {_shape(k.global_size)} local {_shape(k.local_size)} ops {k.ops} "
+    t = traffic.get(name)
+    memory = f" loads/output {t.loads_per_output:.3g} reads/element {t.reads_per_element:.3g} vec4 loads " \
+             f"{t.vector_loads}/{t.vector_loads + t.scalar_loads} smem {k.shared_bytes}" if t else ""
+    click.echo(f"  {name:<20} global {_shape(k.global_size)} local {_shape(k.local_size)} ops {k.ops}{memory} "
                f"opts {[str(o) for o in k.opts]}")
   click.echo("calls:")
   for c in cm.calls:

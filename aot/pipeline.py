@@ -481,6 +481,14 @@ def inspect_model(model: str, target: str = "c", input_shapes: dict | None = Non
   return cm
 
 
+def kernel_traffic(cm: CompiledModel) -> dict:
+  """Per kernel of a GPU model, its global-memory traffic per work-group (codegen.traffic.Traffic): loads per
+  output, reads per distinct element, vector loads."""
+  from tgc.codegen.traffic import kernel_traffic as traffic
+  return {name: traffic(ast, cm.target, list(cm.kernels[name].opts), weights)
+          for name, (ast, weights) in cm.asts.items()}
+
+
 @dataclass
 class OnnxNodeInfo:
   index: int

@@ -45,6 +45,8 @@ class CompiledModel:
   arena_bytes: int
   meta: dict = field(default_factory=dict)
   variants: dict[str, dict[str, KernelProgram]] = field(default_factory=dict)   # variant -> kernels that differ
+  # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
+  asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
 
   def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
   @property
@@ -142,7 +144,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   for it, bufs in zip(items, calls_bufs):
     calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)},
-                       _variants(target, kernels, asts, own))
+                       _variants(target, kernels, asts, own),
+                       {name: (ast, own.get(ast.key, {})) for name, ast in asts.items()})
 
 
 def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
