@@ -151,13 +151,17 @@ def cli():
 @click.option("--cpu", default=None, metavar="LEVEL",
               help="CPU the C kernels are generated for: native (default: this machine), x86-64-v2, x86-64-v3, "
                    "x86-64-v4, armv8-a or armv8.2-a (e.g. a Snapdragon board). Target c only.")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, cpu):
+@click.option("--precision", default=None, metavar="f32|f16",
+              help="f16: compute float32 arithmetic in half precision with float32 accumulations (GPU targets; "
+                   "WebGPU and OpenCL artifacts fall back to float32 kernels on devices without half arithmetic).")
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, cpu, precision):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.pipeline import compile_model
   shapes = parse_input_shapes(input_shapes)
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu)
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
+                         precision=precision)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")

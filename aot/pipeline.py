@@ -39,11 +39,12 @@ def check_target(target: str) -> str:
   return t
 
 
-def make_target(target: str, cpu: str | None = None) -> Target:
-  """The Target of a --target name and --cpu level (C only; default: the machine that compiles)."""
+def make_target(target: str, cpu: str | None = None, precision: str | None = None) -> Target:
+  """The Target of a --target name, --cpu level (C only; default: the machine that compiles) and --precision
+  (GPU targets)."""
   name = check_target(target)
   if cpu is not None and name != "c": raise UserError(f"--cpu applies to target c only, not {name}")
-  try: return Target.make(name, cpu=cpu or "native")
+  try: return Target.make(name, cpu=cpu or "native", **({"precision": precision} if precision else {}))
   except ValueError as error: raise UserError(str(error)) from None
 
 
@@ -88,12 +89,13 @@ class _Progress:
 
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
-                  const_files: dict | None = None, beam: int = 0, cpu: str | None = None) -> CompileReport:
-  """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target) into
-  the artifact folder `out_dir`. An existing tgc artifact there is replaced; any other existing folder only with
-  `force`."""
+                  const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
+                  precision: str | None = None) -> CompileReport:
+  """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
+  `precision`: f32 or f16, GPU targets) into the artifact folder `out_dir`. An existing tgc artifact there is
+  replaced; any other existing folder only with `force`."""
   start = time.perf_counter()
-  tgt = make_target(target, cpu)
+  tgt = make_target(target, cpu, precision)
   target = tgt.name
   if embed_weights and target != "c": raise UserError(f"--embed-weights is supported for target c only, not {target}")
   spec = models.parse_model_spec(model)
@@ -366,9 +368,16 @@ def random_inputs(art: Artifact, seed: int) -> dict[str, np.ndarray]:
   return {i["name"]: models.example_array(tuple(i["shape"]), np.dtype(i["dtype"]), rng) for i in art.inputs}
 
 
-def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
-  """(rtol, atol) for an output dtype when none is given."""
+F16_TOLERANCE = 1e-2      # --precision f16: |got - ref| <= 1e-2 |ref| + 1e-2 max |ref| (measured: up to 0.5e-2)
+
+
+def default_tolerance(dtype: np.dtype, ref: np.ndarray | None = None, precision: str = "f32") -> tuple[float, float]:
+  """(rtol, atol) for an output dtype when none is given. Artifacts computing in half precision (`precision`
+  "f16") are held to F16_TOLERANCE relative to each element and to the output's largest magnitude (`ref`)."""
   dtype = np.dtype(dtype)
+  if dtype.kind == "f" and precision == "f16" and ref is not None:
+    scale = float(np.abs(ref[np.isfinite(ref)]).max()) if np.isfinite(ref).any() else 1.0
+    return F16_TOLERANCE, F16_TOLERANCE * max(scale, 1e-30)
   if dtype.kind == "f": return (1e-2, 1e-2) if dtype.itemsize <= 2 else (1e-4, 1e-4)
   return (0.0, 0.0)
 
@@ -432,14 +441,15 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   ref = reference.reference_outputs(spec, feeds, options)
   kind = "onnx" if spec.kind == "onnx" else "numpy interpreter"
   report = ValidateReport(folder, spec.text, kind, seed)
+  precision = art.manifest.get("target_info", {}).get("precision", "f32")
   for o in art.outputs:
     name = o["name"]
-    default = default_tolerance(np.dtype(o["dtype"]))
-    rt = default[0] if rtol is None else rtol
-    at = default[1] if atol is None else atol
     if name not in ref:
       raise UserError(f"the reference model has no output {name!r} (its outputs: {', '.join(map(repr, ref))}); is "
                       f"--model the model this artifact was compiled from?")
+    default = default_tolerance(np.dtype(o["dtype"]), np.asarray(ref[name], np.float64), precision)
+    rt = default[0] if rtol is None else rtol
+    at = default[1] if atol is None else atol
     max_abs, max_rel, ok, note = compare(got[name], ref[name], rt, at)
     report.checks.append(OutputCheck(name, tuple(o["shape"]), o["dtype"], max_abs, max_rel, rt, at, ok, note))
   return report

@@ -1,10 +1,14 @@
 """`CompiledModel`: everything an artifact needs, for one target. Kernels (source, launch sizes), the call order
 with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights.
 
-Variants: a GPU target's kernels are also rendered for other flavors of the target that an artifact may pick when
-it loads (`variant_targets`): the same opts, so the same launch sizes, parameters and weight layouts, only the
-source differs. "cpu" is the target without workgroup tiles, for GPU languages run by a CPU (PoCL, SwiftShader,
-lavapipe). `CompiledModel.variants` holds, per variant, the kernels whose source differs from the main one."""
+Variants: the kernels of a target whose artifacts may meet devices unlike a GPU with the features the target asks
+(`Target.fallbacks`: WebGPU, OpenCL) are also rendered for other flavors of the target, which the artifact picks
+from when it loads (`variant_targets`, in order of preference): the same opts, so the same launch sizes, parameters
+and weight layouts, only the source differs. "gpu" has workgroup-memory tiles, "cpu" not (for GPU languages run by
+a CPU: PoCL, SwiftShader, lavapipe); "-f16" variants compute in half precision (`--precision f16`), and an f16
+target falls back to float32 variants on devices without half arithmetic. `CompiledModel.variants` holds, per
+variant other than the main one, the kernels whose source differs from the main one's, and `variant_targets` the
+target of every variant, the main one first."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
@@ -45,6 +49,7 @@ class CompiledModel:
   arena_bytes: int
   meta: dict = field(default_factory=dict)
   variants: dict[str, dict[str, KernelProgram]] = field(default_factory=dict)   # variant -> kernels that differ
+  variant_targets: dict[str, Target] = field(default_factory=dict)              # every variant's target, main first
   # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
 
@@ -64,26 +69,42 @@ def _nbytes(b: UOp) -> int:
 CPU_VARIANT = "cpu"
 
 
+def variant_name(target: Target) -> str:
+  """gpu | cpu (without workgroup tiles), + "-f16" when computing in half precision."""
+  return ("gpu" if target.workgroup_tiles else "cpu") + ("-f16" if target.precision == "f16" else "")
+
+
 def variant_targets(target: Target) -> dict[str, Target]:
-  """The flavors of `target` an artifact carries besides the main one, by name."""
-  if target.has_workgroups and target.workgroup_tiles: return {CPU_VARIANT: replace(target, workgroup_tiles=False)}
-  return {}
+  """Every flavor of `target` an artifact carries, by name, in order of preference (the target itself first)."""
+  flavors = [target]
+  if target.has_workgroups and target.fallbacks:
+    precisions = [target] + ([replace(target, precision="f32", f16=False)] if target.precision == "f16" else [])
+    flavors = [t for p in precisions for t in ([p, replace(p, workgroup_tiles=False)] if p.workgroup_tiles else [p])]
+  return {variant_name(t): t for t in flavors}
 
 
 def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
-              weights: dict[str, dict[int, int]]) -> dict[str, dict[str, KernelProgram]]:
-  """Every kernel lowered again for each variant target with the opts it got: those whose source differs."""
+              weights: dict[str, dict[int, int]]) -> tuple[dict[str, dict[str, KernelProgram]], dict[str, Target]]:
+  """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
+  per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
+  targets of the variants kept."""
   out: dict[str, dict[str, KernelProgram]] = {}
-  for vname, vtarget in variant_targets(target).items():
+  targets = variant_targets(target)
+  kept = {variant_name(target): target}
+  for vname, vtarget in list(targets.items())[1:]:
+    progs = {}
     for kname, k in kernels.items():
-      if k.shared_bytes == 0: continue       # nothing staged in workgroup memory: the same kernel
+      if k.shared_bytes == 0 and vtarget.precision == target.precision: continue    # nothing staged: the same kernel
       v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key))
       if v.src == k.src: continue
       if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
                                                                              sorted(k.relayouts)):
         raise AssertionError(f"kernel {kname}: variant {vname} launches or binds differently")
-      out.setdefault(vname, {})[kname] = v
-  return out
+      progs[kname] = v
+    if not progs or any({n: p.src for n, p in progs.items()} == {n: p.src for n, p in done.items()}
+                        for done in out.values()): continue
+    out[vname], kept[vname] = progs, vtarget
+  return out, kept
 
 
 def _bound(k: KernelProgram) -> list[tuple]:
@@ -143,9 +164,9 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   for it, bufs in zip(items, calls_bufs):
     calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)},
-                       _variants(target, kernels, asts, own),
-                       {name: (ast, own.get(ast.key, {})) for name, ast in asts.items()})
+  variants, vtargets = _variants(target, kernels, asts, own)
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)}, variants,
+                       vtargets, {name: (ast, own.get(ast.key, {})) for name, ast in asts.items()})
 
 
 def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:

@@ -1,5 +1,6 @@
 """Lowering one kernel AST for a target: choose opts (heuristics or given), apply them, store weights in read order,
-stage shared loads in workgroup memory (GPUs), expand upcasts and unrolls, vectorize the VECTOR axis, map grid
+stage shared loads in workgroup memory (GPUs), compute float32 in float16 (`--precision f16`), expand upcasts and
+unrolls, vectorize the VECTOR axis, map grid
 ranges to launch dimensions, linearize, render. The result carries
 everything a runtime or an artifact needs to launch it, as data (`KernelProgram`)."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.gpu_tiles import stage
+from tgc.codegen.precision import half_precision
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
 from tgc.codegen.target import Target, as_target
 
@@ -240,6 +242,7 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   order = GPU_ORDER if target.has_workgroups else None
   relaid_ast, relayouts = relayout(k.ast, weights, order) if weights else (k.ast, {})
   k = Kernel(stage(relaid_ast, target), k.opts)
+  if target.precision == "f16": k = Kernel(half_precision(k.ast), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
   return k, opts, relayouts, vectors

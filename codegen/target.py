@@ -5,7 +5,8 @@ about: for C the CPU (`CPU`: ISA level and compiler flags, SIMD width, vector re
 sizes), for GPU languages the launch limits (work-group size, work-groups per dimension, workgroup memory, storage
 buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors as 32-bit words); `workgroup_tiles` off
 means kernels for a GPU language that will run on a CPU (PoCL, SwiftShader, lavapipe: caches already share what
-work-items read, and barriers are costly there). Nothing below asks
+work-items read, and barriers are costly there); `precision` "f16" computes float32 arithmetic in float16 with
+float32 accumulations (codegen/precision.py; `f16` then says the device has half arithmetic). Nothing below asks
 for a target by its name to decide how to generate code; it asks the target.
 
 `--cpu` levels: `native` (the machine that compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 + FMA), `x86-64-v4`
@@ -16,6 +17,7 @@ import platform
 from dataclasses import dataclass, replace
 
 LANGUAGES = ("c", "opencl", "cuda", "metal", "webgpu")
+PRECISIONS = ("f32", "f16")
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,19 @@ class Target:
   narrow_int64: bool = False                         # webgpu: 64-bit integers held and computed as 32-bit words
   narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
   workgroup_tiles: bool = True                       # GPUs: stage operands work-items share in workgroup memory
+  precision: str = "f32"                             # "f16": float32 arithmetic in float16, sums in float32 (GPUs)
+  fallbacks: bool = False                            # artifacts carry variants for CPU-backed, f16-less devices
 
   @staticmethod
   def make(name: str, cpu: str | CPU = "native", artifact: bool = True, **kw) -> Target:
     """The target for a language. `cpu` (c only): a --cpu value or a CPU. `artifact`: for an artifact (WebGPU
     artifacts narrow 64-bit types to 32-bit words at the boundary; the eager runtime refuses them instead)."""
     if name not in LANGUAGES: raise ValueError(f"no target {name!r}; known: {', '.join(LANGUAGES)}")
+    if kw.get("precision", "f32") not in PRECISIONS:
+      raise ValueError(f"unknown --precision {kw['precision']!r}; choose one of {', '.join(PRECISIONS)}")
+    if kw.get("precision", "f32") != "f32":
+      if name == "c": raise ValueError("--precision f16 applies to GPU targets (opencl, cuda, metal, webgpu), not c")
+      kw.setdefault("f16", True)               # half arithmetic: the device must have it
     if name == "c":
       return Target("c", cpu=cpu if isinstance(cpu, CPU) else cpu_level(cpu), **kw)
     defaults: dict = dict(GPU_DEFAULTS[name])
@@ -150,7 +159,8 @@ class Target:
     parts = [self.name]
     if self.cpu is not None: parts.append(self.cpu.level)
     parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
-                              ("no_tiles", self.has_workgroups and not self.workgroup_tiles)) if on]
+                              ("no_tiles", self.has_workgroups and not self.workgroup_tiles),
+                              ("precision_f16", self.precision == "f16")) if on]
     if self.max_buffers is not None and self.max_buffers != GPU_DEFAULTS.get(self.name, {}).get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")
     return "+".join(parts)
@@ -159,9 +169,10 @@ class Target:
 GPU_DEFAULTS: dict[str, dict] = {
   # WebGPU's default limits, as browsers ship them
   "webgpu": dict(max_local_size=(256, 256, 64), max_local_items=256, max_groups_per_dim=(65535, 65535, 65535),
-                 shared_bytes=16384, max_buffers=8),
+                 shared_bytes=16384, max_buffers=8, fallbacks=True),
   # OpenCL 1.2 devices: the portable minimum work-group size is small; PoCL allows 4096
-  "opencl": dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None, shared_bytes=32768),
+  "opencl": dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None, shared_bytes=32768,
+                 fallbacks=True),
   "cuda": dict(max_local_size=(1024, 1024, 64), max_local_items=1024,
                max_groups_per_dim=(2**31 - 1, 65535, 65535), shared_bytes=49152),
   "metal": dict(max_local_size=(1024, 1024, 1024), max_local_items=1024, max_groups_per_dim=None, shared_bytes=32768),

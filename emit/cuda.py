@@ -93,7 +93,7 @@ def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   info = {"source": "model.cu", "kernel_source": "model.cu", "cuda_api": "runtime", "default_arch": DEFAULT_ARCH,
           "link_libraries": ["cudart"], "kernels_only_macro": KERNELS_ONLY_MACRO,
           "headers": ["cuda_fp16.h"] if half else [], "weights_check": "sha256 of the weights file (its device copy)",
-          "launch": "grid = global_size / local_size, block = local_size"}
+          "launch": "grid = global_size / local_size, block = local_size", "precision": cm.target.precision}
   return files, device_manifest(cm, sym, weights, params, files, info)
 
 

@@ -83,7 +83,7 @@ def metal_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   info = {"source": "model.m", "language": "objective-c", "objc_arc": True, "kernel_source": "model.metal",
           "kernel_source_embedded": True, "metallib": "model.metallib (built by the Makefile; optional)",
           "fast_math": False, "frameworks": ["Metal", "Foundation"], "weights_check": "crc32 per tensor",
-          "storage_mode": "shared", "launches": plan}
+          "storage_mode": "shared", "launches": plan, "precision": cm.target.precision}
   return files, device_manifest(cm, sym, weights, params, files, info)
 
 

@@ -14,7 +14,7 @@ describe tensors alike."""
 from __future__ import annotations
 import dataclasses
 
-from tgc.codegen.compiled import CPU_VARIANT, CompiledModel
+from tgc.codegen.compiled import CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import plan_slots
 from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
@@ -33,6 +33,33 @@ def kernel_source(cm: CompiledModel, variant: str | None = None) -> str:
   kernel variant where they differ)."""
   if variant is None: return kernel_file(cm, "opencl")
   return kernel_file(dataclasses.replace(cm, kernels={**cm.kernels, **cm.variants.get(variant, {})}), "opencl")
+
+
+def kernel_variants(cm: CompiledModel) -> list[dict]:
+  """The kernel variants model.c picks from (codegen.compiled `variant_targets`), in order of preference: name, the
+  extensions they need, whether CPU devices skip them (they stage operands in __local tiles and a variant without
+  tiles follows), where their source is."""
+  targets = cm.variant_targets or {variant_name(cm.target): cm.target}
+  out = []
+  for i, (name, t) in enumerate(targets.items()):
+    progs = {**cm.kernels, **cm.variants.get(name, {})}
+    untiled = variant_name(dataclasses.replace(t, workgroup_tiles=False))
+    out.append({"name": name, "extensions": sorted({f for k in progs.values() for f in k.features}),
+                "not_on_cpu": t.workgroup_tiles and untiled != name and untiled in targets,
+                "source": "model.cl" if i == 0 else "embedded in model.c (model.cl with the kernels that differ)"})
+  return out
+
+
+def _variant_tables(cm: CompiledModel, variants: list[dict]) -> dict[str, str]:
+  """model.c's source arrays of the variants after the first (that one is tg_source, model.cl) and tg_variants."""
+  arrays, rows = [], []
+  for i, v in enumerate(variants):
+    array = "tg_source" if i == 0 else f"tg_source_{i}"
+    if i: arrays.append(f"static const char *const {array}[] = {{\n{source_strings(kernel_source(cm, v['name']))}"
+                        f"\n}};")
+    rows.append(f"  {{{c_string(v['name'])}, {array}, (cl_uint)(sizeof({array}) / sizeof({array}[0])), "
+                f"{int('cl_khr_fp16' in v['extensions'])}, {int(v['not_on_cpu'])}}},")
+  return {"variant_sources": "\n".join(arrays), "variant_table": "\n".join(rows)}
 
 
 def source_strings(text: str) -> str:
@@ -86,22 +113,20 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
             "slots": len(cm.of_kind("arena")), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
-  cpu = f"static const char *const tg_source_cpu[] = {{\n{source_strings(kernel_source(cm, CPU_VARIANT))}\n}};" \
-    if CPU_VARIANT in cm.variants else "#define tg_source_cpu tg_source"
+  variants = kernel_variants(cm)
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
-                 "cpu_source": cpu, "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
+                 "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
+  values.update(_variant_tables(cm, variants))
   values.update(_host_tables(cm, params, weights, slot_buffer))
   files = {"model.cl": cl_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
     files[name] = fill(read_template("opencl", f"{name}.tmpl"), values, f"templates/opencl/{name}.tmpl").encode()
   files[WEIGHTS_FILE] = weights.data
-  extensions = sorted({f for k in cm.kernels.values() for f in k.features})
+  extensions = sorted({f for v in variants for f in v["extensions"]})
   info = {"source": "model.c", "c_standard": "c99", "kernel_source": "model.cl", "kernel_source_embedded": True,
           "opencl_version": "1.2", "link_libraries": ["OpenCL"], "extensions": extensions,
           "weights_check": "crc32 per tensor", "slot_buffers": buffer_bytes,
-          "kernel_variants": {"gpu": "model.cl", **({CPU_VARIANT: "embedded in model.c: the kernels of model.cl "
-                                                    "without workgroup-memory tiles, for CL_DEVICE_TYPE_CPU devices"}
-                                                   if CPU_VARIANT in cm.variants else {})},
+          "kernel_variants": variants, "precision": cm.target.precision,
           "arena_placement": "sub-buffers of one arena buffer when CL_DEVICE_MEM_BASE_ADDR_ALIGN divides every slot "
                              "offset, else the slot_buffers (whole buffers shared by slots of disjoint lifetimes)"}
   return files, device_manifest(cm, sym, weights, params, files, info)

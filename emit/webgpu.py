@@ -23,13 +23,14 @@ the loader narrows them on upload (integer values must fit in 32 bits; float64 i
 them on download. A kernel binding an output as
 `array<atomic<u32>>` (packed sub-32-bit stores by atomicOr) needs it zeroed first: the call lists it in `clear`."""
 from __future__ import annotations
+import dataclasses
 import html
 import json
 import math
 
 import numpy as np
 
-from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.compiled import BufferInfo, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import plan_slots
 from tgc.emit.c import bundle_start, write_bundle
@@ -142,16 +143,19 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
 
 
 def plan_variants(cm: CompiledModel) -> list[dict]:
-  """The kernel sets model.js chooses from when it loads, in order of preference: the first whose features the
-  adapter has and whose `adapters` it is ("hardware": not a fallback adapter; "any") runs. The main kernels
-  ("gpu", with workgroup tiles) are for hardware adapters when a "cpu" variant exists (codegen.compiled: the same
-  kernels without tiles, for software adapters such as SwiftShader); a kernel a variant leaves unchanged is the
-  main one."""
-  def features(name: str | None) -> list[str]:
-    progs = {**cm.kernels, **(cm.variants.get(name, {}) if name else {})}
-    return sorted({f for k in progs.values() for f in k.features})
-  out = [{"name": "gpu", "features": features(None), "adapters": "hardware" if cm.variants else "any"}]
-  out += [{"name": name, "features": features(name), "adapters": "any"} for name in cm.variants]
+  """The kernel sets model.js chooses from when it loads, in order of preference (codegen.compiled
+  `variant_targets`): it runs the first whose features the adapter has and whose `adapters` it is ("hardware": not
+  a fallback adapter such as SwiftShader; "any"). A variant with workgroup tiles ("gpu", "gpu-f16") is for hardware
+  adapters when the same kernels without tiles ("cpu", "cpu-f16") follow; f16 variants need "shader-f16" and fall
+  back to float32 ones; a kernel a variant leaves unchanged is the main one."""
+  targets = cm.variant_targets or {variant_name(cm.target): cm.target}
+  out = []
+  for name, t in targets.items():
+    progs = {**cm.kernels, **cm.variants.get(name, {})}
+    untiled = variant_name(dataclasses.replace(t, workgroup_tiles=False))
+    hardware = t.workgroup_tiles and untiled != name and untiled in targets
+    out.append({"name": name, "features": sorted({f for k in progs.values() for f in k.features}),
+                "adapters": "hardware" if hardware else "any"})
   return out
 
 
@@ -238,7 +242,9 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
           "plan_markers": [PLAN_BEGIN, PLAN_END], "variants": plan["variants"],
           "limits_requested": plan["requestLimits"], "limits_needed": plan["limits"],
           "int64": "narrowed to 32-bit words on the device",
-          "float64": "stored and computed as float32 on the device", "float16": "stored packed, computed in f32",
+          "float64": "stored and computed as float32 on the device",
+          "float16": "stored packed, computed in f16 by the -f16 variants (shader-f16), else in f32",
+          "precision": cm.target.precision,
           "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1]}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
   return files, manifest

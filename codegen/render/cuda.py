@@ -1,7 +1,9 @@
 """CUDA C++ renderer (NVRTC or nvcc): `extern "C" __global__` kernels with `__launch_bounds__`; global ranges
 are block indices and local/group ranges thread indices; float16 is `__half` in memory (cuda_fp16.h) and float in
-registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h. Vectors are
-CUDA's `float4`/`int4`/`uint4` structs (gpu_vectors.py): 16-byte loads and stores, arithmetic lane by lane."""
+registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h. With half
+arithmetic (`Target.f16`, `--precision f16`) float16 values are `__half` in registers too: cuda_fp16.h's operators
+and h-prefixed math (hexp2, hsqrt, ...; sm_53 and newer). Vectors are CUDA's `float4`/`int4`/`uint4` structs
+(gpu_vectors.py): 16-byte loads and stores, arithmetic lane by lane."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
@@ -29,6 +31,7 @@ _BITCASTS = {
 _TO_HALF = {dtypes.int32: "__int2half_rn", dtypes.uint32: "__uint2half_rn", dtypes.int64: "__ll2half_rn",
             dtypes.uint64: "__ull2half_rn", dtypes.float64: "__double2half"}
 _VECTORS = {"float": "float", "int": "int", "unsigned int": "uint"}
+_HALF_MATH = {Ops.EXP2: "hexp2", Ops.LOG2: "hlog2", Ops.SIN: "hsin", Ops.SQRT: "hsqrt", Ops.TRUNC: "htrunc"}
 BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__ D tg_bitcast(S s) {
   union { S s; D d; } u;
   u.s = s;
@@ -52,6 +55,15 @@ class CUDARenderer(GPUVectors, CStyleRenderer):
 
   operators = False      # float4 & co. are structs
 
+  def __init__(self, target=None):
+    super().__init__(target)
+    if self.target.f16:    # half arithmetic: float16 values stay __half
+      self.types = {**self.types, dtypes.float16: "__half"}
+      self.math_fns = {**self.math_fns, **{(op, dtypes.float16): _HALF_MATH[op] for op in _HALF_MATH}}
+
+  @property
+  def half(self) -> bool: return self.target.f16
+
   def type_name(self, d: DType) -> str:
     return f"{_VECTORS[self.types[d.scalar]]}{d.count}" if d.count > 1 else self.types[d]
   def render_vector(self, lanes: list[str], d: DType) -> str: return f"make_{self.type_name(d)}({', '.join(lanes)})"
@@ -66,6 +78,7 @@ class CUDARenderer(GPUVectors, CStyleRenderer):
     f"__int_as_float({_F32_BITS['inf']})"
 
   def render_const(self, v, d: DType) -> str:
+    if d == dtypes.float16 and self.half: return f"__half({self.render_const(v, dtypes.float32)})"
     out = super().render_const(v, d)
     return f"({out})" if out.startswith("-") else out   # `x-(-1.5f)`, never `x--1.5f`
 
@@ -100,21 +113,31 @@ class CUDARenderer(GPUVectors, CStyleRenderer):
     return f"{self.kernel_prefix}void __launch_bounds__({math.prod(local_size)}) {name}({', '.join(args)})"
 
   def render_load(self, buf, idx, d):
-    return f"__half2float({buf}[{idx}])" if d == dtypes.float16 else f"{buf}[{idx}]"
+    return f"__half2float({buf}[{idx}])" if d == dtypes.float16 and not self.half else f"{buf}[{idx}]"
 
   def render_store(self, buf, idx, val, d):
-    if d == dtypes.float16: return f"{buf}[{idx}] = __float2half_rn({val});"
+    if d == dtypes.float16: return f"{buf}[{idx}] = {val};" if self.half else f"{buf}[{idx}] = __float2half_rn({val});"
     if d.is_bool: return f"{buf}[{idx}] = (unsigned char)({val});"
     return f"{buf}[{idx}] = {val};"
 
   def render_cast(self, x, src, dst):
+    if self.half and src == dtypes.float16: x, src = f"__half2float({x})", dtypes.float32   # through float
     if dst.is_bool: return f"({x}!=0)"
-    if dst == dtypes.float16:   # round to half, keep computing in float
-      if src in _TO_HALF: return f"__half2float({_TO_HALF[src]}({x}))"
-      return f"__half2float(__float2half_rn((float)({x})))"
+    if dst == dtypes.float16:   # round to half (and keep computing in float, without half arithmetic)
+      half = f"{_TO_HALF[src]}({x})" if src in _TO_HALF else f"__float2half_rn((float)({x}))"
+      return half if self.half else f"__half2float({half})"
     return f"(({self.type_name(dst)})({x}))"
 
+  def render_alu(self, u: UOp, s: list[str]) -> str:
+    if self.half and u.op is Ops.POW and u.dtype == dtypes.float16:
+      return f"__float2half_rn(powf(__half2float({s[0]}), __half2float({s[1]})))"
+    return super().render_alu(u, s)
+
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if self.half and src == dtypes.float16 and dst in (dtypes.int16, dtypes.uint16):
+      return f"__half_as_{'short' if dst == dtypes.int16 else 'ushort'}({x})"
+    if self.half and dst == dtypes.float16 and src in (dtypes.int16, dtypes.uint16):
+      return f"__{'short' if src == dtypes.int16 else 'ushort'}_as_half({x})"
     if (src, dst) in _BITCASTS: return _BITCASTS[(src, dst)].format(x)
     if src.is_int and dst.is_int: return f"(({self.type_name(dst)})({x}))"   # same size: two's complement
     return f"tg_bitcast<{self.type_name(dst)}>(({self.type_name(src)})({x}))"

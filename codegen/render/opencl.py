@@ -1,6 +1,7 @@
 """OpenCL C renderer: grid ranges are work-group and work-item ids; float16 uses vload_half/vstore_half
-(half storage, float math) so it runs without cl_khr_fp16. Vectors are `float4` & co. (gpu_vectors.py), loaded and
-stored with vload4/vstore4."""
+(half storage, float math) so it runs without cl_khr_fp16, or, with half arithmetic (`Target.f16`, `--precision
+f16`), is `half` in registers too (the kernel enables cl_khr_fp16: the device must have it). Vectors are `float4`
+& co. (gpu_vectors.py), loaded and stored with vload4/vstore4."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
@@ -22,6 +23,10 @@ class OpenCLRenderer(GPUVectors, CStyleRenderer):
   storage_types = {dtypes.bool: "uchar", dtypes.float16: "half"}
   math_fns = {(op, d): f for op, f in _FNS for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
 
+  def __init__(self, target=None):
+    super().__init__(target)
+    if self.target.f16: self.types = {**self.types, dtypes.float16: "half"}   # half arithmetic (cl_khr_fp16)
+
   def type_name(self, d: DType) -> str: return f"{self.types[d.scalar]}{d.count}" if d.count > 1 else self.types[d]
   def render_vector(self, lanes: list[str], d: DType) -> str: return f"(({self.type_name(d)})({', '.join(lanes)}))"
   def render_vector_load(self, buf: str, idx: str, d: DType) -> str: return f"vload{d.count}(0, {buf}+({idx}))"
@@ -38,17 +43,23 @@ class OpenCLRenderer(GPUVectors, CStyleRenderer):
     return [f"#pragma OPENCL EXTENSION {ext} : enable" for ext in self.features(program)]
 
   def features(self, program):
-    return ("cl_khr_fp64",) if any(u.dtype.scalar == dtypes.float64 for u in program) else ()
+    used = {u.dtype.scalar for u in program} | {s.dtype.scalar for u in program for s in u.src}
+    return tuple(ext for ext, on in (("cl_khr_fp16", self.target.f16 and dtypes.float16 in used),
+                                     ("cl_khr_fp64", dtypes.float64 in used)) if on)
+
+  def render_const(self, v, d: DType) -> str:
+    if d == dtypes.float16 and self.target.f16: return f"((half){super().render_const(v, dtypes.float32)})"
+    return super().render_const(v, d)
 
   def kernel_signature(self, name, args, local_size):
     attr = f"__attribute__((reqd_work_group_size({local_size[0]}, {local_size[1]}, {local_size[2]}))) "
     return f"{self.kernel_prefix}{attr}void {name}({', '.join(args)})"
 
   def render_load(self, buf, idx, d):
-    return f"vload_half({idx}, {buf})" if d == dtypes.float16 else f"{buf}[{idx}]"
+    return f"vload_half({idx}, {buf})" if d == dtypes.float16 and not self.target.f16 else f"{buf}[{idx}]"
 
   def render_store(self, buf, idx, val, d):
-    if d == dtypes.float16: return f"vstore_half({val}, {idx}, {buf});"
+    if d == dtypes.float16 and not self.target.f16: return f"vstore_half({val}, {idx}, {buf});"
     if d.is_bool: return f"{buf}[{idx}] = (uchar)({val});"
     return f"{buf}[{idx}] = {val};"
 

@@ -25,7 +25,8 @@ also read a buffer it writes this way.
 
 float16: stored packed as above and computed in f32 (default), or in f16 with `f16=True` (adds `enable f16;`;
 the device needs the "shader-f16" feature). Conversions to half are done in software (round to nearest even,
-overflow to inf), as WGSL leaves the rounding of f32->f16 conversions to the implementation.
+overflow to inf), as WGSL leaves the rounding of f32->f16 conversions to the implementation, except where float32
+arithmetic is demoted to f16 (`precision` "f16", codegen/precision.py: the results are within a tolerance anyway).
 
 Floats: WGSL has no NaN/inf literals and constant-evaluated expressions may not produce them, so they come from
 bit patterns held in private variables (`tg_nan()`, `tg_inf()`). NaN comparisons are unreliable on GPUs, so
@@ -276,6 +277,7 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
       return f"({x} != {self.render_const(0, src)})"
     if src.is_bool: return f"{self.type_name(dst)}({x})"
     if dst.is_float:
+      if dst == dtypes.float16 and self.target.precision == "f16" and src == dtypes.float32: return f"f16({x})"
       if dst == dtypes.float16:
         return self._from_half_bits(self._half_bits(x if src.is_float else f"f32({x})"))
       return x if self.type_name(src) == "f32" else f"f32({x})"

@@ -44,4 +44,10 @@ inline double __longlong_as_double(long long x) { return __builtin_bit_cast(doub
 inline short __half_as_short(__half x) { return __builtin_bit_cast(short, x); }
 inline unsigned short __half_as_ushort(__half x) { return __builtin_bit_cast(unsigned short, x); }
 inline __half __short_as_half(short x) { return __builtin_bit_cast(__half, x); }
+// half-precision math of cuda_fp16.h (computed in float and rounded once)
+inline __half hexp2(__half x) { return (__half)exp2f((float)x); }
+inline __half hlog2(__half x) { return (__half)log2f((float)x); }
+inline __half hsin(__half x) { return (__half)sinf((float)x); }
+inline __half hsqrt(__half x) { return (__half)sqrtf((float)x); }
+inline __half htrunc(__half x) { return (__half)truncf((float)x); }
 inline __half __ushort_as_half(unsigned short x) { return __builtin_bit_cast(__half, x); }

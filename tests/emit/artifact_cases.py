@@ -217,6 +217,19 @@ def check_write_refusals(cm: CompiledModel, tmp_path, sources: Callable[[Compile
   cm.target = target
 
 
+def compare_f16(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+  """Outputs of a --precision f16 artifact: within the f16 tolerance of `tgc validate` (each element within
+  F16_TOLERANCE of itself plus of the output's largest magnitude), and rounded as float16 arithmetic rounds (not
+  float32-exact)."""
+  from tgc.aot.pipeline import F16_TOLERANCE
+  assert list(got) == list(want)
+  for name in want:
+    w = np.asarray(want[name], np.float64)
+    diff, scale = np.abs(np.asarray(got[name], np.float64) - w), np.abs(w).max()
+    assert (diff <= F16_TOLERANCE * (np.abs(w) + scale)).all(), (name, diff.max() / scale)
+    assert diff.max() > 1e-6 * scale, f"{name}: no float16 rounding at all"
+
+
 def check_params_are_read_as_data(cm: CompiledModel, sources: Callable[[CompiledModel], tuple]) -> None:
   """Writers take a kernel's parameters from what the renderer reported (`KernelProgram.params`), not from its
   source: a reported parameter whose argument the call does not have is refused, naming it."""

@@ -20,8 +20,9 @@ import cpu_kernels
 import cuda_cpu
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, assert_same_files,
                             check_params_are_read_as_data, check_write_refusals, checked_manifest, cnn_case, compare,
-                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case, odd_case,
-                            run, softmax_case, tgc, two_io_case)
+                            compare_f16, copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of,
+                            mlp_case, odd_case, run, softmax_case, tgc, two_io_case)
+from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.cuda import cuda_sources
 from tgc.runtimes import RuntimeUnavailable, get_runtime
@@ -239,6 +240,19 @@ def test_launch_plan_computes_right_on_cpu(bundles, name):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     compare(run_plan_on_cpu(folder, case.inputs), case.reference(), case.rtol, case.atol)
+
+
+def test_f16_artifact(tmp_path):
+  """--precision f16: model.cu computes in __half (cuda_fp16.h), NVRTC compiles it, and the launch plan run on the CPU
+  gives outputs within the f16 tolerance."""
+  case = cnn_case()
+  folder = emit_folder(tmp_path, case, sub="cnn_f16", target=Target.make("cuda", precision="f16"))
+  source = Path(folder, "model.cu").read_text()
+  assert "#include <cuda_fp16.h>" in source and re.search(r"\b__half \w+ = ", source)
+  assert manifest_of(folder)["target_info"]["precision"] == "f16"
+  if cuda_rt.nvrtc is not None: assert cuda_rt.compile_only(source, "cnn", "sm_80")[:4] == b"\x7fELF"
+  cpu_kernels.skip_without_cpu_compiler()
+  compare_f16(run_plan_on_cpu(folder, case.inputs), case.reference())
 
 
 def test_cpu_plan_run_catches_a_wrong_plan(bundles, tmp_path):

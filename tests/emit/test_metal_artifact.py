@@ -22,8 +22,9 @@ import metal_check
 from cpu_kernels import cpu_compiler, skip_without_cpu_compiler
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, assert_same_files,
                             check_params_are_read_as_data, check_write_refusals, checked_manifest, cnn_case, compare,
-                            copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of, mlp_case, odd_case,
-                            require_tool, run, softmax_case, tgc, two_io_case)
+                            compare_f16, copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of,
+                            mlp_case, odd_case, require_tool, run, softmax_case, tgc, two_io_case)
+from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.metal import metal_sources
 from tgc.runtimes.artifact import ArtifactError
@@ -119,6 +120,18 @@ def test_model_m_tables_are_the_manifest_plan(bundles):
 
 
 # ---------------------------------------------------------------- the whole model on the CPU through the shim
+
+@needs_clang
+def test_f16_artifact_on_cpu(tmp_path):
+  """--precision f16: the kernels compute in half, the whole model run through the shim is within the f16
+  tolerance."""
+  skip_without_cpu_compiler()
+  case = cnn_case()
+  folder = emit_folder(tmp_path, case, sub="cnn_f16", target=Target.make("metal", precision="f16"))
+  assert re.search(r"\bhalf \w+ = ", Path(folder, "model.metal").read_text())
+  with MetalArtifact(folder, backend=metal_check.CPUBackend()) as art:
+    compare_f16(art.run(case.inputs), case.reference())
+
 
 @needs_clang
 @pytest.mark.parametrize("name", ["mlp", "cnn", "two_io", "softmax", "half", "odd"])

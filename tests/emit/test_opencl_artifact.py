@@ -17,11 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import opencl_c
+
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, allocations_around_run, assert_same_files,
                             check_cli_round_trip, check_params_are_read_as_data, check_write_refusals,
                             checked_manifest, cnn_case, compare, copy, emit_cases, emit_folder, half_case,
                             hostile_case, make, manifest_of, mlp_case, odd_case, require_tool, run, softmax_case,
                             two_io_case)
+from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.common import read_template
 from tgc.emit.opencl import opencl_sources
@@ -72,12 +75,14 @@ PROBE = r"""
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>
+#include <string.h>
 int main(void) {
   cl_platform_id p[16];
   cl_device_id d[64], first = NULL, gpu = NULL;
   cl_uint np = 0, nd, i, total = 0, bits = 0;
   cl_device_fp_config fp64 = 0;
   cl_device_type type = 0;
+  char extensions[8192] = "";
   if (clGetPlatformIDs(16, p, &np) != CL_SUCCESS) np = 0;
   for (i = 0; i < np && i < 16; i++) {
     if (clGetDeviceIDs(p[i], CL_DEVICE_TYPE_ALL, 64, d, &nd) != CL_SUCCESS) continue;
@@ -89,7 +94,9 @@ int main(void) {
   if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, NULL);
   if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof(fp64), &fp64, NULL);
   if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_TYPE, sizeof(type), &type, NULL);
-  printf("%u %u %u %d %d\n", np, total, bits, fp64 != 0, (type & CL_DEVICE_TYPE_CPU) != 0);
+  if (first != NULL) clGetDeviceInfo(first, CL_DEVICE_EXTENSIONS, sizeof(extensions) - 1, extensions, NULL);
+  printf("%u %u %u %d %d %d\n", np, total, bits, fp64 != 0, (type & CL_DEVICE_TYPE_CPU) != 0,
+         strstr(extensions, "cl_khr_fp16") != NULL);
   return 0;
 }
 """
@@ -105,10 +112,10 @@ def cl_device(tmp_path_factory) -> dict:
   if r.returncode != 0:
     pytest.skip("cannot build against OpenCL (CL/cl.h or libOpenCL missing): install the Debian packages "
                 "ocl-icd-opencl-dev and ocl-icd-libopencl1")
-  platforms, devices, bits, fp64, cpu = map(int, run(["./probe"], cwd=tmp).stdout.split())
+  platforms, devices, bits, fp64, cpu, fp16 = map(int, run(["./probe"], cwd=tmp).stdout.split())
   if platforms == 0: pytest.skip("no OpenCL platform: install the Debian package pocl-opencl-icd")
   if devices == 0: pytest.skip("an OpenCL platform but no device: install the Debian package pocl-opencl-icd")
-  return {"align": max(bits // 8, 1), "fp64": bool(fp64), "type": "CPU" if cpu else "other"}
+  return {"align": max(bits // 8, 1), "fp64": bool(fp64), "type": "CPU" if cpu else "other", "fp16": bool(fp16)}
 
 
 @pytest.fixture(scope="session")
@@ -499,17 +506,38 @@ def test_kernels_under_oclgrind(bundles, references, cl_device, oclgrind_env, tm
   compare(got, references[name], case.rtol, case.atol)
 
 
+def test_f16_artifact_picks_its_variant_by_the_device(cl_device, references, tmp_path):
+  """--precision f16: model.cl holds the half-precision kernels (cl_khr_fp16; clang's OpenCL C front end accepts
+  them), model.c also the float32 ones, and a device builds the first variant it can run: without cl_khr_fp16 (PoCL)
+  a float32 one, whose outputs match as float32's do."""
+  case = cnn_case()
+  folder = emit_folder(tmp_path, case, sub="cnn_f16", target=Target.make("opencl", precision="f16"))
+  variants = manifest_of(folder)["target_info"]["kernel_variants"]
+  assert [(v["name"], v["extensions"]) for v in variants] == [
+    ("gpu-f16", ["cl_khr_fp16"]), ("cpu-f16", ["cl_khr_fp16"]), ("gpu", []), ("cpu", [])]
+  source = Path(folder, "model.cl").read_text()
+  assert "\n#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" in source and re.search(r"\bhalf \w+ = ", source)
+  if opencl_c.clang(): assert opencl_c.opencl_c_errors(source) == ""
+  usable = [v["name"] for v in variants if (cl_device["fp16"] or not v["extensions"]) and
+            not (v["not_on_cpu"] and cl_device["type"] == "CPU")]
+  with OpenCLArtifact(folder) as art:
+    assert art.variant == usable[0]
+    got = art.run(case.inputs)
+  if usable[0].endswith("-f16"): pytest.skip("the device computes in half precision: float32 is checked elsewhere")
+  compare(got, references["cnn"], case.rtol, case.atol)
+
+
 def test_tiled_kernels_under_oclgrind(bundles, references, cl_device, oclgrind_env, tmp_path):
   """The "gpu" kernel variant (forced: Oclgrind and PoCL are CPU devices, which get the "cpu" one), whose
   convolutions stage their shared operands in __local tiles between barriers, under Oclgrind: no race, no
   out-of-bounds access, no barrier divergence, the same outputs."""
   case, folder = bundles["cnn"]
-  assert "cpu" in manifest_of(folder)["target_info"]["kernel_variants"]
+  assert [v["name"] for v in manifest_of(folder)["target_info"]["kernel_variants"]] == ["gpu", "cpu"]
   assert "__local float tile" in Path(folder, "model.cl").read_text()
   with OpenCLArtifact(folder) as art: assert art.variant == ("cpu" if cl_device["type"] == "CPU" else "gpu")
   folder = copy(folder, tmp_path)
   sym = manifest_of(folder)["model"]["symbol"].upper()
-  make(folder, f"CFLAGS=-O2 -D{sym}_KERNEL_VARIANT=1")
+  make(folder, f"CFLAGS=-O2 -D{sym}_KERNEL_VARIANT='\"gpu\"'")
   got, result = run_main(folder, case.inputs, env=oclgrind_env)
   assert result.stdout.startswith("device: Oclgrind") and "(kernel variant gpu)" in result.stdout, result.stdout
   assert not OCLGRIND_REPORTS.search(result.stderr), result.stderr[:4000]

@@ -18,10 +18,12 @@ import pytest
 
 import headless_chromium as chromium
 from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
-from artifact_cases import (ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
+from artifact_cases import (ROOT, ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
-                            softmax_case)
+                            softmax_case, tgc)
 from wgsl_source import declared_bindings, reported_bindings
+from tgc.aot.pipeline import F16_TOLERANCE
+from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit import webgpu as emit_webgpu
 from tgc.emit.manifest import validate_manifest
@@ -284,6 +286,53 @@ def test_webgpu_artifact_kernel_variants(bundles, references, wgpu_runtime):
     WebGPUArtifact(folder, variant="tiled")
 
 
+@pytest.fixture(scope="session")
+def f16_cnn(tmp_path_factory):
+  """The cnn compiled with --precision f16: kernel variants gpu-f16, cpu-f16 (shader-f16), then gpu, cpu."""
+  case = cnn_case()
+  return case, emit_folder(tmp_path_factory.mktemp("f16"), case, sub="cnn_f16",
+                           target=Target.make("webgpu", precision="f16"))
+
+
+def test_f16_artifact_runs_f16_or_falls_back(f16_cnn, references, wgpu_runtime):
+  """lavapipe has shader-f16: the runner picks cpu-f16, within the f16 tolerance and not float32-exact; the float32
+  fallback (forced: what an adapter without shader-f16 runs) matches as float32 does."""
+  case, folder = f16_cnn
+  plan = plan_of(folder)
+  assert [(v["name"], v["features"]) for v in plan["variants"]] == [
+    ("gpu-f16", ["shader-f16"]), ("cpu-f16", ["shader-f16"]), ("gpu", []), ("cpu", [])]
+  assert manifest_of(folder)["target_info"]["precision"] == "f16"
+  want = references["cnn"]
+  if "shader-f16" in wgpu_runtime.features:
+    with WebGPUArtifact(folder) as art:
+      assert art.variant == ("cpu-f16" if wgpu_runtime.software else "gpu-f16")
+      got = art.run(case.inputs)
+    for name in want:
+      scale = np.abs(want[name]).max()
+      diff = np.abs(got[name].astype(np.float64) - want[name])
+      assert (diff <= F16_TOLERANCE * (np.abs(want[name]) + scale)).all(), name
+      assert diff.max() > 1e-6 * scale, f"{name}: no float16 rounding at all"
+  with WebGPUArtifact(folder, variant="cpu") as art: compare(art.run(case.inputs), want, case)
+
+
+def test_cli_precision_f16(wgpu_runtime, tmp_path):
+  """`tgc compile --precision f16`: refused for c (one line, exit 2); for webgpu `tgc validate` holds the artifact
+  to the f16 tolerance (passes) and, given float32-sized tolerances, finds its half-precision rounding (exit 1)
+  where the float32 artifact passes them."""
+  model = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
+  result = tgc("compile", model, "--target", "c", "--precision", "f16", "-o", tmp_path / "c")
+  assert result.exit_code == 2 and "--precision f16 applies to GPU targets" in result.stderr
+  assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
+  if "shader-f16" not in wgpu_runtime.features: pytest.skip(f"{wgpu_runtime.device_name} has no shader-f16")
+  for precision in ("f32", "f16"):
+    out = tmp_path / precision
+    assert tgc("compile", model, "--target", "webgpu", "--precision", precision, "-o", out).exit_code == 0
+    result = tgc("validate", out)
+    assert result.exit_code == 0 and "OK" in result.stdout, result.output
+    strict = tgc("validate", out, "--rtol", "1e-5", "--atol", "1e-6")
+    assert strict.exit_code == (1 if precision == "f16" else 0), strict.output
+
+
 def test_webgpu_artifact_time(bundles, wgpu_runtime):
   case, folder = bundles["mlp"]
   with WebGPUArtifact(folder) as art:
@@ -533,9 +582,11 @@ def test_model_d_ts_with_tsc(bundles, tmp_path):
 # ---------------------------------------------------------------- headless Chromium (SwiftShader WebGPU)
 
 @pytest.fixture(scope="session")
-def server(bundles):
-  """The bundles' root folder over http://127.0.0.1:<free port> (a secure context), from a thread."""
-  with chromium.serve(os.path.dirname(next(iter(bundles.values()))[1])) as url:
+def server(bundles, f16_cnn):
+  """The bundles' root folder (and the f16 bundle's under /f16) over http://127.0.0.1:<free port> (a secure
+  context), from a thread."""
+  with chromium.serve({"/": os.path.dirname(next(iter(bundles.values()))[1]),
+                       "/f16": os.path.dirname(f16_cnn[1])}) as url:
     yield url
 
 
@@ -591,6 +642,25 @@ def test_browser_kernel_variants(bundles, references, browser, server):
     }}""")
     assert result["variant"] == "gpu"
     compare(outputs_from(result["outputs"], manifest_of(folder)), references["cnn"], case)
+  finally:
+    page.close()
+
+
+def test_browser_f16_artifact_falls_back_to_float32(f16_cnn, references, browser, server):
+  """SwiftShader has no shader-f16: model.js picks the float32 variant for software adapters ("cpu"), reports it,
+  and its outputs match as float32's do; asking for the f16 variant is refused, naming the missing feature."""
+  case, folder = f16_cnn
+  page = open_demo(browser, f"{server}/f16/cnn_f16/index.html?runs=1", plain_inputs(case.inputs))
+  try:
+    assert page.evaluate("() => window.tgcResult.variant") == "cpu"
+    assert not page.evaluate("async () => (await navigator.gpu.requestAdapter()).features.has('shader-f16')")
+    got = outputs_from(page.evaluate(f"() => ({PLAIN_OUTPUTS})(window.tgcResult.outputs)"), manifest_of(folder))
+    compare(got, references["cnn"], case)
+    refused = page.evaluate("""async () => {
+      const m = await import("./model.js");
+      try { await m.load(undefined, {variant: "cpu-f16"}); return "loaded"; } catch (e) { return e.message; }
+    }""")
+    assert refused.endswith('lacks the WebGPU feature "shader-f16" the kernel variant cpu-f16 needs'), refused
   finally:
     page.close()
 
