@@ -665,6 +665,32 @@ def test_browser_f16_artifact_falls_back_to_float32(f16_cnn, references, browser
     page.close()
 
 
+def test_browser_run_has_no_per_run_setup(bundles, references, browser, server):
+  """A run after load(): no buffer, pipeline, bind group or shader module is made; one command encoder, one submit;
+  the dispatches share compute passes (a new one only where a packed output is cleared first)."""
+  case, folder = bundles["cnn"]
+  page = open_demo(browser, f"{server}/cnn/index.html?runs=1", plain_inputs(case.inputs))
+  try:
+    counts = page.evaluate("""async () => {
+      const model = window.tgc.model, device = model.device, counts = {};
+      const spy = (obj, name) => {
+        const original = obj[name];
+        obj[name] = function (...args) { counts[name] = (counts[name] || 0) + 1; return original.apply(this, args); };
+      };
+      for (const name of ["createBuffer", "createBindGroup", "createComputePipeline", "createComputePipelineAsync",
+                          "createShaderModule", "createCommandEncoder"]) spy(device, name);
+      spy(device.queue, "submit");
+      spy(GPUCommandEncoder.prototype, "beginComputePass");
+      await model.run(window.tgcInputs);
+      return counts;
+    }""")
+    calls = plan_of(folder)["calls"]
+    passes = 1 + sum(1 for c in calls[1:] if c["clear"])
+    assert counts == {"createCommandEncoder": 1, "submit": 1, "beginComputePass": passes}, counts
+  finally:
+    page.close()
+
+
 def test_browser_seeded_inputs(bundles, browser, server):
   case, folder = bundles["cnn"]
   manifest = manifest_of(folder)
