@@ -2,11 +2,10 @@
 same ONNX model, in one headless Chromium session (SwiftShader WebGPU on a machine without a GPU), both served from
 a local http server on 127.0.0.1; nothing is fetched from elsewhere at run time.
 
-Models (positional, any number): a path to any .onnx file, or one of the named models: the onnx wheel's light
-models (`resnet50`, `squeezenet`, ...: seeded random weights, tests/onnx/light_models.py), `mobilenet_v2` and
-`transformer` (bench/onnx_models.py) and `example_cnn` (examples/mnist_cnn.py written out as the same ONNX graph,
-bench/bench_artifact.py `example_as_onnx`; tgc compiles that ONNX file, as onnxruntime-web loads it). Default: the
-four benchmark models resnet50, mobilenet_v2, transformer, example_cnn. Inputs with dynamic dimensions need
+Models (positional, any number): a path to any .onnx file, or one of the named models of bench/bench_models.py: the
+onnx wheel's light models (`resnet50`, `squeezenet`, ...: seeded random weights), `mobilenet_v2`, `transformer` and
+`example_cnn` (examples/mnist_cnn.py written out as the same ONNX graph; tgc compiles that ONNX file, as
+onnxruntime-web loads it). Default: the four benchmark models resnet50, mobilenet_v2, transformer, example_cnn. Inputs with dynamic dimensions need
 `--input-shape name=1,3,224,224`. Both engines get the same seeded inputs (normal floats, small integers), and both
 outputs are checked against onnxruntime (pip, CPU) on those inputs.
 
@@ -37,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -49,25 +47,23 @@ import numpy as np  # noqa: E402
 
 import headless_chromium as chromium  # noqa: E402
 import light_models as lm  # noqa: E402
+from bench_models import DEFAULT_MODELS, ModelError, feeds_for, known_models, load_onnx, parse_shapes  # noqa: E402
 from tgc.aot.errors import UserError  # noqa: E402
 
 ORT_DIST = os.path.join(ROOT, "bench", "web", "node_modules", "onnxruntime-web", "dist")
 ORT_MODULE = "ort.webgpu.min.mjs"
 BLANK_PAGE = "<!doctype html><meta charset=utf-8><title>tgc browser benchmark</title>\n"
-DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "transformer", "example_cnn")
-BUILT = ("mobilenet_v2", "transformer", "example_cnn")
-IR_VERSION = 10           # what the models built here declare (onnxruntime-web 1.30 reads up to 13)
 
 # the inputs as the page gets them: [{name, dtype, shape, data}]; each engine's TypedArrays made from them
 FEEDS_JS = """const typed = (f) => f.dtype === "int64" ? BigInt64Array.from(f.data, (v) => BigInt(v))
   : f.dtype === "int32" ? Int32Array.from(f.data) : Float32Array.from(f.data);"""
 
 # each returns {loadMs, firstMs, times: [ms], outputs: {name: [values]}, info}
-TGC_JS = """async ({module, weights, feeds, runs, warmup}) => {
+TGC_JS = """async ({module, weights, feeds, runs, warmup, wanted}) => {
   %s
   const t0 = performance.now();
   const m = await import(module);
-  const model = await m.load(weights);
+  const model = await m.load(weights, wanted ? {variant: wanted} : {});
   const loadMs = performance.now() - t0;
   const inputs = Object.fromEntries(feeds.map((f) => [f.name, typed(f)]));
   let t = performance.now();
@@ -148,57 +144,6 @@ def memory_stats(manifest: dict) -> dict:
           "weights_bytes": int(manifest["weights"]["nbytes"])}
 
 
-def known_models() -> tuple[str, ...]: return tuple(lm.NAMES) + BUILT
-
-
-def load_onnx(spec: str, seed: int):
-  """(name, ModelProto) of a model argument: an .onnx path, a light model name or one of BUILT (built here with
-  an IR version onnxruntime-web reads: onnx's helpers write the newest)."""
-  name, model = _load_onnx(spec, seed)
-  if not spec.lower().endswith(".onnx"): model.ir_version = min(model.ir_version, IR_VERSION)
-  return name, model
-
-
-def _load_onnx(spec: str, seed: int):
-  import onnx
-  if spec.lower().endswith(".onnx"):
-    if not os.path.isfile(spec): raise BenchError(f"{spec}: no such file")
-    return re.sub(r"[^A-Za-z0-9_]", "_", os.path.splitext(os.path.basename(spec))[0]), onnx.load(spec)
-  if spec == "mobilenet_v2" or spec == "transformer":
-    import onnx_models
-    return spec, getattr(onnx_models, "mobilenet_v2" if spec == "mobilenet_v2" else "transformer_encoder")(seed=seed)
-  if spec == "example_cnn":
-    from bench_artifact import example_as_onnx
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    import mnist_cnn
-    model, _ = mnist_cnn.build("numpy")
-    return spec, example_as_onnx(model)
-  if spec not in lm.NAMES: raise BenchError(f"unknown model {spec!r}: give an .onnx file or one of "
-                                            f"{', '.join(known_models())}")
-  if not lm.available(spec): raise BenchError(f"{lm.model_path(spec)} is not in this onnx wheel")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    return spec, lm.randomized(lm.load(spec), seed)
-
-
-def feeds_for(model, seed: int, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-  """Seeded inputs for every graph input that is not an initializer: normal floats, integers in [0, 10)."""
-  import onnx
-  rng = np.random.default_rng(seed)
-  inits = {t.name for t in model.graph.initializer}
-  feeds = {}
-  for vi in model.graph.input:
-    if vi.name in inits: continue
-    t = vi.type.tensor_type
-    dims = shapes.get(vi.name) or tuple(d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim)
-    if any(d <= 0 for d in dims): raise BenchError(f"input {vi.name!r} has dynamic dimensions: --input-shape "
-                                                   f"{vi.name}=...")
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
-    feeds[vi.name] = rng.standard_normal(dims).astype(dtype) if dtype.kind == "f" else \
-      rng.integers(0, 10, dims).astype(dtype)
-  return feeds
-
-
 def prepare(spec: str, seed: int, site: str, shapes: dict) -> dict:
   """The model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the inputs and
   onnxruntime's (CPU) outputs."""
@@ -248,7 +193,8 @@ def errors(outputs: dict, ref: dict) -> float:
   return worst
 
 
-def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str | None = None) -> dict:
+def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str | None = None,
+                variant: str | None = None) -> dict:
   name = prep["name"]
   feeds = [{"name": k, "dtype": str(v.dtype), "shape": list(v.shape),
             "data": v.reshape(-1).astype(np.float64 if v.dtype.kind == "f" else np.int64).tolist()}
@@ -256,7 +202,8 @@ def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str
   common = {"feeds": feeds, "runs": runs, "warmup": warmup}
   result = {"model": name, "compile_s": prep["compile_s"], "onnx_nodes": prep["onnx_nodes"],
             "inputs": {k: list(v.shape) for k, v in prep["feeds"].items()}, **memory_stats(prep["manifest"])}
-  engines = {"tgc": (TGC_JS, {"module": f"/tgc/{name}/model.js", "weights": f"/tgc/{name}/weights.safetensors"}),
+  engines = {"tgc": (TGC_JS, {"module": f"/tgc/{name}/model.js", "weights": f"/tgc/{name}/weights.safetensors",
+                              "wanted": variant}),
              "ort": (ORT_JS, {"module": f"/ort/{ORT_MODULE}", "wasm": "/ort/", "modelUrl": f"/models/{name}.onnx"})}
   for engine, (script, args) in engines.items():
     if only and engine != only: continue
@@ -286,6 +233,7 @@ def markdown(results: list[dict], meta: dict) -> str:
   for r in results:
     for engine, label in (("tgc", "tgc artifact (model.js)"), ("ort", "onnxruntime-web (webgpu EP)")):
       e = r[engine]
+      if e.get("variant"): label += f", kernel variant {e['variant']}"
       lines.append(f"| {r['model']} | {label} | {e['load_ms']:.0f} | {e['first_run_ms']:.0f} | "
                    f"{e['median_run_ms']:.0f} | {e['scaled_error_vs_onnxruntime_cpu']:.1e} |")
     q = r["ratios"]
@@ -312,15 +260,6 @@ def _ort_version() -> str:
     return "?"
 
 
-def _shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
-  out = {}
-  for item in items:
-    name, _, dims = item.partition("=")
-    try: out[name] = tuple(int(d) for d in dims.split(","))
-    except ValueError: raise BenchError(f"--input-shape {item!r}: expected name=d0,d1,...") from None
-  return out
-
-
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("models", nargs="*", default=list(DEFAULT_MODELS),
@@ -331,6 +270,8 @@ def main(argv=None) -> int:
   ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                   help="the shape of an input with dynamic dimensions")
   ap.add_argument("--only", choices=("tgc", "ort"), help="run one engine only (JSON output, no ratios)")
+  ap.add_argument("--variant", help="run this kernel variant of the tgc artifact (e.g. gpu: the workgroup-tiled "
+                                    "kernels hardware adapters get) instead of the one model.js picks")
   ap.add_argument("--json", action="store_true", help="print the results as JSON")
   args = ap.parse_args(argv)
   reason = missing_pieces()
@@ -343,11 +284,11 @@ def main(argv=None) -> int:
     with open(os.path.join(site, "index.html"), "w", encoding="utf-8") as f: f.write(BLANK_PAGE)
     preps = []
     try:
-      shapes = _shapes(args.input_shape)
+      shapes = parse_shapes(args.input_shape)
       for spec in args.models:
         preps.append(prepare(spec, args.seed, site, shapes))
         print(f"{preps[-1]['name']}: compiled in {preps[-1]['compile_s']:.1f} s", file=sys.stderr, flush=True)
-    except (BenchError, UserError) as error:
+    except (BenchError, ModelError, UserError) as error:
       print(f"bench_webgpu_browser: {error}", file=sys.stderr)
       return 2
     results = []
@@ -360,7 +301,7 @@ def main(argv=None) -> int:
             raise BenchError("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
           for prep in preps:
             start = time.perf_counter()
-            results.append(bench_model(context, url, prep, args.runs, args.warmup, args.only))
+            results.append(bench_model(context, url, prep, args.runs, args.warmup, args.only, args.variant))
             print(f"{prep['name']}: measured in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
         finally:
           chromium.close(context, profile)

@@ -10,7 +10,7 @@
    are contiguous (weights count: they are stored in the order the kernel reads them) or broadcast along it, that
    axis is a VECTOR of 4 lanes (float4 / vec4 loads and stores where aligned, codegen/vectorize.py).
 4. Other reductions (matmul, convolution) are register-blocked: up to two output axes along which a reduction load
-   does not move are upcast (each loaded value is used by every copy), at most 16 accumulators (vector lanes
+   does not move are upcast (each loaded value is used by every copy), at most 64 accumulators (vector lanes
    included) per work-item, and the reduce axis the loads step along contiguously is unrolled by 8 or 4, which
    lets lowering stage the loads the work-items of a work-group share in workgroup memory (gpu_tiles.py).
 5. Every kernel gets a work-group of 64 to 256 work-items (fewer when that would leave fewer than about 32
@@ -29,7 +29,7 @@ UNROLL = (8, 4)               # copies of a reduction step to unroll
 MIN_ITEMS = 64                # the smallest work-group to aim for
 WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
 MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
-MAX_ACCUMULATORS = 16         # register-block size (outputs per work-item) of a reduction
+MAX_ACCUMULATORS = 64         # register-block size (outputs per work-item, vector lanes included) of a reduction
 MAX_WASTE = 1.15              # padded work-items / useful work-items a LOCAL split may cost
 GROUP_MIN_LOOP = 128          # a reduction this long is split across a work-group ...
 GROUP_FEW_OUTPUTS = 2048      # ... when it has at most this many outputs, or reads along its own contiguous axis
@@ -94,13 +94,35 @@ def group_reduce(k: Kernel, target: Target) -> Kernel | None:
 
 def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
   """VECTOR 4 along the last global axis when the kernel's values are all 32-bit, its stores are contiguous along
-  it and few of its memory accesses would be lane by lane."""
-  from tgc.codegen.heuristics import _vectorizable, _gather_share, MAX_GATHER_SHARE
+  it and, split so, few of its memory accesses would be lane by lane (an access contiguous in each group of 4, as
+  in a layout of 16-element panels, is a vector)."""
+  from tgc.codegen.heuristics import _vectorizable, MAX_GATHER_SHARE
   glob = k.axes(G)
   if not glob or Kernel.size(glob[-1]) % LANES or not _vectorizable(k): return k
   if not all(_stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
-  if _gather_share(k, glob[-1], constant) > MAX_GATHER_SHARE: return k
-  return _try(k, Opt("VECTOR", len(glob) - 1, LANES))
+  trial = _try(k, Opt("VECTOR", len(glob) - 1, LANES))
+  if trial is k or _lane_share(trial, constant) > MAX_GATHER_SHARE: return k
+  return trial
+
+
+def _lane_share(k: Kernel, constant: frozenset) -> float:
+  """The share of the memory accesses of `k` (reduction loads weighted by their loop) that its VECTOR axis makes
+  lane by lane: gated per lane, or not contiguous in the lanes (weights this kernel alone reads count as
+  contiguous: they are stored in its read order)."""
+  from tgc.codegen.vectorize import contiguous_base
+  v = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
+  hot = set(_reduce_loads(k))
+  loop = math.prod(Kernel.size(r) for r in k.axes(R)) or 1
+  bad = total = 0
+  for n in k.ast.toposort():
+    if n.op not in (Ops.LOAD, Ops.STORE): continue
+    weight = loop if n in hot else 1
+    total += weight
+    idx, gates = n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
+    if any(_depends(g, v) for g in gates): bad += weight
+    elif n.op is Ops.LOAD and n.src[0].arg[0] in constant: continue
+    elif _depends(idx, v) and contiguous_base(idx, v) is None: bad += weight
+  return bad / max(total, 1)
 
 
 def register_block(k: Kernel) -> Kernel:

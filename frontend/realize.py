@@ -83,6 +83,12 @@ def _alloc(device: str):
   return new_buffer
 
 
+def _target(device: str):
+  """The target kernels are lowered for on `device`: its runtime's (which knows the device it runs on), else the
+  language's."""
+  return getattr(_runtime(device), "target", None) or as_target(device)
+
+
 def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
   """Lower and compile (cached by AST content and device). With BEAM=n the opts come from a beam search timed
   on scratch buffers of the kernel's buffer sizes."""
@@ -95,8 +101,8 @@ def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
       from tgc.runtimes.timing import kernel_timer
       rt = _runtime(device)
       timer = kernel_timer(rt, [buffers.nbytes(b) for b in bufs])
-      opts = beam_search(ast, as_target(device), timer, config.beam, getattr(rt, "device_name", device))
-    prg = lower(ast, device, opts)
+      opts = beam_search(ast, _target(device), timer, config.beam, getattr(rt, "device_name", device))
+    prg = lower(ast, _target(device), opts)
     if config.debug >= 3: print(f"--- {prg.name} opts={list(prg.opts)}\n{ast!r}")
     if config.debug >= 4: print(prg.src)
     _kernel_cache[key] = (prg, _runtime(device).load(prg))

@@ -88,6 +88,14 @@ def _divmod_fold(x: UOp, d: UOp) -> UOp | None:
   if g > 1:
     y = build_sum(x.dtype, {t: k // g for t, k in terms.items()}, const // g)
     return (y // (c // g), (y % (c // g)) * g)
+  # x = a*y + s with a dividing c and s in [0, a): x//c = y//(c/a), x%c = (y%(c/a))*a + s (e.g. (4i+v)%16 with
+  # 0 <= v < 4 -> (i%4)*4 + v)
+  for a in sorted({math.gcd(c, k) for k in terms.values()} - {1, c}, reverse=True):
+    big = {t: k // a for t, k in terms.items() if k % a == 0}
+    small = build_sum(x.dtype, {t: k for t, k in terms.items() if k % a != 0}, const % a)
+    if big and small.vmin >= 0 and small.vmax < a:
+      y = build_sum(x.dtype, big, const // a)
+      return (y // (c // a), (y % (c // a)) * a + small)
   return None
 
 

@@ -1,5 +1,6 @@
 """The OpenCL runtime (pyopencl): one device (first GPU, else first CPU, e.g. PoCL), one context and one
 in-order profiling queue; buffers are READ_WRITE cl.Buffers; programs are built from source and cached in memory.
+`target` is what kernels for the device are lowered for (a CPU device: without workgroup-memory tiles).
 
 Launch convention: `global_size` is the total number of work-items per dimension (already multiplied by the
 work-group size) and `local_size` is the work-group size, both passed to OpenCL exactly as given.
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tgc.codegen.target import Target
 from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 try:
@@ -99,6 +101,9 @@ class OpenCLRuntime(Runtime):
     self.cache_dir = cache_dir
     self.programs: dict[tuple[str, str], OpenCLProgram] = {}
     self.built: dict[str, cl.Program] = {}
+    # what kernels for this device are lowered for: a CPU device (PoCL) gets no workgroup-memory tiles
+    cpu = bool(self.device.type & cl.device_type.CPU)
+    self.target = Target.make("opencl", artifact=False, workgroup_tiles=not cpu)
 
   def device_info(self) -> dict[str, Any]:
     """Device limits and features for launch heuristics."""

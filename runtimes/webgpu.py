@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tgc.codegen.render.wgsl import Binding
+from tgc.codegen.target import Target
 from tgc.runtimes.base import Buffer, CompileError, LaunchError, Program, Runtime, RuntimeUnavailable
 
 try:
@@ -180,6 +181,8 @@ class WebGPURuntime(Runtime):
     self.features = set(features)
     # a software adapter (lavapipe, SwiftShader, WARP): artifacts pick their kernel variant for it (no tiles)
     self.software = str(info.get("adapter_type", "")).upper() == "CPU" or bool(info.get("is_fallback_adapter"))
+    # what eager kernels are lowered for: a software adapter gets no workgroup-memory tiles
+    self.target = Target.make("webgpu", artifact=False, workgroup_tiles=not self.software)
     self.max_workgroups_per_dim = int(self.device.limits["max-compute-workgroups-per-dimension"])
     self.query_set = self.query_buffer = None
     if "timestamp-query" in self.features:
