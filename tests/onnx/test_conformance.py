@@ -47,6 +47,26 @@ def test_node_case(device, name):
   assert status == "pass", f"{status}: {detail}"
 
 
+def test_only_undefined_elements_are_left_out():
+  """Cast float -> int4 leaves out exactly the inputs whose truncation does not fit; a wrong value among the
+  compared ones still fails; other cases compare everything."""
+  case = CASES["test_cast_FLOAT_to_INT4"]
+  by_name, want, _ = conformance._case_data(case)
+  x = by_name["input"]
+  (mask,) = conformance.defined_elements(case, by_name)
+  np.testing.assert_array_equal(mask, (np.trunc(x) >= -8) & (np.trunc(x) <= 7))
+  assert 0 < mask.sum() < mask.size
+  got = np.trunc(x).clip(-8, 7).astype(want[0].dtype)     # right where defined, anything elsewhere
+  assert conformance.compare_outputs([got], want, defined=[mask])[0] == "pass"
+  bad = got.copy()
+  bad.reshape(-1)[np.flatnonzero(mask)[0]] += 1
+  assert conformance.compare_outputs([bad], want, defined=[mask])[0] == "fail"
+  relu = CASES["test_relu"]
+  assert conformance.defined_elements(relu, conformance._case_data(relu)[0]) == [None]
+  int_to_int = CASES["test_cast_INT4_to_INT8"]
+  assert conformance.defined_elements(int_to_int, conformance._case_data(int_to_int)[0]) == [None]
+
+
 def _require(device: str):
   from tgc.runtimes import get_runtime, RuntimeUnavailable
   try: get_runtime(device)
