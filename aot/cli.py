@@ -86,6 +86,22 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
   return out
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+              "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+  """'16GiB', '512M', '1000000' -> bytes (binary units); a UserError naming the option otherwise."""
+  import re
+  m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+  unit = m.group(2).lower() if m else ""
+  if m is None or unit not in SIZE_UNITS:
+    raise UserError(f"{option} {text!r}: expected a size such as 16GiB, 512MiB or 1000000 (bytes)")
+  size = int(float(m.group(1)) * SIZE_UNITS[unit])
+  if size < 1: raise UserError(f"{option} {text!r}: must be at least 1 byte")
+  return size
+
+
 def load_npy(path: str, what: str) -> np.ndarray:
   if not os.path.isfile(path): raise UserError(f"{what}: file not found: {path}")
   try: data = np.load(path, allow_pickle=False)
@@ -148,13 +164,18 @@ def cli():
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam):
+@click.option("--max-bytes", "max_bytes", default="16GiB", show_default=True, metavar="SIZE",
+              help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
+                   "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.pipeline import compile_model
   shapes = parse_input_shapes(input_shapes)
+  limit = parse_size(max_bytes, "--max-bytes")
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam)
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam,
+                         max_bytes=limit)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")

@@ -88,10 +88,11 @@ def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _static_dims(vi: onnx.ValueInfoProto) -> bool:
-  """Whether an input declares a shape whose every dimension is a number."""
+  """Whether an input declares a shape whose every dimension is a number (a -1 or 0 dim_value is the old way to
+  say "dynamic", as the importer reads it)."""
   tt = vi.type.tensor_type
   if not vi.type.HasField("tensor_type") or not tt.HasField("shape"): return False
-  return all(d.HasField("dim_value") for d in tt.shape.dim)
+  return all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim)
 
 
 # ---------------------------------------------------------------- storage-only dtypes at the artifact boundary

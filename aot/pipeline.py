@@ -16,6 +16,7 @@ import numpy as np
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
+from tgc.frontend.limits import DEFAULT_MAX_BYTES, SizeLimits
 from tgc.aot.errors import UserError, describe
 from tgc.aot import models
 
@@ -79,16 +80,19 @@ class _Progress:
 
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
-                  const_files: dict | None = None, beam: int = 0) -> CompileReport:
+                  const_files: dict | None = None, beam: int = 0, max_bytes: int = DEFAULT_MAX_BYTES
+                  ) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` into the artifact folder `out_dir`.
-  An existing tgc artifact there is replaced; any other existing folder only with `force`."""
+  An existing tgc artifact there is replaced; any other existing folder only with `force`. A tensor of more than
+  `max_bytes` bytes, or more elements than kernels can index, is refused before anything of its size is
+  allocated."""
   start = time.perf_counter()
   target = check_target(target)
   if embed_weights and target != "c": raise UserError(f"--embed-weights is supported for target c only, not {target}")
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, target, name, input_shapes, consts, const_files, beam)
+  cm, loaded = build_compiled(spec, target, name, input_shapes, consts, const_files, beam, max_bytes)
   cm.meta["source"] = loaded.source_info()
   writer = _artifact_writer()
   staging = _staging_dir(final)
@@ -107,11 +111,12 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
 
 
 def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None, input_shapes: dict | None = None,
-                   consts: dict | None = None, const_files: dict | None = None, beam: int = 0
-                   ) -> tuple[CompiledModel, models.LoadedModel]:
+                   consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's
-  runtime for the target (results cached on disk)."""
-  loaded = models.load_model(spec, input_shapes, consts, const_files)
+  runtime for the target (results cached on disk). Tensors are checked against `SizeLimits(max_bytes)`."""
+  if max_bytes < 1: raise UserError(f"--max-bytes must be at least 1, got {max_bytes}")
+  loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes))
   capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
   progress = _Progress(name)

@@ -9,7 +9,8 @@ from tgc.ir import Ops, UOp, DType, lowp
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
-from tgc.frontend.tensor import Tensor
+from tgc.frontend.limits import SizeLimits, TensorTooLarge
+from tgc.frontend.tensor import Tensor, canonical_device
 
 
 class JitError(RuntimeError):
@@ -139,24 +140,39 @@ jit = TinyJit
 PORTABLE_MAX_BUFFERS = 8    # WebGPU's default storage-buffer limit, the smallest of all targets
 
 
+class TensorTooLargeError(JitError):
+  """trace met a tensor over its `SizeLimits`; the message names it."""
+
+
+def placeholder(shape: tuple[int, ...], dtype: DType, device: str | None = None) -> Tensor:
+  """An input for `trace`: a buffer with a shape and dtype but no data (tracing never reads input values)."""
+  device = canonical_device(device)
+  return Tensor(buffers.new_buffer(device, tuple(shape), dtype), device)
+
+
 def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
-          output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS) -> Capture:
+          output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS,
+          limits: SizeLimits | None = None) -> Capture:
   """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
   do not depend on an input are evaluated now (constant folding) and become weights. Kernels bind at most
-  `max_buffers` buffers, so the capture fits every target."""
+  `max_buffers` buffers, so the capture fits every target. Inputs may be `placeholder`s. With `limits`, every
+  input, output and tensor the capture would hold in a buffer is checked before anything is folded or
+  scheduled (TensorTooLargeError)."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
-    t.realize()
+  in_names = input_names or [f"input_{i}" for i in range(len(example_inputs))]
+  for name, t in zip(in_names, example_inputs): _check_size(limits, f"input {name!r}", t.uop)
+  for t in example_inputs: t.realize()
   ids = [buffers.buffer_id(t.uop) for t in example_inputs]
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
   ret = fn(*example_inputs)
   outs = _flatten_tensors(ret)
   if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
-  in_names = input_names or [f"input_{i}" for i in range(len(input_bufs))]
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
-  roots = _fold_constants([t.uop for t in outs], set(input_bufs))
+  for name, t in zip(out_names, outs): _check_size(limits, f"output {name!r}", t.uop)
+  roots = _fold_constants([t.uop for t in outs], set(input_bufs), limits)
   placeholders: list[UOp] = []
 
   def new_buffer(shape, dtype):
@@ -170,6 +186,8 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
       more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
       items += more
+  for it in items:
+    for b in it.bufs: _check_size(limits, "an intermediate tensor", b)
   written = {it.bufs[0] for it in items}
   weights = {}
   for it in items:
@@ -193,15 +211,29 @@ def _grows(n: UOp) -> bool:
   return bool(sources) and lowp.storage_nbytes(n.dtype, math.prod(n.shape)) > source_bytes
 
 
-def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
+def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
+  if limits is None: return
+  try: limits.check(what, u.shape, u.dtype)
+  except TensorTooLarge as error: raise TensorTooLargeError(str(error)) from None
+
+
+def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None) -> list[UOp]:
   """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value, unless that value
-  is bigger than the buffers it comes from (`_grows`)."""
+  is bigger than the buffers it comes from (`_grows`). With `limits`, every tensor that will be held in a buffer
+  (folded or computed by a kernel) is checked first."""
   from tgc.ir import substitute
   depends: dict[UOp, bool] = {}
   for r in roots:
     for n in r.toposort():
       depends[n] = n in inputs or any(depends[s] for s in n.src)
   realize = find_realize_points(roots)
+  for n in depends:
+    if n in realize: _check_size(limits, "an intermediate tensor", n)
+    if limits is not None and n.op is Ops.REDUCE_AXIS:
+      extent = math.prod(n.src[0].shape[i] for i in n.arg[1])
+      if extent > limits.max_elements:
+        raise TensorTooLargeError(f"a reduction over {extent} elements per result (of shape {list(n.src[0].shape)}); "
+                                  f"kernels count with 32-bit integers (at most {limits.max_elements})")
   # in graph order (depends is filled in one): the folded buffers are numbered the same in every compile
   points = [n for n in depends if n in realize and not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
   if not points: return roots

@@ -21,6 +21,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 from tgc.ir import DType, dtypes, lowp
 from tgc.frontend import buffers
+from tgc.frontend.limits import SizeLimits, TensorTooLarge
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import OPS, NodeContext, OnnxError, onnx_op
 from tgc.frontend.onnx import node_checks
@@ -301,9 +302,12 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _value_dims(tp: onnx.TypeProto) -> list | None:
+  """A declared shape: ints for fixed dims; for dynamic ones the dim_param, None (no name), or the text of a -1 or 0
+  dim_value (what exporters such as paddle2onnx write for "dynamic": pinned like a dim_param)."""
   tt = tp.tensor_type
   if not tt.HasField("shape"): return None
-  return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+  return [(d.dim_value if d.dim_value > 0 else str(d.dim_value)) if d.HasField("dim_value") else (d.dim_param or None)
+          for d in tt.shape.dim]
 
 
 class OnnxGraph:
@@ -311,8 +315,9 @@ class OnnxGraph:
   Call it with one Tensor per input to build the lazy outputs (a list of Tensors)."""
 
   def __init__(self, model: onnx.ModelProto, what: str, base_dir: str, input_shapes: dict | None,
-               consts: dict | None):
+               consts: dict | None, limits: SizeLimits | None = None):
     self.model, self.name = model, what
+    self.limits = limits
     self.graph = model.graph
     self.opsets = _opsets(model)
     self.base_dir = base_dir
@@ -328,6 +333,7 @@ class OnnxGraph:
     self._folded: dict[tuple, list] = {}
     self._declared: dict[str, int] = {}
     _collect_types(self.graph, self._declared)
+    self._declared_shapes = _static_shapes(self.graph, self._declared) if limits is not None else {}
     # names whose dtype is exactly the model's: inputs, weights, declared values (storage-only results cast back)
     self.typed_names = set(self._declared) | set(self.weights) | {i.name for i in self.graph.input}
     self._device_consts: dict[tuple[str, str], Tensor] = {}
@@ -373,13 +379,37 @@ class OnnxGraph:
                           f"{_dims_str(dims)}")
         if any(s < 0 for s in shape): raise OnnxError(f"input_shapes: input {v.name!r} has a negative dim {shape}")
       else:
-        if dims is None: raise OnnxError(f"input {v.name!r}: its shape is unknown; give it (input_shapes)")
+        if dims is None:
+          raise OnnxError(f"input {v.name!r}: its shape is unknown; give it (input_shapes, --input-shape "
+                          f"{v.name}=d0,d1,...)")
         for axis, d in enumerate(dims):
           if not isinstance(d, int):
-            raise OnnxError(f"input {v.name!r}: dimension {axis} ({d or '?'}) is unknown; give the input's shape "
-                            f"(input_shapes)")
+            legacy = " (a dim_value of -1 or 0 is an unknown size)" if d in ("-1", "0") else ""
+            raise OnnxError(f"input {v.name!r}: dimension {axis} ({d or '?'}) is unknown{legacy}; give the input's "
+                            f"shape (input_shapes, --input-shape {v.name}=d0,d1,...)")
         shape = tuple(dims)
+      self._check_size(f"input {v.name!r}", shape, dt)
       self.inputs.append((v.name, shape, dt))
+
+  def _check_size(self, what: str, shape: tuple, dtype: DType) -> None:
+    """OnnxError naming `what` when a tensor is over `limits` (checked on its shape, before any allocation)."""
+    if self.limits is None: return
+    try: self.limits.check(what, tuple(shape), dtype)
+    except TensorTooLarge as error: raise OnnxError(str(error)) from None
+
+  def _check_declared(self, node: onnx.NodeProto, label: str) -> None:
+    """The node's outputs whose shapes shape inference knows, checked before its handler runs (handlers of
+    constant nodes compute their values right away)."""
+    if self.limits is None: return
+    for name in node.output:
+      declared = self._declared_shapes.get(name)
+      if declared is not None:
+        self._check_size(f"node {label!r} ({node.op_type}) output {name!r}", declared[0], declared[1])
+
+  def _check_outputs(self, node: onnx.NodeProto, label: str, outs: list) -> list:
+    for name, t in zip(node.output, outs):
+      if t is not None: self._check_size(f"node {label!r} ({node.op_type}) output {name!r}", t.shape, t.dtype)
+    return outs
 
   # ------------------------------------------------------------ support
   def unsupported(self) -> list[tuple[str, int, str]]:
@@ -479,6 +509,7 @@ class OnnxGraph:
     while names and not names[-1]: names.pop()
     vals = [scope.lookup(n, label, node.op_type) if n else None for n in names]
     _check_node(node, label, scope, domain, attrs, names, vals)
+    if scope.attrs_of_call() is None: self._check_declared(node, label)
     fold = all(v is None or isinstance(v, tuple) for v in vals) or node.op_type in ("Shape", "Size")
     consts = [v if isinstance(v, tuple) else None for v in vals]
 
@@ -504,7 +535,7 @@ class OnnxGraph:
           else: tins.append(Tensor(buffers.new_buffer("numpy", v.shape, v.dtype), "numpy"))
         ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                           const_value, is_const, domain, {"device": "numpy", "graph": self})
-        res = self._declared_types(node, _call(fn, ctx, node.op_type, label))
+        res = self._check_outputs(node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label)))
         Tensor.realize_all(*[t for t in res if t is not None])
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
@@ -514,7 +545,8 @@ class OnnxGraph:
     tins = [None if v is None else scope.as_tensor(n, v) for n, v in zip(names, vals)]
     ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                       const_value, is_const, domain, {"device": scope.device, "graph": self})
-    _store(scope, node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label)))
+    _store(scope, node, label,
+           self._check_outputs(node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label))))
 
   def _declared_types(self, node: onnx.NodeProto, outs: list) -> list:
     """Storage-only results (bfloat16, float8, ...) are computed in float32 by the Tensor layer: store them back in
@@ -615,6 +647,16 @@ def _collect_types(graph: onnx.GraphProto, out: dict[str, int]) -> None:
     if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type: out[v.name] = v.type.tensor_type.elem_type
   for n in graph.node:
     for g in _subgraphs(n): _collect_types(g, out)
+
+
+def _static_shapes(graph: onnx.GraphProto, types: dict[str, int]) -> dict[str, tuple[tuple[int, ...], DType]]:
+  """name -> (shape, dtype) of the values shape inference (or the model) declares with every dim a number."""
+  out = {}
+  for v in list(graph.value_info) + list(graph.output):
+    dims = _value_dims(v.type) if v.type.HasField("tensor_type") else None
+    dt = ONNX_DTYPES.get(types.get(v.name, 0))
+    if dims is not None and dt is not None and all(isinstance(d, int) for d in dims): out[v.name] = (tuple(dims), dt)
+  return out
 
 
 def _dims_str(dims) -> str:
@@ -851,8 +893,9 @@ def _control_flow_stub(ctx: NodeContext):
 
 # ---------------------------------------------------------------- entry point
 def load_model(src, input_shapes: dict[str, tuple] | None = None,
-               consts: dict[str, np.ndarray] | None = None) -> OnnxGraph:
-  """Load, check and import an ONNX model from a path, bytes or a ModelProto."""
+               consts: dict[str, np.ndarray] | None = None, limits: SizeLimits | None = None) -> OnnxGraph:
+  """Load, check and import an ONNX model from a path, bytes or a ModelProto. With `limits`, every graph input
+  and node output is checked on its shape before anything is computed (OnnxError naming the input or node)."""
   model, what, base_dir = _read_model(src)
   _load_external(model, base_dir, what)
   if model.functions:
@@ -870,4 +913,4 @@ def load_model(src, input_shapes: dict[str, tuple] | None = None,
       raise OnnxError(f"invalid ONNX model {what}: {_one_line(e)}") from e
   try: model = onnx.shape_inference.infer_shapes(model)
   except Exception: pass  # inference is advisory: handlers compute every shape themselves
-  return OnnxGraph(model, what, base_dir, input_shapes, consts)
+  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits)

@@ -101,6 +101,19 @@ def test_symbolic_dims_must_be_pinned():
   with pytest.raises(OnnxError, match="declares"): load_model(_relu_model(), input_shapes={"x": (2, 4)})
 
 
+@pytest.mark.parametrize("legacy", [-1, 0])
+def test_legacy_dim_values_are_dynamic(legacy):
+  """A dim_value of -1 or 0 (how paddle2onnx and older exporters say "dynamic") is pinned like a dim_param."""
+  m = _model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", [legacy, 3, "w"])], [_info("y", [legacy, 3, "w"])])
+  with pytest.raises(OnnxError, match=rf"input 'x': dimension 0 \({legacy}\) is unknown .*--input-shape x="):
+    load_model(m)
+  g = load_model(m, input_shapes={"x": (2, 3, 5)})
+  assert g.inputs[0][1] == (2, 3, 5) and g.outputs[0][1] == (2, 3, 5)
+  x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+  np.testing.assert_array_equal(g(Tensor(x, device="numpy"))[0].numpy(), np.maximum(x, 0))
+  with pytest.raises(OnnxError, match="declares"): load_model(m, input_shapes={"x": (2, 4, 5)})
+
+
 def test_cycle_names_a_node():
   nodes = [helper.make_node("Relu", ["b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
            helper.make_node("Relu", ["a"], ["y"], name="n3")]
