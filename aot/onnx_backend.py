@@ -96,12 +96,6 @@ def _static_dims(vi: onnx.ValueInfoProto) -> bool:
 
 
 # ---------------------------------------------------------------- storage-only dtypes at the artifact boundary
-def _tgc_dtype(name: str):
-  from tgc.ir import dtypes
-  dt = getattr(dtypes, name, None)
-  return dt if dt is not None and hasattr(dt, "storage_only") else None
-
-
 def _ml_dtype(dt) -> np.dtype:
   """The numpy (ml_dtypes) type onnx uses for a storage-only tgc dtype."""
   from tgc.frontend.onnx.importer import to_onnx_type
@@ -109,33 +103,26 @@ def _ml_dtype(dt) -> np.dtype:
 
 
 def to_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
-  """A caller's array as the artifact takes it: storage-only values become their bit patterns (sub-byte types
-  packed low bits first into the front of an array of the input's shape, which the C API reads `nbytes` of)."""
-  dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
+  """A caller's array as the artifact takes it: storage-only values (an ml_dtypes array, or any numeric array of
+  the values, converted as ONNX Cast does) become their bit patterns (`runtimes.io_arrays`)."""
+  from tgc.runtimes.io_arrays import storage_from_bits, storage_type
+  dt = storage_type(spec)
   arr = np.asarray(arr)
-  if dt is None or not dt.storage_only or arr.dtype == np.dtype(spec["dtype"]): return arr
+  if dt is None or arr.dtype == np.dtype(spec["dtype"]): return arr
   from tgc.ir import lowp
   from tgc.frontend.onnx.importer import host_values
-  if arr.dtype == _ml_dtype(dt):
-    bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
+  if arr.dtype == _ml_dtype(dt): bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
   else: bits = lowp.encode_array(host_values(arr, dt), dt)
-  packed = lowp.pack(bits, dt)
-  if lowp.per_word(dt) == 1: return packed.reshape(arr.shape)
-  out = np.zeros(arr.shape, np.dtype(spec["dtype"]))
-  out.reshape(-1)[:packed.size] = packed
-  return out
+  return storage_from_bits(bits, spec)
 
 
 def from_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
   """An artifact output as onnx gives it: storage-only bit patterns become ml_dtypes arrays."""
-  dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
-  if dt is None or not dt.storage_only: return arr
-  from tgc.ir import lowp
-  shape = tuple(spec["shape"])
-  raw = np.asarray(arr).reshape(-1)[:int(spec.get("nbytes", arr.nbytes)) // max(1, arr.dtype.itemsize)]
-  bits = lowp.unpack(raw, dt, shape)
+  from tgc.runtimes.io_arrays import bits_from_storage, storage_type
+  dt = storage_type(spec)
+  if dt is None: return arr
   target = _ml_dtype(dt)
-  return bits.astype(np.dtype(f"u{target.itemsize}")).view(target).reshape(shape)
+  return bits_from_storage(arr, spec).astype(np.dtype(f"u{target.itemsize}")).view(target)
 
 
 # ---------------------------------------------------------------- compiled artifacts

@@ -325,7 +325,11 @@ def artifact_runtime(art: Artifact):
 
 
 def check_feeds(art: Artifact, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Inputs by original name: every name known, none missing, shapes and dtypes exactly the model's."""
+  """Inputs by original name as the artifact takes them: every name known, none missing, shapes exactly the
+  model's, dtypes the model's or, for storage-only types, their values (converted as ONNX Cast does; integers
+  range-checked) or raw bit patterns (`runtimes.io_arrays.to_storage`)."""
+  from tgc.runtimes.artifact import ArtifactError
+  from tgc.runtimes.io_arrays import to_storage
   expected = {i["name"]: i for i in art.inputs}
   for name in arrays:
     if name not in expected:
@@ -335,34 +339,51 @@ def check_feeds(art: Artifact, arrays: dict[str, np.ndarray]) -> dict[str, np.nd
     if name not in arrays: raise UserError(f"missing input {name!r} (give it with --input {name}=file.npy)")
   out = {}
   for name, spec in expected.items():
-    arr = np.asarray(arrays[name])
-    shape, dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
-    if arr.shape != shape:
-      raise UserError(f"input {name!r} has shape {list(arr.shape)}; the model takes {list(shape)}")
-    if arr.dtype != dtype:
-      raise UserError(f"input {name!r} has dtype {arr.dtype.name}; the model takes {dtype.name}")
-    out[name] = np.ascontiguousarray(arr)
+    try: out[name] = np.require(to_storage(name, arrays[name], spec), requirements="C")
+    except ArtifactError as error: raise UserError(str(error)) from None
   return out
 
 
+def output_values(art: Artifact, got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The artifact's outputs by original name, in manifest order, as values (storage-only types decoded)."""
+  from tgc.runtimes.io_arrays import from_storage
+  return {o["name"]: from_storage(np.asarray(got[o["name"]]), o) for o in art.outputs}
+
+
 def run_artifact(folder: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Run the artifact once; outputs by original name, in manifest order."""
+  """Run the artifact once; outputs by original name, in manifest order (storage-only types as values)."""
   art = open_artifact(folder)
   feeds = check_feeds(art, arrays)
   runtime = artifact_runtime(art)
   try: got = runtime.run(feeds)
   finally: runtime.close()
-  return {o["name"]: np.asarray(got[o["name"]]) for o in art.outputs}
+  return output_values(art, got)
 
 
 def random_inputs(art: Artifact, seed: int) -> dict[str, np.ndarray]:
-  """Fresh seeded inputs: normal floats (never all zeros), small non-negative integers, random booleans."""
+  """Fresh seeded input values: normal floats (never all zeros), small non-negative integers (for int4/int2 anywhere
+  in their range), random booleans; storage-only types as their values (`io_arrays.value_dtype`)."""
+  from tgc.ir import lowp
+  from tgc.runtimes.io_arrays import storage_type, value_dtype
   rng = np.random.default_rng(seed)
-  return {i["name"]: models.example_array(tuple(i["shape"]), np.dtype(i["dtype"]), rng) for i in art.inputs}
+  out = {}
+  for i in art.inputs:
+    shape, dt = tuple(i["shape"]), storage_type(i)
+    if dt is not None and dt in lowp.INT_RANGES:
+      lo, hi = lowp.INT_RANGES[dt]
+      out[i["name"]] = rng.integers(lo, hi + 1, shape).astype(value_dtype(i))
+    else: out[i["name"]] = models.example_array(shape, value_dtype(i), rng)
+  return out
 
 
-def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
-  """(rtol, atol) for an output dtype when none is given."""
+# storage-only float types: about one unit in the last place of their values near 1
+STORAGE_TOLERANCE = {"bfloat16": (2e-2, 1e-2), "float8e4m3fn": (0.13, 1e-2), "float8e4m3fnuz": (0.13, 1e-2),
+                     "float8e5m2": (0.26, 1e-2), "float8e5m2fnuz": (0.26, 1e-2), "float4e2m1": (0.5, 0.5)}
+
+
+def default_tolerance(dtype: np.dtype, tgc_dtype: str | None = None) -> tuple[float, float]:
+  """(rtol, atol) for an output dtype (and its tgc dtype, for storage-only types) when none is given."""
+  if tgc_dtype in STORAGE_TOLERANCE: return STORAGE_TOLERANCE[tgc_dtype]
   dtype = np.dtype(dtype)
   if dtype.kind == "f": return (1e-2, 1e-2) if dtype.itemsize <= 2 else (1e-4, 1e-4)
   return (0.0, 0.0)
@@ -422,14 +443,14 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   spec, options = reference.spec_from_source(art.source, model)
   feeds = random_inputs(art, seed)
   runtime = artifact_runtime(art)
-  try: got = runtime.run(feeds)
+  try: got = output_values(art, runtime.run(check_feeds(art, feeds)))
   finally: runtime.close()
   ref = reference.reference_outputs(spec, feeds, options)
   kind = "onnx" if spec.kind == "onnx" else "numpy interpreter"
   report = ValidateReport(folder, spec.text, kind, seed)
   for o in art.outputs:
     name = o["name"]
-    default = default_tolerance(np.dtype(o["dtype"]))
+    default = default_tolerance(np.dtype(o["dtype"]), o.get("tgc_dtype"))
     rt = default[0] if rtol is None else rtol
     at = default[1] if atol is None else atol
     if name not in ref:
@@ -458,7 +479,7 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0) 
   if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
   if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
   art = open_artifact(folder)
-  feeds = random_inputs(art, seed)
+  feeds = check_feeds(art, random_inputs(art, seed))
   runtime = artifact_runtime(art)
   try: times = [float(t) for t in runtime.time(feeds, runs, warmup)]
   finally: runtime.close()

@@ -6,6 +6,8 @@ run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) f
 from __future__ import annotations
 import os
 import numpy as np
+from tgc.ir import lowp
+from tgc.frontend import buffers
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.interpreter import evaluate
 from tgc.frontend import realize as _realize
@@ -58,12 +60,13 @@ def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> di
   names = [n for n, _ in loaded.inputs]
   _check_names(spec.text, names, feeds)
   for n, t in loaded.inputs:
-    want = (tuple(t.shape), np.dtype(t.dtype.numpy).name)
+    values = lowp.value_numpy(t.dtype) if t.dtype.storage_only else np.dtype(t.dtype.numpy)
+    want = (tuple(t.shape), values.name)
     got = (tuple(feeds[n].shape), feeds[n].dtype.name)
     if want != got:
       raise UserError(f"model {spec.text} takes input {n!r} as {list(want[0])} {want[1]} but the artifact takes "
                       f"{list(got[0])} {got[1]}; is --model the model this artifact was compiled from?")
-  tensors = [Tensor(np.ascontiguousarray(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]
+  tensors = [Tensor(buffers.host_array(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]
   outs = loaded.call(tensors)
   values = evaluate([t.uop for _, t in outs], lambda b: _realize.to_numpy(b))
   return {n: np.asarray(v).reshape(t.shape) for (n, t), v in zip(outs, values)}
@@ -88,7 +91,8 @@ def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> di
   import onnx
   try: model = onnx.load(path)
   except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
-  feeds = {**feeds, **_const_feeds(options)}
+  types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+  feeds = {**{k: _onnx_feed(v, types.get(k, 0)) for k, v in feeds.items()}, **_const_feeds(options)}
   output_names = [o.name for o in model.graph.output]
   if _large(path, model):
     try: return dict(zip(output_names, _onnxruntime_run(model, feeds, output_names)))
@@ -98,6 +102,17 @@ def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> di
   except Exception as error:
     raise UserError(f"{path}: onnx.reference cannot run the model ({describe(error)})") from error
   return {n: np.asarray(v) for n, v in zip(output_names, values)}
+
+
+def _onnx_feed(value: np.ndarray, elem_type: int) -> np.ndarray:
+  """An input's values as onnx.reference takes them: storage-only types (bfloat16, float8, int4, ...) as ml_dtypes
+  arrays, converted from float32/int8/uint8 values exactly as the artifact's input is (ONNX Cast)."""
+  from tgc.frontend.onnx.importer import ONNX_DTYPES
+  import onnx
+  dt = ONNX_DTYPES.get(elem_type)
+  if dt is None or not dt.storage_only or value.dtype != lowp.value_numpy(dt): return value
+  ml = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+  return lowp.encode_array(value, dt).astype(np.dtype(f"u{ml.itemsize}")).view(ml)
 
 
 def _large(path: str, model) -> bool:

@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
+from tgc.ir import lowp
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import ALIGN as ARENA_ALIGN
@@ -69,9 +70,26 @@ def _io_doc(cm: CompiledModel) -> str:
   return "\n".join(lines)
 
 
+NAN_KINDS = {"ieee": 0, "all_ones": 1, "neg_zero": 2, "none": 3}    # lowp_type.nan_kind in common/npy.c.tmpl
+
+
+def lowp_table() -> str:
+  """The rows of the example programs' table of storage-only types (templates/common/npy.c.tmpl `lowp_type`), from
+  ir.lowp's formats."""
+  rows = []
+  for dt, f in lowp.FORMATS.items():
+    rows.append(f"  {{{c_string(dt.name)}, {f.bits}, {f.exp_bits}, {f.man_bits}, {f.bias}, 0x{f.max_mag:x}UL, "
+                f"0x{f.nan[0]:x}UL, 0x{f.nan[1]:x}UL, {NAN_KINDS[f.nan_kind]}, {int(f.neg_zero)}, 0}}")
+  for dt in lowp.INT_RANGES:
+    rows.append(f"  {{{c_string(dt.name)}, {dt.elem_bits}, 0, 0, 0, 0UL, 0UL, 0UL, 3, 1, {int(not dt.is_unsigned)}}}")
+  return ",\n".join(rows)
+
+
 def _tables(cm: CompiledModel) -> dict[str, str]:
   dims: list[int] = []
-  out = {}
+  out = {"lowp_table": lowp_table()}
+  for key, bufs in (("input_types", cm.inputs), ("output_types", cm.outputs)):
+    out[key] = ", ".join(c_string(b.dtype.name) for b in bufs) or "NULL"
   for key, bufs in (("input_table", cm.inputs), ("output_table", cm.outputs)):
     rows = []
     for b in bufs:

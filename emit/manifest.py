@@ -7,18 +7,24 @@ from __future__ import annotations
 import importlib.resources
 import json
 
+from tgc.ir import DType, lowp
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.emit.common import numpy_name, sha256, tgc_version
 from tgc.emit.weights import ALIGN, WeightsFile
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SCHEMA = "manifest.schema.json"
 
 
 def _tensor(b: BufferInfo) -> dict:
   return {"name": b.name, "symbol": b.symbol, "shape": list(b.shape), "dtype": numpy_name(b.dtype),
-          "tgc_dtype": b.dtype.name, "nbytes": b.nbytes}
+          "tgc_dtype": b.dtype.name, "npy_dtype": npy_name(b.dtype), "nbytes": b.nbytes}
+
+
+def npy_name(d: DType) -> str:
+  """The numpy dtype name of the values users read and write for an input or output (`npy_dtype`)."""
+  return lowp.value_numpy(d).name if d.storage_only else numpy_name(d)
 
 
 def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, weights_file: str, embedded: bool,

@@ -13,7 +13,7 @@ import time as _time
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ArtifactError(ValueError):

@@ -172,9 +172,17 @@ def checked_manifest(folder: str, files: set[str], target: str, case: ModelCase)
   assert set(manifest["files"]) == files - {"manifest.json"}
   for fname, digest in manifest["files"].items():
     with open(os.path.join(folder, fname), "rb") as f: assert hashlib.sha256(f.read()).hexdigest() == digest, fname
-  assert manifest["target"] == target and manifest["format_version"] == 1
+  assert manifest["target"] == target and manifest["format_version"] == 2
   assert [t["name"] for t in manifest["inputs"]] == list(case.inputs)
+  for t in manifest["inputs"] + manifest["outputs"]:
+    assert t["npy_dtype"] == VALUE_DTYPES.get(t["tgc_dtype"], t["dtype"]), t
   return manifest
+
+
+# what the .npy files of a storage-only input or output hold (manifest npy_dtype); other types hold their dtype
+VALUE_DTYPES = {"bfloat16": "float32", "float8e4m3fn": "float32", "float8e4m3fnuz": "float32",
+                "float8e5m2": "float32", "float8e5m2fnuz": "float32", "float4e2m1": "float32", "int4": "int8",
+                "int2": "int8", "uint4": "uint8", "uint2": "uint8"}
 
 
 def assert_same_files(a: str, b: str) -> None:

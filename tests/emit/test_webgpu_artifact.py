@@ -1,6 +1,6 @@
 """The standalone WebGPU artifact: files, manifest (schema, hashes) and the plan inside model.js (the kernels' WGSL
 byte for byte, whole-buffer slots, launch sizes), WebGPUArtifact on wgpu (lavapipe) against the numpy interpreter
-for an MLP, a small CNN, softmax, 8-bit integer, float16 (odd lengths) and int64 models, weights and input errors,
+for an MLP, a small CNN, softmax, 8-bit integer, float16 (odd lengths), int64 and 0-d models, weights and input errors,
 determinism, `tgc compile --target webgpu` + validate/run/bench/inspect, model.js under node (syntax, float16
 helpers, weights checks, the missing-WebGPU error) and the real loader in headless Chromium (SwiftShader WebGPU)
 driven by Playwright: given and seeded inputs, concurrent runs, errors, and the demo page without WebGPU."""
@@ -59,6 +59,17 @@ def build_int64(device: str):
   return lambda x, v: (x * 3 + w, v.argmax(-1))
 
 
+def build_scalar(device: str):
+  """A 0-d input (a TypedArray of length 1 in model.js) and a 0-d output (shape [])."""
+  return lambda x, v: (v * x, (v * v).sum() + x)
+
+
+def scalar_case() -> ModelCase:
+  rng = np.random.default_rng(9)
+  return ModelCase("scalar", build_scalar, {"x": np.array(1.75, np.float32),
+                                            "v": rng.standard_normal((3,)).astype(np.float32)})
+
+
 def ints_case() -> ModelCase:
   rng = np.random.default_rng(6)
   return ModelCase("ints", build_small_ints, {"x": rng.integers(0, 256, (3, 7)).astype(np.uint8),
@@ -77,8 +88,9 @@ def int64_case() -> ModelCase:
 
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
-         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->')}
-RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile"]
+         "int64": int64_case, "scalar": scalar_case,
+         "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->')}
+RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "scalar", "hostile"]
 
 
 def with_inputs(case: ModelCase, inputs: dict[str, np.ndarray]) -> ModelCase:
