@@ -8,6 +8,7 @@ runtime, as a user's `tgc compile` + loader would. Graph inputs that set shapes
 constants (`consts`), as a user would with `--const`; such cases are flagged "needed const"."""
 from __future__ import annotations
 import functools
+import os
 import re
 import warnings
 from typing import Any
@@ -164,13 +165,18 @@ def _fixed_range(elem_type: int) -> tuple[int, int] | None:
 ARTIFACT_OPTIONS = {"c": {"cflags": ("-O1",)}, "opencl": {"cflags": ("-O1",)}}   # host code built at -O1 here
 
 
+CLI_SUFFIX = "-cli"     # "c-cli": the target "c" through the command line (run_case_cli)
+
+
 def run_case(case, device: str) -> tuple[str, str]:
   """("pass" | "fail" | "error", detail) of one case on `device`: "numpy" evaluates the imported graph on the
   interpreter (the reference); any other device is a tgc target, and the case is compiled to that target's artifact
-  and run by its artifact runtime (`run_case_compiled`). "fail": outputs differ; "error": import, compile or run
-  refused the case (the detail is the one-line message). Passing cases that needed constant inputs say
-  "needed const: ..."."""
-  return run_case_eager(case, device) if device == "numpy" else run_case_compiled(case, device)
+  and run by its artifact runtime (`run_case_compiled`), or with the "-cli" suffix ("c-cli") through `tgc compile`
+  and `tgc run` on files (`run_case_cli`). "fail": outputs differ; "error": import, compile or run refused the case
+  (the detail is the one-line message). Passing cases that needed constant inputs say "needed const: ..."."""
+  if device == "numpy": return run_case_eager(case, device)
+  if device.endswith(CLI_SUFFIX): return run_case_cli(case, device[:-len(CLI_SUFFIX)])
+  return run_case_compiled(case, device)
 
 
 def _case_data(case) -> tuple[dict, list, list[str]] | str:
@@ -239,6 +245,83 @@ def run_case_compiled(case, target: str = "c") -> tuple[str, str]:
   finally:
     if rep is not None: rep.close()
   return _verdict(compare_outputs(got, want, defined=defined_elements(case, by_name)), needed)
+
+
+def run_case_cli(case, target: str = "c") -> tuple[str, str]:
+  """The case as a user runs it: the model saved as model.onnx; `tgc compile model.onnx --target TARGET` with
+  `--const NAME=FILE.npy` for the inputs that set shapes (`const_inputs`) and `--input-shape NAME=D0,D1,...` for
+  the inputs the model declares with dynamic dims; `tgc run` with one .npy file per input (storage-only types as
+  their float32/int8/uint8 values, as .npy holds them) and `-o outputs.npz`; the .npz then compared with the
+  expected outputs (in the types the manifest names). Both commands go through the CLI's entry point in this
+  process (`cli_command`). "error" details: "compile: ..." or "run: ..." and the command's one-line message, or
+  "internal error (exit 3): ..." (a bug)."""
+  import json
+  import tempfile
+  data = _case_data(case)
+  if isinstance(data, str): return "error", data
+  by_name, want, needed = data
+  with tempfile.TemporaryDirectory(prefix="tgc-cli-case-") as tmp:
+    model_path = os.path.join(tmp, "model.onnx")
+    onnx.save(case.model, model_path)
+    args = ["compile", model_path, "--target", target, "-o", os.path.join(tmp, "art")]
+    declared = {i.name: i for i in case.model.graph.input}
+    for k, name in enumerate(by_name):
+      path = os.path.join(tmp, f"in{k}.npy")
+      try: np.save(path, npy_values(by_name[name]), allow_pickle=False)
+      except ValueError as e: return "error", f"input {name!r}: cannot be written as .npy ({_first_line(e)})"
+      if name in needed: args += ["--const", f"{name}={path}"]
+      elif not _declares_static(declared.get(name)):
+        args += ["--input-shape", f"{name}=" + ",".join(str(d) for d in by_name[name].shape)]
+    code, message = cli_command(args)
+    if code != 0: return "error", _cli_detail("compile", code, message)
+    run_args = ["run", os.path.join(tmp, "art"), "-o", os.path.join(tmp, "out.npz")]
+    for k, name in enumerate(by_name):
+      if name not in needed: run_args += ["--input", f"{name}={os.path.join(tmp, f'in{k}.npy')}"]
+    code, message = cli_command(run_args)
+    if code != 0: return "error", _cli_detail("run", code, message)
+    with open(os.path.join(tmp, "art", "manifest.json"), encoding="utf-8") as f: outputs = json.load(f)["outputs"]
+    from tgc.ir import dtypes
+    with np.load(os.path.join(tmp, "out.npz"), allow_pickle=False) as out:
+      got = [out[o["name"]] for o in outputs]
+    got_dtypes = [getattr(dtypes, o["tgc_dtype"]) for o in outputs]
+  return _verdict(compare_outputs(got, want, got_dtypes, defined_elements(case, by_name)), needed)
+
+
+def npy_values(arr: np.ndarray) -> np.ndarray:
+  """An array as a .npy file holds it: storage-only types (ml_dtypes arrays) as float32, int8 or uint8 values."""
+  from tgc.ir import lowp
+  from tgc.frontend.onnx.importer import array_dtype
+  arr = np.asarray(arr)
+  dt = array_dtype(arr)
+  return arr.astype(lowp.value_numpy(dt)) if dt.storage_only else arr
+
+
+def _declares_static(vi) -> bool:
+  """Whether a graph input declares every dim as a positive number (else `--input-shape` pins it)."""
+  if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"): return False
+  return all(d.HasField("dim_value") and d.dim_value > 0 for d in vi.type.tensor_type.shape.dim)
+
+
+def cli_command(args: list[str]) -> tuple[int, str]:
+  """(exit code, last line on stderr) of `tgc ARGS`, run through the CLI's entry point in this process."""
+  import contextlib
+  import io
+  from tgc.aot.cli import main
+  err = io.StringIO()
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+    try:
+      main(args)
+      code = 0
+    except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+  lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+  return code, lines[-1] if lines else ""
+
+
+def _cli_detail(command: str, code: int, message: str) -> str:
+  message = re.sub(r"\S*tgc-cli-case-[^/\s]+/", "", message).removeprefix("tgc: error: ")
+  message = message.removeprefix("model.onnx: ")
+  if code == 3: return f"internal error (exit 3) in {command}: {message}"
+  return f"{command}: {message}"
 
 
 def _verdict(result: tuple[str, str], needed: list[str]) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 """The official ONNX node conformance cases: every case on the reference device "numpy" (the imported graph on the
 interpreter) and compiled to a "c" artifact, a stratified sample (every operator twice) compiled to "opencl" and
-"webgpu" artifacts (conformance.run_case; artifacts run by their Python runtimes). Every case passes except the known
+"webgpu" artifacts (conformance.run_case; artifacts run by their Python runtimes), and every operator once through
+the command line on c ("c-cli": `tgc compile` and `tgc run` on .npy files). Every case passes except the known
 failures in expected_failures.py, which must really fail (xfail strict). scripts/conformance.py runs all cases on
 every device and writes docs/conformance.md."""
 from __future__ import annotations
@@ -19,13 +20,14 @@ from expected_failures import EXPECTED_FAILURES, TARGET_FAILURES  # noqa: E402
 CASES = {c.name: c for c in conformance.cases()}
 FULL_DEVICES = ("numpy", "c")
 SAMPLED_DEVICES = ("opencl", "webgpu")
+CLI_DEVICES = ("c-cli",)      # the first case of every operator, through tgc compile + tgc run
 
 
 def _params():
-  sample = conformance.stratified_sample(CASES.values())
+  samples = {1: conformance.stratified_sample(CASES.values(), 1), 2: conformance.stratified_sample(CASES.values())}
   out = []
-  for device in FULL_DEVICES + SAMPLED_DEVICES:
-    for name in (sorted(CASES) if device in FULL_DEVICES else sample):
+  for device in FULL_DEVICES + SAMPLED_DEVICES + CLI_DEVICES:
+    for name in (sorted(CASES) if device in FULL_DEVICES else samples[1 if device in CLI_DEVICES else 2]):
       known = EXPECTED_FAILURES.get(name) or TARGET_FAILURES.get(device, {}).get(name)
       marks = [pytest.mark.xfail(strict=True, reason=f"{known[0]}: {known[1]}")] if known else []
       out.append(pytest.param(device, name, marks=marks, id=f"{device}-{name}"))
@@ -69,7 +71,7 @@ def test_only_undefined_elements_are_left_out():
 
 def _require(device: str):
   from tgc.runtimes import get_runtime, RuntimeUnavailable
-  try: get_runtime(device)
+  try: get_runtime(device.removesuffix(conformance.CLI_SUFFIX))
   except RuntimeUnavailable as e: pytest.skip(str(e))
 
 
