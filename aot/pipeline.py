@@ -445,8 +445,7 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   runtime = artifact_runtime(art)
   try: got = output_values(art, runtime.run(check_feeds(art, feeds)))
   finally: runtime.close()
-  ref = reference.reference_outputs(spec, feeds, options)
-  kind = "onnx" if spec.kind == "onnx" else "numpy interpreter"
+  ref, kind = reference.reference_outputs(spec, feeds, options)
   report = ValidateReport(folder, spec.text, kind, seed)
   for o in art.outputs:
     name = o["name"]

@@ -293,7 +293,8 @@ def test_onnx_compile_run_validate(onnx_file, workdir):
   x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
   np.save(workdir / "ox.npy", x)
   assert tgc("run", out, "-i", f"x={workdir / 'ox.npy'}", "-o", workdir / "onnx.npz").exit_code == 0
-  ref = reference.onnx_reference(str(onnx_file), {"x": x}, {"consts": {"scale": str(workdir / "scale.npy")}})
+  ref, engine = reference.onnx_reference(str(onnx_file), {"x": x}, {"consts": {"scale": str(workdir / "scale.npy")}})
+  assert engine == "onnx.reference"
   with np.load(workdir / "onnx.npz") as outs: np.testing.assert_allclose(outs["y"], ref["y"], rtol=1e-5, atol=1e-5)
   if "source" not in manifest:   # without a recorded source the consts are unknown to the reference
     user_error(tgc("validate", out), "--model")
