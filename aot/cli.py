@@ -4,6 +4,7 @@ Exit codes: 0 success, 1 `validate` over tolerance, 2 user or input error (one l
 3 internal error (a bug in tgc; the traceback is printed with DEBUG>=1)."""
 from __future__ import annotations
 import os
+import re
 import sys
 import traceback
 import click
@@ -92,7 +93,6 @@ SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1
 
 def parse_size(text: str, option: str) -> int:
   """'16GiB', '512M', '1000000' -> bytes (binary units); a UserError naming the option otherwise."""
-  import re
   m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
   unit = m.group(2).lower() if m else ""
   if m is None or unit not in SIZE_UNITS:

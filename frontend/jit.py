@@ -212,8 +212,11 @@ def _grows(n: UOp) -> bool:
 
 
 def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
+  """`limits` on the tensor of node `u` (and, for a reduce, on its length), as a TensorTooLargeError."""
   if limits is None: return
-  try: limits.check(what, u.shape, u.dtype)
+  try:
+    limits.check(what, u.shape, u.dtype)
+    if u.op is Ops.REDUCE_AXIS: limits.check_reduction(u.src[0].shape, u.arg[1])
   except TensorTooLarge as error: raise TensorTooLargeError(str(error)) from None
 
 
@@ -228,12 +231,7 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
       depends[n] = n in inputs or any(depends[s] for s in n.src)
   realize = find_realize_points(roots)
   for n in depends:
-    if n in realize: _check_size(limits, "an intermediate tensor", n)
-    if limits is not None and n.op is Ops.REDUCE_AXIS:
-      extent = math.prod(n.src[0].shape[i] for i in n.arg[1])
-      if extent > limits.max_elements:
-        raise TensorTooLargeError(f"a reduction over {extent} elements per result (of shape {list(n.src[0].shape)}); "
-                                  f"kernels count with 32-bit integers (at most {limits.max_elements})")
+    if n in realize or n.op is Ops.REDUCE_AXIS: _check_size(limits, "an intermediate tensor", n)
   # in graph order (depends is filled in one): the folded buffers are numbered the same in every compile
   points = [n for n in depends if n in realize and not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
   if not points: return roots

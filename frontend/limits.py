@@ -3,8 +3,8 @@
 Kernels index every tensor with 32-bit integer arithmetic, so an artifact can hold tensors of at most 2**31 - 1
 elements; `max_bytes` caps the storage of any one tensor (inputs, outputs, weights, intermediates). The ONNX importer
 checks every graph input and node output with `SizeLimits.check` (naming the input, node and tensor), `trace`
-every buffer it is about to capture or fold; a tensor over a limit is a `TensorTooLarge` error with one line that
-names it."""
+every buffer it is about to capture or fold and every reduction's length; a tensor over a limit is a
+`TensorTooLarge` error with one line that names it."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass
@@ -51,3 +51,11 @@ class SizeLimits:
     """Raise TensorTooLarge("<what>: <problem>") when the tensor is over a limit."""
     problem = self.problem(tuple(shape), dtype)
     if problem: raise TensorTooLarge(f"{what}: {problem}")
+
+  def check_reduction(self, shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
+    """Raise TensorTooLarge when reducing `shape` over `axes` takes more steps per result than kernels can count
+    (their loop counters are 32-bit too)."""
+    extent = math.prod(shape[i] for i in axes)
+    if extent > self.max_elements:
+      raise TensorTooLarge(f"a reduction over {extent} elements per result (of shape {list(shape)}); kernels count "
+                           f"with 32-bit integers (at most {self.max_elements})")
