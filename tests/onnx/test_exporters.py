@@ -215,10 +215,12 @@ def test_torch_dynamo_export(tmp_path):
   torch.manual_seed(0)
   x = torch.randn(2, 5, 32)
   path = tmp_path / "dynamo.onnx"
-  torch.onnx.export(Block().eval(), (x,), str(path), dynamo=True, opset_version=18)
+  torch.onnx.export(Block().eval(), (x,), str(path), dynamo=True, opset_version=18,
+                    dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
   model = onnx.load(str(path))
   assert model.opset_import[0].version >= 18
   name = model.graph.input[0].name
+  assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param     # a dynamic batch dim
   compile_validate_run(path, tmp_path, {name: x.numpy()}, "--input-shape", f"{name}=2,5,32")
 
 
