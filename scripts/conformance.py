@@ -227,8 +227,9 @@ def _cli_section(results: dict, devices: list[str]) -> list[str]:
             f"`{cli}` runs each case through `tgc compile` and `tgc run` on .npy files (with `--const` for the inputs "
             f"that set shapes and `--input-shape` for inputs declared with dynamic dims), `{base}` through the ONNX "
             f"backend in-process. Of the {len(both)} cases both ran, {passed[base]} pass in-process and "
-            f"{passed[cli]} through the command line; {len(differ)} differ" + (":" if differ else "."), ""]
+            f"{passed[cli]} through the command line; {len(differ)} differ" + (":" if differ else ".")]
     if differ:
+      out.append("")
       causes: dict[str, list[str]] = collections.defaultdict(list)
       for n in differ:
         loser = cli if results[(n, base)][0] == "pass" else base
