@@ -164,17 +164,20 @@ def cli():
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
+@click.option("--cpu", default=None, metavar="LEVEL",
+              help="CPU the C kernels are generated for: native (default: this machine), x86-64-v2, x86-64-v3, "
+                   "x86-64-v4, armv8-a or armv8.2-a (e.g. a Snapdragon board). Target c only.")
 @click.option("--max-bytes", "max_bytes", default="16GiB", show_default=True, metavar="SIZE",
               help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, max_bytes):
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, cpu, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.pipeline import compile_model
   shapes = parse_input_shapes(input_shapes)
   limit = parse_size(max_bytes, "--max-bytes")
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam,
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
                          max_bytes=limit)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")

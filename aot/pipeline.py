@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.target import Target
 from tgc.codegen.names import symbol
 from tgc.frontend.limits import DEFAULT_MAX_BYTES, SizeLimits
 from tgc.aot.errors import UserError, describe
@@ -37,6 +38,14 @@ def check_target(target: str) -> str:
   if t not in SUPPORTED_TARGETS:
     raise UserError(f"target {target} is not supported yet; supported: {', '.join(SUPPORTED_TARGETS)}")
   return t
+
+
+def make_target(target: str, cpu: str | None = None) -> Target:
+  """The Target of a --target name and --cpu level (C only; default: the machine that compiles)."""
+  name = check_target(target)
+  if cpu is not None and name != "c": raise UserError(f"--cpu applies to target c only, not {name}")
+  try: return Target.make(name, cpu=cpu or "native")
+  except ValueError as error: raise UserError(str(error)) from None
 
 
 def model_name(text: str) -> str:
@@ -80,19 +89,20 @@ class _Progress:
 
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
-                  const_files: dict | None = None, beam: int = 0, max_bytes: int = DEFAULT_MAX_BYTES
-                  ) -> CompileReport:
-  """Compile MODEL (`file.py:function` or `model.onnx`) for `target` into the artifact folder `out_dir`.
-  An existing tgc artifact there is replaced; any other existing folder only with `force`. A tensor of more than
-  `max_bytes` bytes, or more elements than kernels can index, is refused before anything of its size is
-  allocated."""
+                  const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> CompileReport:
+  """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target) into
+  the artifact folder `out_dir`. An existing tgc artifact there is replaced; any other existing folder only with
+  `force`. A tensor of more than `max_bytes` bytes, or more elements than kernels can index, is refused before
+  anything of its size is allocated."""
   start = time.perf_counter()
-  target = check_target(target)
+  tgt = make_target(target, cpu)
+  target = tgt.name
   if embed_weights and target != "c": raise UserError(f"--embed-weights is supported for target c only, not {target}")
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, target, name, input_shapes, consts, const_files, beam, max_bytes)
+  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, max_bytes)
   cm.meta["source"] = loaded.source_info()
   writer = _artifact_writer()
   staging = _staging_dir(final)
@@ -110,11 +120,13 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                        len(cm.weights), _specs(cm.inputs), _specs(cm.outputs), files, time.perf_counter() - start)
 
 
-def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None, input_shapes: dict | None = None,
+def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
+                   input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's
   runtime for the target (results cached on disk). Tensors are checked against `SizeLimits(max_bytes)`."""
+  if not isinstance(target, Target): target = make_target(target)
   if max_bytes < 1: raise UserError(f"--max-bytes must be at least 1, got {max_bytes}")
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes))
   capture = models.trace_model(loaded)
@@ -125,7 +137,7 @@ def build_compiled(spec: models.ModelSpec, target: str, name: str | None = None,
                           [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
                           opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
   except ValueError as error:
-    raise _target_error(spec, target, error)
+    raise _target_error(spec, target.name, error)
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
@@ -141,22 +153,19 @@ def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
   return error
 
 
-def _beam_opts(target: str, width: int):
+def _beam_opts(target: Target, width: int):
   """opts_for(item) running a BEAM search timed on the target's runtime here."""
-  from tgc.codegen.compiled import artifact_renderer
   from tgc.codegen.search import beam_search
   from tgc.runtimes import get_runtime, RuntimeUnavailable
   from tgc.runtimes.timing import kernel_timer
   from tgc.frontend.buffers import nbytes
-  try: rt = get_runtime(target)
+  try: rt = get_runtime(target.name)
   except (RuntimeUnavailable, ValueError) as e:
-    raise UserError(f"--beam needs a {target} runtime on this machine: {e}") from None
-
-  lower_as = artifact_renderer(target)     # what the artifact's kernels are lowered with (webgpu: int64 narrowed)
+    raise UserError(f"--beam needs a {target.name} runtime on this machine: {e}") from None
 
   def opts_for(item):
     timer = kernel_timer(rt, [nbytes(b) for b in item.bufs])
-    return beam_search(item.ast, lower_as, timer, width, getattr(rt, "device_name", target))
+    return beam_search(item.ast, target, timer, width, getattr(rt, "device_name", target.name))
   return opts_for
 
 
@@ -491,9 +500,8 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0) 
 def inspect_model(model: str, target: str = "c", input_shapes: dict | None = None, consts: dict | None = None
                   ) -> CompiledModel:
   """Trace and lower a Tensor-API model without writing anything (for `tgc inspect`)."""
-  target = check_target(target)
   spec = models.parse_model_spec(model)
-  cm, _ = build_compiled(spec, target, None, input_shapes, consts)
+  cm, _ = build_compiled(spec, make_target(target), None, input_shapes, consts)
   return cm
 
 

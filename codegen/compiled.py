@@ -1,13 +1,14 @@
 """`CompiledModel`: everything an artifact needs, for one target. Kernels (source, launch sizes), the call order
 with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
 from __future__ import annotations
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 import numpy as np
 from tgc.ir import UOp, DType
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
 from tgc.codegen.names import symbol
-from tgc.codegen.render.wgsl import WGSLRenderer
+from tgc.codegen.target import Target
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Call:
 @dataclass
 class CompiledModel:
   name: str
-  target: str
+  target: Target
   kernels: dict[str, KernelProgram]
   calls: list[Call]
   buffers: list[BufferInfo]
@@ -52,23 +53,13 @@ def _nbytes(b: UOp) -> int:
   return n * b.dtype.itemsize
 
 
-def artifact_renderer(target: str):
-  """What artifacts of `target` are lowered with: the target name (its default renderer) or, for webgpu, a
-  renderer with options. WGSL has no 64-bit integers, so int64/uint64 tensors are stored and computed as 32-bit
-  words (`WGSLRenderer(narrow_int64=True)`; loaders narrow and widen them at the boundary), and float64 tensors
-  are stored and computed as float32 (`narrow_f64=True`, likewise); float16 is stored packed and computed in f32,
-  so no device feature is needed."""
-  return WGSLRenderer(narrow_int64=True, narrow_f64=True) if target == "webgpu" else target
-
-
-def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str, UOp]],
+def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[str, UOp]],
                      outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
-                     opts_for=None, progress=None, renderer=None) -> CompiledModel:
+                     opts_for=None, progress=None) -> CompiledModel:
   """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
-  `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel. `renderer` (a
-  renderer instance: the target with options) overrides the target's default renderer, which is the plain one
-  except for webgpu: `artifact_renderer`. `meta["renderer"]` names the one used."""
-  renderer = renderer if renderer is not None else artifact_renderer(target)
+  `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel.
+  `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
+  if not isinstance(target, Target): target = Target.make(target)
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
@@ -87,14 +78,24 @@ def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str
   by_ast: dict[str, str] = {}
   calls_bufs: list[list[UOp]] = []
   calls: list[Call] = []
+  own = _own_weights(items, {b for _, b, _ in weights})
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
     if it.ast.key not in by_ast:
       kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
       opts = opts_for(it) if opts_for else None
-      kernels[kname] = lower(it.ast, renderer, opts, name=kname)
+      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
       by_ast[it.ast.key] = kname
     calls_bufs.append(list(it.bufs))
+  relaid: set[UOp] = set()
+  for it in items:                                 # weights stored in the order their kernel reads them
+    for pos, how in kernels[by_ast[it.ast.key]].relayouts.items():
+      if it.bufs[pos] in relaid: continue
+      relaid.add(it.bufs[pos])
+      b = buffers[index[it.bufs[pos]]]
+      data = how.apply(weight_data[b.name])
+      weight_data[b.name] = data
+      buffers[index[it.bufs[pos]]] = replace(b, shape=(data.size,), nbytes=data.nbytes)
   inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
@@ -102,4 +103,20 @@ def compile_schedule(name: str, target: str, items: list, inputs: list[tuple[str
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   for it, bufs in zip(items, calls_bufs):
     calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(renderer)})
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)})
+
+
+def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
+  """Per kernel (AST key), the argument positions whose buffers are weights that nothing else reads (in every call
+  of the kernel), with their element counts: lowering may store those in the order the kernel reads them."""
+  uses: dict[UOp, set[tuple[str, int]]] = {}
+  for it in items:
+    for pos, b in enumerate(it.bufs): uses.setdefault(b, set()).add((it.ast.key, pos))
+  own: dict[str, dict[int, int]] = {}
+  refused: set[tuple[str, int]] = set()
+  for it in items:
+    for pos, b in enumerate(it.bufs):
+      mine = b in weights and not b.dtype.storage_only and uses[b] == {(it.ast.key, pos)}
+      if not mine: refused.add((it.ast.key, pos))
+      else: own.setdefault(it.ast.key, {})[pos] = math.prod(b.arg[1])
+  return {key: {p: n for p, n in ps.items() if (key, p) not in refused} for key, ps in own.items()}

@@ -3,15 +3,15 @@ values inside the reduction (combined with the reduce op); each upcast range mul
 loads and arithmetic across the copies are shared (hash-consing), which is where the register reuse comes from."""
 from __future__ import annotations
 import itertools
-from tgc.ir import Ops, UOp, dtypes, graph_rewrite, PatternMatcher, UPat, substitute
+from tgc.ir import Ops, UOp, AxisType, dtypes, graph_rewrite, PatternMatcher, UPat, substitute
 from tgc.ir.symbolic import simplify
 
 INDEX = dtypes.index
-_COMBINE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: lambda a, b: a.maximum(b)}
+COMBINE = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: lambda a, b: a.maximum(b)}
 
 
-def _ranges_of(u: UOp, kind: str) -> list[UOp]:
-  return sorted({n for n in u.toposort() if n.op is Ops.RANGE and n.arg[1] == kind}, key=lambda r: r.arg[0])
+def _ranges_of(u: UOp, kind: AxisType) -> list[UOp]:
+  return sorted({n for n in u.toposort() if n.op is Ops.RANGE and n.arg.kind is kind}, key=lambda r: r.arg.id)
 
 
 def _combos(rs: list[UOp]):
@@ -20,18 +20,18 @@ def _combos(rs: list[UOp]):
 
 
 def _expand_reduce(red: UOp) -> UOp | None:
-  unrolled = [r for r in red.src[1:] if r.arg[1] == "unroll"]
+  unrolled = [r for r in red.src[1:] if r.arg.kind is AxisType.UNROLL]
   if not unrolled: return None
   copies = [substitute(red.src[0], m) for m in _combos(unrolled)]
   body = copies[0]
-  for c in copies[1:]: body = _COMBINE[red.arg](body, c)
-  rest = tuple(r for r in red.src[1:] if r.arg[1] != "unroll")
+  for c in copies[1:]: body = COMBINE[red.arg](body, c)
+  rest = tuple(r for r in red.src[1:] if r.arg.kind is not AxisType.UNROLL)
   if not rest: return body
   return UOp(Ops.REDUCE, red.dtype, (body,) + rest, red.arg)
 
 
 def _expand_store(st: UOp) -> UOp | None:
-  ups = _ranges_of(st, "upcast")
+  ups = _ranges_of(st, AxisType.UPCAST)
   if not ups: return None
   return UOp(Ops.SINK, dtypes.bool, tuple(substitute(st, m) for m in _combos(ups)))
 

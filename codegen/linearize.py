@@ -1,11 +1,16 @@
-"""The linearizer: turns a kernel graph (after expansion) into a flat program in execution order.
-Global and local ranges open first; each group of REDUCEs sharing ranges becomes accumulators (DEFINE_ACC),
-a loop nest (RANGE ... ENDRANGE) with its body and ASSIGNs; values that do not depend on a loop are computed
-before it (hoisted). The result is what renderers walk."""
+"""The linearizer: turns a kernel graph (after expansion and vectorization) into a flat program in execution order.
+
+Grid ranges (work-item indices on GPUs) come first. Every other range is a loop: the output loops (C's global ranges)
+open in range order around the stores, and each group of REDUCEs sharing their loops becomes accumulators
+(DEFINE_ACC), a loop nest (RANGE ... ENDRANGE) with its body and ASSIGNs. Values are placed in the outermost loop
+that contains everything they depend on: address arithmetic and whatever a reduction body needs are hoisted out
+of the loops they do not depend on; the rest is computed where it is first used. The result is what renderers
+walk."""
 from __future__ import annotations
-from tgc.ir import Ops, UOp, dtypes
+from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes
 
 _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+INDEX = dtypes.index
 
 
 def reduce_identity(op: Ops, dtype):
@@ -15,61 +20,99 @@ def reduce_identity(op: Ops, dtype):
   return 0 if dtype.is_unsigned else -(1 << (8 * dtype.itemsize - 1))
 
 
-def linearize(sink: UOp, grid_kinds: tuple[str, ...] = ("global", "local")) -> list[UOp]:
-  """`grid_kinds`: range kinds that are work-item indices rather than loops. When "group" is among them, a
-  REDUCE over a group range finishes with a work-group reduction through local memory."""
-  nodes = sink.toposort()
-  # the loop ranges each node depends on (a REDUCE closes its own ranges)
-  deps: dict[UOp, frozenset] = {}
-  for n in nodes:
-    if n.op is Ops.RANGE and n.arg[1] not in grid_kinds: deps[n] = frozenset([n])
-    elif n.op is Ops.REDUCE: deps[n] = deps[n.src[0]] - frozenset(n.src[1:])
-    else: deps[n] = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
-  outer_ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] in grid_kinds),
-                        key=lambda r: (r.arg[1] != "global", r.arg[0]))
-  groups: dict[tuple, list[UOp]] = {}
-  for n in nodes:
-    if n.op is Ops.REDUCE: groups.setdefault(tuple(n.src[1:]), []).append(n)
-  out: list[UOp] = list(outer_ranges)
-  emitted: set[UOp] = set(outer_ranges)
-  accs: dict[UOp, UOp] = {}
+class _Linearizer:
+  def __init__(self, sink: UOp, grid_kinds: tuple[AxisType, ...]):
+    self.nodes = sink.toposort()
+    self.position = {n: i for i, n in enumerate(self.nodes)}
+    self.grid_kinds = grid_kinds
+    # the loops each node depends on (a REDUCE closes its own ranges)
+    self.deps: dict[UOp, frozenset] = {}
+    for n in self.nodes:
+      if n.op is Ops.RANGE and n.arg.kind not in grid_kinds: self.deps[n] = frozenset([n])
+      elif n.op is Ops.REDUCE: self.deps[n] = self.deps[n.src[0]] - frozenset(n.src[1:])
+      else: self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src)) if n.src else frozenset()
+    self.groups: dict[tuple, list[UOp]] = {}
+    for n in self.nodes:
+      if n.op is Ops.REDUCE: self.groups.setdefault(tuple(n.src[1:]), []).append(n)
+    self.out: list[UOp] = []
+    self.emitted: set[UOp] = set()
+    self.open: set[UOp] = set()
+    self.accs: dict[UOp, UOp] = {}
 
-  def emit_group(rs: tuple):
-    reds = groups[rs]
-    for red in reds:
-      acc = UOp(Ops.DEFINE_ACC, red.dtype, (UOp.const(red.dtype, reduce_identity(red.arg, red.dtype)),),
-                len(accs))
-      accs[red] = acc
-      out.append(acc)
-    loops = tuple(r for r in rs if r.arg[1] not in grid_kinds)
-    shared = [r for r in rs if r.arg[1] in grid_kinds]
-    body_nodes = [n for n in nodes if deps[n] and deps[n] <= frozenset(rs) and n.op is not Ops.RANGE]
-    # values the body needs that do not depend on the loop are hoisted before it
-    for n in nodes:
-      if n in emitted or deps[n] or n.op in (Ops.REDUCE, Ops.SINK, Ops.STORE): continue
-      if any(n in b.src for b in body_nodes): emit(n)
+  def run(self, sink: UOp) -> list[UOp]:
+    grid = sorted((n for n in self.nodes if n.op is Ops.RANGE and n.arg.kind in self.grid_kinds),
+                  key=lambda r: (r.arg.kind is not AxisType.GLOBAL, r.arg.id))
+    self.out += grid
+    self.emitted |= set(grid)
+    owned = {r for rs in self.groups for r in rs}
+    outer = sorted({n for n in self.nodes if n.op is Ops.RANGE and n.arg.kind not in self.grid_kinds} - owned,
+                   key=lambda r: r.arg.id)
+    stores = [s for s in sink.src]
+    self._nest(outer, stores, hoist_all=False)
+    for s in stores: self.emit(s)
+    return self.out
+
+  def _within(self, stores: list[UOp]) -> list[UOp]:
+    """Every node the roots need, in graph order (reduce bodies included)."""
+    seen, stack = set(), list(stores)
+    while stack:
+      n = stack.pop()
+      if n in seen or n in self.emitted: continue
+      seen.add(n)
+      stack.extend(n.src)
+    return sorted(seen, key=self.position.__getitem__)
+
+  def _nest(self, loops: list[UOp], roots: list[UOp], hoist_all: bool) -> None:
+    """Open `loops` one by one; after each, emit what `roots` need that depends on nothing deeper: everything for a
+    reduction body (`hoist_all`), address arithmetic otherwise (values are computed where they are used)."""
+    body = self._within(roots)
     for r in loops:
-      out.append(r); emitted.add(r)
-    for n in body_nodes: emit(n)
-    for red in reds: out.append(UOp(Ops.ASSIGN, red.dtype, (accs[red], red.src[0]), red))
-    for r in reversed(loops): out.append(UOp(Ops.ENDRANGE, dtypes.bool, (r,)))
-    if shared: out.extend(_workgroup_reduce(reds, accs, shared, len(accs)))
-    for red in reds: emitted.add(red)
+      self.out.append(r)
+      self.emitted.add(r)
+      self.open.add(r)
+      for n in body:
+        if n in self.emitted or n.op in (Ops.REDUCE, Ops.STORE, Ops.SINK, Ops.RANGE): continue
+        if not self.deps[n] <= self.open: continue
+        if hoist_all or n.dtype == INDEX: self.emit(n)
 
-  def emit(n: UOp):
-    if n in emitted: return
-    for s in n.src:
-      if s not in emitted and not (n.op is Ops.REDUCE): emit(s)
+  def emit(self, n: UOp) -> None:
+    if n in self.emitted: return
     if n.op is Ops.REDUCE:
-      emit_group(tuple(n.src[1:]))
+      self._group(tuple(n.src[1:]))
       return
+    for s in n.src: self.emit(s)
     if n.op is Ops.SINK: return
-    emitted.add(n)
-    out.append(n)
+    self.emitted.add(n)
+    self.out.append(n)
 
-  for n in nodes:
-    if not deps[n]: emit(n)
-  return out
+  def _group(self, rs: tuple) -> None:
+    reds = self.groups[rs]
+    for red in reds:
+      acc = UOp(Ops.DEFINE_ACC, red.dtype, (UOp.const(red.dtype.scalar, reduce_identity(red.arg, red.dtype.scalar)),),
+                len(self.accs))
+      self.accs[red] = acc
+      self.out.append(acc)
+    loops = [r for r in rs if r.arg.kind not in self.grid_kinds]
+    shared = [r for r in rs if r.arg.kind in self.grid_kinds]
+    bodies = [red.src[0] for red in reds]
+    # what the body needs from outside the loops is computed before them
+    for n in self._within(bodies):
+      if n.op not in (Ops.REDUCE, Ops.RANGE) and self.deps[n] <= self.open: self.emit(n)
+    self._nest(loops, bodies, hoist_all=True)
+    for b in bodies: self.emit(b)
+    for red in reds: self.out.append(UOp(Ops.ASSIGN, red.dtype, (self.accs[red], red.src[0]), red))
+    for r in reversed(loops):
+      self.out.append(UOp(Ops.ENDRANGE, dtypes.bool, (r,)))
+      self.open.discard(r)
+    if shared: self.out.extend(_workgroup_reduce(reds, self.accs, shared, len(self.accs)))
+    self.emitted |= set(reds)
+
+
+def linearize(sink: UOp, grid_kinds: tuple[AxisType, ...] = (AxisType.GLOBAL, AxisType.LOCAL)) -> list[UOp]:
+  """`grid_kinds`: range kinds that are work-item indices rather than loops (none on CPUs). When GROUP is among
+  them, a REDUCE over a group range finishes with a work-group reduction through local memory. Output loops that
+  stay open around the stores are closed at the end of the program."""
+  return _Linearizer(sink, grid_kinds).run(sink)
 
 
 def _workgroup_reduce(reds: list[UOp], accs: dict, shared: list[UOp], n_acc: int) -> list[UOp]:
@@ -88,7 +131,7 @@ def _workgroup_reduce(reds: list[UOp], accs: dict, shared: list[UOp], n_acc: int
   out.append(UOp(Ops.BARRIER, dtypes.bool, ()))
   for i, (red, tmp) in enumerate(zip(reds, temps)):
     acc = UOp(Ops.DEFINE_ACC, red.dtype, (UOp.const(red.dtype, reduce_identity(red.arg, red.dtype)),), n_acc + i)
-    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (10_000 + n_acc + i, "reduce"))
+    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), RangeArg(10_000 + n_acc + i, AxisType.REDUCE))
     ld = UOp(Ops.LOAD, red.dtype, (tmp, r))
     out += [acc, r, ld, UOp(Ops.ASSIGN, red.dtype, (acc, ld), red), UOp(Ops.ENDRANGE, dtypes.bool, (r,))]
   return out

@@ -1,20 +1,25 @@
 """Lowering one kernel AST for a target: choose opts (heuristics or given), apply them, expand upcasts and
-unrolls, map grid ranges to launch dimensions, linearize, render. The result carries everything a runtime or
-an artifact needs to launch it."""
+unrolls, vectorize the VECTOR axis, map grid ranges to launch dimensions, linearize, render. The result carries
+everything a runtime or an artifact needs to launch it, as data (`KernelProgram`)."""
 from __future__ import annotations
 import itertools
 import math
-from dataclasses import dataclass
-from tgc.ir import Ops, UOp, dtypes, substitute
+from dataclasses import dataclass, field
+from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.expand import expand
+from tgc.codegen.vectorize import vectorize
+from tgc.codegen.relayout import Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.heuristics import hand_coded_opts
-from tgc.codegen.render import get_renderer
+from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
+from tgc.codegen.target import Target, as_target
 
 INDEX = dtypes.index
+G = AxisType.GLOBAL
+_LOCALS = (AxisType.LOCAL, AxisType.GROUP)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,10 @@ class KernelProgram:
   nbufs: int
   opts: tuple[Opt, ...]
   ops: int                              # arithmetic ops per launch (estimate, for reports)
+  params: tuple[KernelParam, ...] = ()  # the buffer parameters in signature order
+  bytes: int = 0                        # bytes loaded and stored per launch (estimate, for reports)
+  # weight arguments stored in the order this kernel reads them: position -> how to build the new contents
+  relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -35,10 +44,10 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
   With `max_per_dim` (work-groups per dimension: one limit, or one per dimension x, y, z), a global range wider
   than its dimension allows is split over free launch dimensions; where none is free and dimension 0 allows more
   than the others (CUDA), all global ranges are folded into dimension 0 and split from there."""
-  rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg[0])
-  globs = [r for r in rs if r.arg[1] == "global"]
-  locs = {r.arg[0]: r for r in rs if r.arg[1] in ("local", "group")}
-  glob_ids = {g.arg[0] for g in globs}
+  rs = sorted({n for n in k_ast.toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg.id)
+  globs = [r for r in rs if r.arg.kind is G]
+  locs = {r.arg.id: r for r in rs if r.arg.kind in _LOCALS}
+  glob_ids = {g.arg.id for g in globs}
   orphans = sum(1 for p in _local_parents(k_ast).values() if p not in glob_ids)   # locals needing a dim of their own
   limits = _dim_limits(max_per_dim, max_dims) if max_per_dim else None
   if len(globs) + orphans > max_dims:
@@ -48,7 +57,7 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
     if groups is None: raise ValueError("cannot fold a launch dimension that has a local split")
     globs = []
     for group in groups:
-      if len(group) > 1: k_ast, merged = _fold(k_ast, group, group[0].arg[0])
+      if len(group) > 1: k_ast, merged = _fold(k_ast, group, group[0].arg.id)
       globs.append(merged if len(group) > 1 else group[0])
   if limits:
     k_ast, globs = _split_wide(k_ast, globs, locs, max_dims, limits)
@@ -58,9 +67,9 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
   gsize, lsize, sub = [1, 1, 1], [1, 1, 1], {}
   dim_of = {}
   for dim, g in enumerate(reversed(globs)):
-    sub[g] = g.replace(arg=(g.arg[0], "global", dim))
+    sub[g] = g.replace(arg=RangeArg(g.arg.id, G, dim=dim))
     gsize[dim] = g.src[0].arg
-    dim_of[g.arg[0]] = dim
+    dim_of[g.arg.id] = dim
   next_dim = len(globs)
   for lid in sorted(locs):
     parent = parents[lid]
@@ -68,7 +77,7 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
     else:   # the whole axis went local: it gets a launch dimension of its own
       dim, next_dim = next_dim, next_dim + 1
       if dim >= max_dims: raise ValueError("kernel needs more launch dimensions than the target has")
-    sub[locs[lid]] = locs[lid].replace(arg=(lid, locs[lid].arg[1], dim))
+    sub[locs[lid]] = locs[lid].replace(arg=locs[lid].arg.replace(dim=dim))
     lsize[dim] = locs[lid].src[0].arg
   k_ast = substitute(k_ast, sub)
   return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
@@ -86,7 +95,7 @@ def _fold_groups(globs: list[UOp], slots: int, limits: tuple[int, ...] | None,
   best, best_key = None, None
   for bounds in options:
     groups = [globs[a:b] for a, b in zip(bounds, bounds[1:])]
-    if any(len(g) > 1 and any(r.arg[0] in split_ids for r in g) for g in groups): continue
+    if any(len(g) > 1 and any(r.arg.id in split_ids for r in g) for g in groups): continue
     sizes = [math.prod(r.src[0].arg for r in g) for g in groups]
     over = sum(size > limits[slots - 1 - i] for i, size in enumerate(sizes)) if limits else 0
     key = (over, max(sizes))
@@ -98,7 +107,7 @@ def _fold(k_ast: UOp, fold: list[UOp], keep_id: int) -> tuple[UOp, UOp]:
   """Replace the global ranges `fold` (outermost first) by one range over their product, with range id `keep_id`
   (a LOCAL split of that range stays attached to the merged one)."""
   total = math.prod(r.src[0].arg for r in fold)
-  merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), (keep_id, "global"))
+  merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), RangeArg(keep_id, G))
   sub, stride = {}, total
   for r in fold:
     stride //= r.src[0].arg
@@ -122,9 +131,9 @@ def _fold_into_x(k_ast: UOp, globs: list[UOp]) -> tuple[UOp, list[UOp]]:
   others (CUDA): used when a range is too wide for its dimension and no dimension is free to split it. The merged
   range keeps the id of the one range with a LOCAL split, so that split stays on dimension 0."""
   split = set(_local_parents(k_ast).values())
-  carriers = [g for g in globs if g.arg[0] in split]
+  carriers = [g for g in globs if g.arg.id in split]
   if len(carriers) > 1: return k_ast, globs     # two LOCAL splits cannot share a dimension: left to the renderer
-  k_ast, merged = _fold(k_ast, globs, (carriers or globs)[0].arg[0])
+  k_ast, merged = _fold(k_ast, globs, (carriers or globs)[0].arg.id)
   return k_ast, [merged]
 
 
@@ -142,7 +151,7 @@ def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
   the parts are rounded up and every store is gated by the original range. Ranges that still do not fit (no free
   dimension) are left for the renderer to report."""
   parents = _local_parents(k_ast)
-  free = max_dims - len(globs) - sum(1 for lid in locs if parents.get(lid) not in {g.arg[0] for g in globs})
+  free = max_dims - len(globs) - sum(1 for lid in locs if parents.get(lid) not in {g.arg.id for g in globs})
   while free > 0 and (over := _over_limit(globs, limits)):
     g = max(over, key=lambda r: r.src[0].arg)
     total, dim = g.src[0].arg, len(globs) - 1 - globs.index(g)
@@ -150,9 +159,9 @@ def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
     lo_n = max((d for d in _divisors(total) if d <= lo_limit and total // d <= hi_limit), default=None)
     if lo_n is None: lo_n = -(-total // -(-total // lo_limit))
     hi_n = -(-total // lo_n)
-    new_id = 1 + max(n.arg[0] for n in k_ast.toposort() if n.op is Ops.RANGE)
+    new_id = 1 + max(n.arg.id for n in k_ast.toposort() if n.op is Ops.RANGE)
     lo = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, lo_n),), g.arg)
-    hi = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, hi_n),), (new_id, "global"))
+    hi = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, hi_n),), RangeArg(new_id, G))
     flat = hi * lo_n + lo
     k_ast = substitute(k_ast, {g: flat})
     if hi_n * lo_n != total:
@@ -168,7 +177,8 @@ def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
 
 def _gate_group_stores(ast: UOp) -> UOp:
   """With a reduction split across a work-group, only the first work-item of the group stores the result."""
-  groups = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "group"}, key=lambda r: r.arg[0])
+  groups = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.GROUP},
+                  key=lambda r: r.arg.id)
   if not groups: return ast
   gate = groups[0].eq(0)
   for g in groups[1:]: gate = gate.logical_and(g.eq(0))
@@ -177,46 +187,84 @@ def _gate_group_stores(ast: UOp) -> UOp:
 
 def _local_parents(ast: UOp) -> dict[int, int]:
   """local/group range id -> id of the range it was split from (recorded by the LOCAL and GROUP opts)."""
-  return {n.arg[0]: n.arg[2] for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] in ("local", "group")}
+  return {n.arg.id: n.arg.parent for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind in _LOCALS}
 
 
-def count_ops(program: list[UOp]) -> int:
-  loops, n = [], 0
-  mult = 1
+def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
+  """Arithmetic ops and bytes loaded/stored by one work-item (C: the whole kernel, its output loops included),
+  counting each vector lane."""
+  loops, n, nbytes, mult = [], 0, 0, 1
   for u in program:
-    if u.op is Ops.RANGE and u.arg[1] not in ("global", "local"):
+    if u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(u.src[0].arg); mult *= u.src[0].arg
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
-    elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN) and \
-        u.dtype != INDEX:
-      n += mult
-  return n
+    elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
+        and u.dtype.scalar != INDEX:
+      n += mult * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
+    elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: nbytes += mult * u.dtype.count * u.dtype.itemsize
+    elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
+      nbytes += mult * u.src[2].dtype.count * u.src[2].dtype.itemsize
+  return n, nbytes
 
 
-def lower(ast: UOp, target: str, opts: list[Opt] | None = None, name: str | None = None) -> KernelProgram:
-  renderer = get_renderer(target)
-  k = Kernel(ast)
-  if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target)
-  k = k.apply_all(opts)
-  expanded = expand(k.ast)
-  if renderer.loops_for_grid: gsz, lsz = _c_sizes(expanded); grid_ast = expanded
-  else:
-    grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), renderer.max_grid_dims, renderer.max_workgroups_per_dim)
+def _as_upcast(ast: UOp) -> UOp:
+  """The VECTOR range of `ast` as an UPCAST (or UNROLL) range: its lanes become straight-line copies."""
+  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.UNROLL if _reduced(ast, n) else AxisType.UPCAST))
+         for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
+  return substitute(ast, sub) if sub else ast
+
+
+def _reduced(ast: UOp, r: UOp) -> bool:
+  return any(n.op is Ops.REDUCE and r in n.src[1:] for n in ast.toposort())
+
+
+def _program(ast: UOp, target: Target, renderer, vectors: bool):
+  """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
+  expanded = expand(ast if vectors else _as_upcast(ast))
+  if vectors: expanded = vectorize(expanded, renderer.vector_ops)
+  if target.has_workgroups:
+    grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
+                               target.max_groups_per_dim[:target.grid_dims] if target.max_groups_per_dim else None)
+    grid_kinds = (G, AxisType.LOCAL, AxisType.GROUP)
+  else: grid_ast, gsz, lsz, grid_kinds = expanded, _c_sizes(expanded), (1, 1, 1), ()
   grid_ast = renderer.prepare(grid_ast)
-  program = linearize(grid_ast, ("global", "local") if renderer.loops_for_grid else ("global", "local", "group"))
+  return linearize(grid_ast, grid_kinds), gsz, lsz
+
+
+def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
+          name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
+  """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
+  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
+  target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
+  renderer = get_renderer(target)
+  weights = weights or {}
+  k = Kernel(ast)
+  if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
+  k = k.apply_all(opts)
+  relaid_ast, relayouts = relayout(k.ast, weights) if weights else (k.ast, {})
+  k = Kernel(relaid_ast, k.opts)
+  vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
+                                              for n in k.ast.toposort())
+  program, gsz, lsz = _program(k.ast, target, renderer, vectors)
   name = name or _default_name(ast, gsz)
   function = renderer.render(name, program, lsz)
-  prefix = tuple(renderer.prefix(program))
-  src = "\n".join(prefix + (function,))
+  prefix = list(renderer.prefix(program))
+  if vectors:   # the same kernel in plain C for compilers without vector extensions
+    scalar, _, _ = _program(k.ast, target, renderer, False)
+    function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
+    prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
+  src = "\n".join(prefix + [function])
   nbufs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
-  ops = count_ops(program) * math.prod(gsz)
-  return KernelProgram(name, src, function, prefix, gsz, lsz, nbufs, tuple(opts), ops)
+  ops, nbytes = count_ops(program, not target.has_workgroups)
+  work_items = 1 if not target.has_workgroups else math.prod(gsz)
+  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, nbufs, tuple(opts), ops * work_items,
+                       tuple(renderer.params(program)), nbytes * work_items, relayouts)
 
 
 def _c_sizes(ast: UOp):
-  g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "global"},
-                                    key=lambda r: r.arg[0])]
-  return (math.prod(g), 1, 1), (1, 1, 1)
+  g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G},
+                                    key=lambda r: r.arg.id)]
+  return (math.prod(g), 1, 1)
 
 
 def _default_name(ast: UOp, gsz) -> str:

@@ -1,15 +1,20 @@
-"""Opt actions reshape a kernel's loop nest: UPCAST (output axis into registers), UNROLL (reduce axis into
-registers), LOCAL (output axis into a workgroup), GROUP (reduce axis split across a workgroup). A `Kernel` is an
-AST plus the opts applied to it; applying an opt substitutes one range by outer*amount + inner."""
+"""Opt actions reshape a kernel's loop nest:
+  UPCAST  an output axis into registers (straight-line copies)     UNROLL  a reduce axis into straight-line copies
+  VECTOR  an output or reduce axis into the lanes of a SIMD vector  SWAP    two loops of one kind trade places
+  LOCAL   an output axis into the work-group (GPUs)                 GROUP   a reduce axis across the work-group (GPUs)
+A `Kernel` is an AST plus the opts applied to it; applying a split substitutes one range by outer*amount + inner,
+SWAP exchanges the numbers that order two loops."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-from tgc.ir import Ops, UOp, UPat, PatternMatcher, dtypes, graph_rewrite, substitute
+from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
 from tgc.ir.symbolic import simplify
 
 INDEX = dtypes.index
-# which range kinds each opt splits, and the kind of the new inner range
-_OPT_KINDS = {"UPCAST": (("global",), "upcast"), "LOCAL": (("global",), "local"),
-              "UNROLL": (("reduce",), "unroll"), "GROUP": (("reduce",), "group")}
+G, R = AxisType.GLOBAL, AxisType.REDUCE
+# which range kinds each opt applies to (its axis numbers index Kernel.axes of these kinds) and the new inner kind
+OPT_KINDS: dict[str, tuple[tuple[AxisType, ...], AxisType | None]] = {
+  "UPCAST": ((G,), AxisType.UPCAST), "LOCAL": ((G,), AxisType.LOCAL), "UNROLL": ((R,), AxisType.UNROLL),
+  "GROUP": ((R,), AxisType.GROUP), "VECTOR": ((G, R), AxisType.VECTOR), "SWAP": ((G, R), None)}
 
 
 class OptError(ValueError):
@@ -19,20 +24,27 @@ class OptError(ValueError):
 def _split_reduce_range(red: UOp) -> UOp | None:
   if all(s.op is Ops.RANGE for s in red.src[1:]): return None
   rs = {x for s in red.src[1:] for x in s.toposort() if x.op is Ops.RANGE}
-  return red.replace(src=(red.src[0],) + tuple(sorted(rs, key=lambda x: x.arg[0])))
+  return red.replace(src=(red.src[0],) + tuple(sorted(rs, key=lambda x: x.arg.id)))
+
+
+def _sort_reduce_ranges(red: UOp) -> UOp | None:
+  rs = tuple(sorted(red.src[1:], key=lambda x: x.arg.id))
+  return None if rs == red.src[1:] else red.replace(src=(red.src[0],) + rs)
 
 
 reduce_ranges = PatternMatcher([
   # REDUCE(v, outer*n + inner) -> REDUCE(v, outer, inner): a split reduce range keeps both parts as loops
   (UPat(Ops.REDUCE, name="red"), _split_reduce_range),
+  # REDUCE(v, r2, r1) -> REDUCE(v, r1, r2): a reduce's loops in loop order
+  (UPat(Ops.REDUCE, name="red"), _sort_reduce_ranges),
 ])
 
 
 @dataclass(frozen=True, order=True)
 class Opt:
-  op: str        # UPCAST | UNROLL | LOCAL | GROUP
-  axis: int      # position in Kernel.axes() of the kind the op splits
-  amount: int
+  op: str        # UPCAST | UNROLL | VECTOR | SWAP | LOCAL | GROUP
+  axis: int      # position in Kernel.axes() of the kinds the op applies to
+  amount: int    # the split size; SWAP: the other axis
   def __repr__(self): return f"Opt({self.op},{self.axis},{self.amount})"
 
 
@@ -44,33 +56,45 @@ class Kernel:
 
   def ranges(self) -> list[UOp]:
     rs = {n for n in self.ast.toposort() if n.op is Ops.RANGE}
-    return sorted(rs, key=lambda r: r.arg[0])
+    return sorted(rs, key=lambda r: r.arg.id)
 
-  def axes(self, kinds: tuple[str, ...]) -> list[UOp]:
-    return [r for r in self.ranges() if r.arg[1] in kinds]
+  def axes(self, kinds: tuple[AxisType, ...]) -> list[UOp]:
+    return [r for r in self.ranges() if r.arg.kind in kinds]
 
   @staticmethod
   def size(r: UOp) -> int: return r.src[0].arg
 
-  def next_id(self) -> int: return max((r.arg[0] for r in self.ranges()), default=-1) + 1
+  def next_id(self) -> int: return max((r.arg.id for r in self.ranges()), default=-1) + 1
 
   def apply(self, opt: Opt) -> Kernel:
     """A new Kernel with `opt` applied; raises OptError if it does not fit."""
-    if opt.op not in _OPT_KINDS: raise OptError(f"unknown opt {opt.op}")
+    if opt.op not in OPT_KINDS: raise OptError(f"unknown opt {opt.op}")
     if {opt.op, *(o.op for o in self.opts)} >= {"LOCAL", "GROUP"}:
       raise OptError(f"{opt}: LOCAL and GROUP cannot share a work-group")
-    kinds, inner_kind = _OPT_KINDS[opt.op]
+    if opt.op == "VECTOR" and any(o.op == "VECTOR" for o in self.opts): raise OptError(f"{opt}: one VECTOR axis only")
+    kinds, inner_kind = OPT_KINDS[opt.op]
     axes = self.axes(kinds)
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: no axis {opt.axis}")
     r = axes[opt.axis]
+    if opt.op == "SWAP": return self._swap(opt, r, axes)
     n = self.size(r)
     if opt.amount <= 1 or n % opt.amount: raise OptError(f"{opt}: {opt.amount} does not divide {n}")
-    nid = self.next_id()
-    outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, n // opt.amount),), (r.arg[0], r.arg[1])) \
+    if opt.op == "VECTOR" and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
+    outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, n // opt.amount),), RangeArg(r.arg.id, r.arg.kind)) \
       if n // opt.amount > 1 else UOp.const(INDEX, 0)
-    inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), (nid, inner_kind, r.arg[0]))
+    inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), RangeArg(self.next_id(), inner_kind, r.arg.id))
     new_ast = simplify(substitute(self.ast, {r: outer * opt.amount + inner}))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
+
+  def _swap(self, opt: Opt, r: UOp, axes: list[UOp]) -> Kernel:
+    if not 0 <= opt.amount < len(axes) or opt.amount == opt.axis: raise OptError(f"{opt}: no other axis {opt.amount}")
+    o = axes[opt.amount]
+    if r.arg.kind != o.arg.kind: raise OptError(f"{opt}: a {r.arg.kind.value} and a {o.arg.kind.value} loop")
+    swap = {r.arg.id: o.arg.id, o.arg.id: r.arg.id}
+    sub = {x: x.replace(arg=x.arg.replace(id=swap.get(x.arg.id, x.arg.id), parent=swap.get(x.arg.parent,
+                                                                                           x.arg.parent)))
+           for x in self.ranges() if x.arg.id in swap or x.arg.parent in swap}
+    return Kernel(graph_rewrite(substitute(self.ast, sub), reduce_ranges), self.opts + [opt])
 
   def apply_all(self, opts) -> Kernel:
     k = self

@@ -5,8 +5,8 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, dtypes, substitute
-from tgc.ir.symbolic import simplify
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, substitute
+from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
 
@@ -136,8 +136,9 @@ def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp
 class _KernelBuilder:
   """Builds one kernel's value graph: walks the lazy graph from the root with an index per dimension."""
 
-  def __init__(self, realized: dict[UOp, UOp]):
+  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]):
     self.realized = realized        # lazy node -> BUFFER holding its value
+    self.layouts = layouts          # lazy node -> the order its buffer stores its dims in (absent: as they are)
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
@@ -146,8 +147,14 @@ class _KernelBuilder:
     if buf not in self.bufs: self.bufs.append(buf)
     return UOp(Ops.DEFINE_GLOBAL, buf.dtype, (), (self.bufs.index(buf), mutable))
 
-  def new_range(self, size: int, kind: str) -> UOp:
-    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), (self.n_ranges, kind))
+  def flat_index(self, n: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """Where element `idx` of realized node `n` sits in its buffer."""
+    perm = self.layouts.get(n)
+    if perm is None: return _flat_index(idx, n.shape)
+    return _flat_index(tuple(idx[p] for p in perm), tuple(n.shape[p] for p in perm))
+
+  def new_range(self, size: int, kind: AxisType) -> UOp:
+    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), RangeArg(self.n_ranges, kind))
     self.n_ranges += 1
     return r
 
@@ -159,7 +166,7 @@ class _KernelBuilder:
   def _value(self, n: UOp, idx: tuple, valid: UOp | None, top: bool) -> UOp:
     if n.op is Ops.BUFFER or (not top and n in self.realized):
       buf = n if n.op is Ops.BUFFER else self.realized[n]
-      flat = _flat_index(idx, buf.arg[1] if n.op is Ops.BUFFER else n.shape)
+      flat = _flat_index(idx, buf.arg[1]) if n.op is Ops.BUFFER else self.flat_index(n, idx)
       src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
       return UOp(Ops.LOAD, buf.dtype, src)
     if n.op is Ops.CONST: return n
@@ -169,7 +176,8 @@ class _KernelBuilder:
     if n.op is Ops.REDUCE_AXIS:
       op, axes = n.arg
       in_shape = n.src[0].shape
-      ranges = {a: self.new_range(in_shape[a], "reduce") if in_shape[a] > 1 else UOp.const(INDEX, 0) for a in axes}
+      ranges = {a: self.new_range(in_shape[a], AxisType.REDUCE) if in_shape[a] > 1 else UOp.const(INDEX, 0)
+                for a in axes}
       inner = tuple(ranges[i] if i in ranges else x for i, x in enumerate(idx))
       body = self.value(n.src[0], inner, valid)
       loops = tuple(ranges[a] for a in sorted(ranges) if ranges[a].op is Ops.RANGE)
@@ -239,7 +247,7 @@ def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
   """A sub-byte output is written a whole byte per work-item: each byte gathers its elements."""
   k, numel = per_word(n.dtype), math.prod(n.shape)
   nbytes = -(-numel // k)
-  byte = kb.new_range(nbytes, "global") if nbytes > 1 else UOp.const(INDEX, 0)
+  byte = kb.new_range(nbytes, AxisType.GLOBAL) if nbytes > 1 else UOp.const(INDEX, 0)
   vals = []
   for i in range(k):
     e = byte * k + i
@@ -293,28 +301,64 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
   realize = find_realize_points(roots)
   if max_buffers is not None: _limit_buffers(roots, realize, max_buffers)
   realized: dict[UOp, UOp] = {}
-  items: list[ScheduleItem] = []
-  order = [n for r in roots for n in r.toposort()]
-  seen: set[UOp] = set()
-  for n in order:
-    if n in seen or n not in realize: continue
-    seen.add(n)
-    out_buf = new_buffer(n.shape, n.dtype)
-    kb = _KernelBuilder(realized)
-    out_arg = kb.buffer_arg(out_buf, mutable=True)
-    shape = n.shape
-    if any(s == 0 for s in shape):
-      realized[n] = out_buf
-      continue
-    if n.dtype.storage_only and per_word(n.dtype) > 1: store = _packed_store(kb, n, out_arg)
-    else:
-      idx = tuple(kb.new_range(s, "global") if s != 1 else UOp.const(INDEX, 0) for s in shape)
-      store = UOp(Ops.STORE, dtypes.bool, (out_arg, _flat_index(idx, shape), kb.value(n, idx, None, top=True)))
-    ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
-    ast, bufs = _drop_unused_buffers(ast, kb.bufs)
-    items.append(ScheduleItem(ast, bufs))
-    realized[n] = out_buf
-  outs = []
-  for r in roots:
-    outs.append(r if r.op is Ops.BUFFER else realized[r])
-  return items, outs
+  order: list[UOp] = []
+  for n in (n for r in roots for n in r.toposort()):
+    if n in realize and n not in realized:
+      realized[n] = new_buffer(n.shape, n.dtype)
+      order.append(n)
+  built = {n: _build(n, realized, {}) for n in order}
+  layouts = channels_last(built, realized, set(roots))
+  if layouts:     # rebuild the kernels that read or write a buffer stored channels-last
+    relaid = {realized[n] for n in layouts}
+    built.update({n: _build(n, realized, layouts) for n, it in built.items()
+                  if it is not None and any(b in relaid for b in it.bufs)})
+  items = [it for it in built.values() if it is not None]
+  return items, [r if r.op is Ops.BUFFER else realized[r] for r in roots]
+
+
+def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]) -> ScheduleItem | None:
+  """The kernel computing realized node `n` into its buffer (None for an empty tensor: nothing to compute)."""
+  kb = _KernelBuilder(realized, layouts)
+  out_arg = kb.buffer_arg(realized[n], mutable=True)
+  shape = n.shape
+  if any(s == 0 for s in shape): return None
+  if n.dtype.storage_only and per_word(n.dtype) > 1: store = _packed_store(kb, n, out_arg)
+  else:
+    idx = tuple(kb.new_range(s, AxisType.GLOBAL) if s != 1 else UOp.const(INDEX, 0) for s in shape)
+    store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
+  ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
+  ast, bufs = _drop_unused_buffers(ast, kb.bufs)
+  return ScheduleItem(ast, bufs)
+
+
+def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
+                  ) -> dict[UOp, tuple[int, ...]]:
+  """Intermediates of shape (N, C, H, W) that a convolution reads (a reduction over C) or a window op reads (an
+  output channel indexing C, a reduction over H or W: depthwise convolutions, pooling) are stored channels last,
+  (N, H, W, C): those kernels then vectorize along contiguous channels. Outputs keep their layout."""
+  by_buffer = {b: n for n, b in realized.items()}
+  picked: dict[UOp, tuple[int, ...]] = {}
+  for it in built.values():
+    if it is None: continue
+    for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
+      n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
+      if n is None or n in roots or n in picked or len(n.shape) != 4 or not n.dtype.is_float: continue
+      if n.dtype.storage_only or n.shape[2] * n.shape[3] == 1 or n.shape[1] == 1: continue
+      if _channel_access(ld.src[1], n.shape): picked[n] = (0, 2, 3, 1)
+  return picked
+
+
+def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
+  """Whether a load of a (N, C, H, W) buffer at `idx` reduces over C, or indexes C by an output axis while it
+  reduces over H or W (the terms of the flat index sorted into dims by their strides)."""
+  strides = _strides(shape)
+  terms, _ = split_terms(idx)
+  dims: dict[int, list[UOp]] = {}
+  for t, k in terms.items():
+    if t.op is not Ops.RANGE or k <= 0: continue
+    d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)    # the largest stride <= k
+    if d is None or k % strides[d]: continue
+    dims.setdefault(d, []).append(t)
+  channel = [r.arg.kind for r in dims.get(1, [])]
+  spatial = [r.arg.kind for d in (2, 3) for r in dims.get(d, [])]
+  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and AxisType.REDUCE in spatial)

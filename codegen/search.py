@@ -8,19 +8,20 @@ import sys
 from typing import Callable
 from tgc.ir import Ops, UOp
 from tgc.ir.config import config
-from tgc.codegen.opts import Kernel, Opt, OptError
+from tgc.codegen.opts import Kernel, Opt, OptError, OPT_KINDS
 from tgc.codegen.lower import lower, KernelProgram
+from tgc.codegen.target import Target, as_target
 
 _AMOUNTS = {"UPCAST": (2, 3, 4, 8, 16), "UNROLL": (2, 4, 8), "LOCAL": (2, 4, 8, 16, 32), "GROUP": (8, 16, 32, 64)}
-_KINDS = {"UPCAST": ("global",), "LOCAL": ("global",), "UNROLL": ("reduce",), "GROUP": ("reduce",)}
 
 
-def candidate_opts(k: Kernel, target: str) -> list[Opt]:
+
+def candidate_opts(k: Kernel, target: Target) -> list[Opt]:
   """Every single opt that applies to `k` on `target` (C has no work-groups: no LOCAL or GROUP)."""
-  out = []
+  target, out = as_target(target), []
   for op, amounts in _AMOUNTS.items():
-    if target == "c" and op in ("LOCAL", "GROUP"): continue
-    for axis in range(len(k.axes(_KINDS[op]))):
+    if not target.has_workgroups and op in ("LOCAL", "GROUP"): continue
+    for axis in range(len(k.axes(OPT_KINDS[op][0]))):
       for amt in amounts:
         opt = Opt(op, axis, amt)
         try: k.apply(opt)
@@ -29,16 +30,17 @@ def candidate_opts(k: Kernel, target: str) -> list[Opt]:
   return out
 
 
-def _cache_path(ast: UOp, target: str, device: str) -> str:
+def _cache_path(ast: UOp, target: Target, device: str) -> str:
   import hashlib
   h = hashlib.sha256(f"{ast.key}|{target}|{device}".encode()).hexdigest()
   return os.path.join(config.cache_dir, "beam", h[:2], h + ".json")
 
 
-def beam_search(ast: UOp, target: str, timer: Callable[[KernelProgram], float], width: int,
+def beam_search(ast: UOp, target: Target, timer: Callable[[KernelProgram], float], width: int,
                 device: str = "", max_steps: int = 6, progress: Callable[[str], None] | None = None) -> list[Opt]:
   """Best opts found by a beam of `width`: each step extends every kept opt list by one opt, times the new
   kernels with `timer(program) -> seconds`, keeps the fastest `width`; stops when a step improves nothing."""
+  target = as_target(target)
   path = _cache_path(ast, target, device)
   if os.path.exists(path):
     with open(path) as f: return [Opt(*o) for o in json.load(f)]

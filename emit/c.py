@@ -3,9 +3,8 @@ them in order on the caller's buffers, the weights and the arena), `main.c` (an 
 `Makefile`, `weights.safetensors`, `weights.S` when the weights are embedded, and `manifest.json`.
 
 Generated text comes from the templates in templates/c; model names reach it only through `comment_safe`
-(comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types of the
-rendered kernel signature, which is parsed here (`data<i>` parameters; a parameter the renderer dropped is not
-passed)."""
+(comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types the renderer
+reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)."""
 from __future__ import annotations
 import re
 import zlib
@@ -25,7 +24,6 @@ from tgc.emit.weights import WeightSpec, WeightsFile, build_weights_file
 WEIGHTS_FILE = "weights.safetensors"
 TEMPLATE_INCLUDES = ("#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>")
 WEIGHTS_RULE = "weights.o: weights.S weights.safetensors\n\t$(CC) $(CPPFLAGS) $(CFLAGS) -c weights.S -o $@\n\n"
-PARAM = re.compile(r"((?:const )?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:restrict\s+)?data(\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -42,11 +40,8 @@ def comment(text: str) -> str:
 
 
 def kernel_params(k: KernelProgram) -> list[Param]:
-  """The `data<i>` parameters of a rendered C kernel, in signature order."""
-  head = k.function.split("{", 1)[0]
-  if not head.startswith(f"void {k.name}("):
-    raise ValueError(f"kernel {k.name}: unexpected C signature {head.strip()!r}")
-  return [Param(int(m.group(2)), m.group(1).strip()) for m in PARAM.finditer(head[head.index("("):])]
+  """The buffer parameters of a rendered kernel, in signature order."""
+  return [Param(p.index, p.spelled) for p in k.params]
 
 
 def _check_names(cm: CompiledModel) -> None:
@@ -155,7 +150,7 @@ def _kernels(cm: CompiledModel) -> tuple[str, str]:
   for name, k in cm.kernels.items():
     for line in k.prefix:
       if line not in prefix: prefix.append(line)
-    functions.append(f"static {k.function.rstrip()}\n")
+    functions.append(f"{k.function.rstrip()}\n")
   return "\n".join(prefix[len(TEMPLATE_INCLUDES):]), "\n".join(functions)
 
 
@@ -171,7 +166,8 @@ def _embedded(sym: str, embed: bool) -> tuple[str, str]:
 
 def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  if cm.target != "c": raise ValueError(f"the C bundle needs a model compiled for target 'c', not {cm.target!r}")
+  if cm.target.name != "c":
+    raise ValueError(f"the C bundle needs a model compiled for target 'c', not {cm.target.name!r}")
   _check_names(cm)
   sym = symbol(cm.name, None, "m")
   weights = build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape, cm.weights[b.name])
@@ -220,8 +216,8 @@ def bundle_start(cm: CompiledModel, target: str, title: str,
                  check: Callable[[CompiledModel], None] | None = None) -> tuple[str, WeightsFile]:
   """What every bundle writer begins with: the model checked (compiled for `target`; `title` names the bundle in the
   error; names unique; then `check`), its API symbol and its weights file."""
-  if cm.target != target:
-    raise ValueError(f"the {title} bundle needs a model compiled for target {target!r}, not {cm.target!r}")
+  if cm.target.name != target:
+    raise ValueError(f"the {title} bundle needs a model compiled for target {target!r}, not {cm.target.name!r}")
   _check_names(cm)
   if check is not None: check(cm)
   return symbol(cm.name, None, "m"), build_weights_file([WeightSpec(b.name, b.symbol, b.dtype, b.shape,

@@ -15,7 +15,7 @@ import re
 
 from tgc.codegen.compiled import CompiledModel
 from tgc.codegen.lower import KernelProgram
-from tgc.codegen.render.cuda import CUDARenderer
+from tgc.codegen.target import Target
 from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_parts,
                         write_bundle)
 from tgc.emit.c_literals import c_bytes, c_string
@@ -28,8 +28,8 @@ KERNELS_ONLY_MACRO = "TGC_KERNELS_ONLY"
 PARAM = re.compile(r"^((?:const\s+)?[A-Za-z_][A-Za-z0-9_ ]*?)\s*\*\s*(?:__restrict__\s+)?data(\d+)$")
 SIGNATURE = re.compile(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
                        r'([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$', re.S)
-BLOCK_LIMITS, MAX_THREADS = CUDARenderer.max_block, CUDARenderer.max_threads
-GRID_LIMITS = CUDARenderer.max_workgroups_per_dim
+_CUDA = Target.make("cuda")
+BLOCK_LIMITS, MAX_THREADS, GRID_LIMITS = _CUDA.max_local_size, _CUDA.max_local_items, _CUDA.max_groups_per_dim
 
 
 def kernel_params(k: KernelProgram) -> list[Param]:

@@ -35,7 +35,7 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
   return {**extra,
     "format_version": FORMAT_VERSION,
     "tgc_version": tgc_version(),
-    "target": cm.target,
+    "target": cm.target.name,
     "model": {"name": cm.name, "symbol": model_symbol},
     "inputs": [_tensor(b) for b in cm.inputs],
     "outputs": [_tensor(b) for b in cm.outputs],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir import Ops, UOp, DType, lowp
+from tgc.ir import Ops, GroupOp, UOp, DType, lowp, substitute
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
@@ -221,21 +221,42 @@ def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
 
 
 def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None) -> list[UOp]:
-  """Replace each kernel-sized subgraph that depends on no input by a BUFFER holding its value, unless that value
-  is bigger than the buffers it comes from (`_grows`). With `limits`, every tensor that will be held in a buffer
-  (folded or computed by a kernel) is checked first."""
-  from tgc.ir import substitute
+  """Replace what depends on no input by its value: kernel-sized subgraphs (realize points) and the constant
+  arithmetic feeding input-dependent ops (a BatchNorm's scale and shift: computed once here, not per element in a
+  kernel) become BUFFERs holding their values, unless a value is bigger than the buffers it comes from (`_grows`);
+  one-element values and weights become CONSTs (no buffer, no load). With `limits`, every tensor that will be
+  held in a buffer (folded or computed by a kernel) and every reduction is checked first."""
   depends: dict[UOp, bool] = {}
+  users: dict[UOp, list[UOp]] = {}
   for r in roots:
     for n in r.toposort():
+      if n in depends: continue
       depends[n] = n in inputs or any(depends[s] for s in n.src)
+      for s in n.src: users.setdefault(s, []).append(n)
   realize = find_realize_points(roots)
   for n in depends:
     if n in realize or n.op is Ops.REDUCE_AXIS: _check_size(limits, "an intermediate tensor", n)
+  rootset = set(roots)
+
+  def arithmetic(n: UOp) -> bool:
+    return not depends[n] and n.op in GroupOp.Elementwise and not n.dtype.storage_only and not _grows(n)
+
+  def boundary(n: UOp) -> bool:   # constant arithmetic used by something that is not constant arithmetic
+    return arithmetic(n) and (n in rootset or any(not arithmetic(u) for u in users.get(n, ())))
+
   # in graph order (depends is filled in one): the folded buffers are numbered the same in every compile
-  points = [n for n in depends if n in realize and not depends[n] and n.op is not Ops.BUFFER and not _grows(n)]
-  if not points: return roots
-  vals = evaluate(points, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
-  mapping = {p: buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only
-                                   else buffers.host_array(v)) for p, v in zip(points, vals)}
+  points = [n for n in depends if not depends[n] and n.op is not Ops.BUFFER and not _grows(n) and
+            ((n in realize and n.op is not Ops.CONST) or boundary(n))]
+  scalars = [n for n in depends if n.op is Ops.BUFFER and n not in inputs and math.prod(n.arg[1]) == 1 and
+             not n.dtype.storage_only and n not in rootset]
+  for n in points: _check_size(limits, "an intermediate tensor", n)
+  if not points and not scalars: return roots
+  vals = evaluate(points + scalars, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
+  mapping = {}
+  for p, v in zip(points + scalars, vals):
+    if v.size == 1 and not p.dtype.storage_only and p not in rootset:
+      mapping[p] = UOp(Ops.RESHAPE, p.dtype, (UOp.const(p.dtype, v.reshape(()).item()),), tuple(v.shape))
+    else:
+      mapping[p] = buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only
+                                      else buffers.host_array(v))
   return [substitute(r, mapping) for r in roots]

@@ -7,6 +7,7 @@ from tgc.ir import Ops, UOp, DType, dtypes, lowp
 from tgc.ir.config import config
 from tgc.frontend import buffers
 from tgc.frontend.interpreter import evaluate
+from tgc.codegen.target import LANGUAGES, as_target
 
 _kernel_cache: dict[tuple[str, str], tuple] = {}
 capture_hooks: list = []        # callables(items, bufs_after) registered by jit capture
@@ -70,8 +71,7 @@ def to_numpy(u: UOp) -> np.ndarray:
 
 def max_buffers(device: str) -> int | None:
   """The most buffers one kernel may bind on `device` (None: no limit)."""
-  from tgc.codegen.render import RENDERERS
-  return getattr(RENDERERS[device], "max_storage_buffers", None) if device in RENDERERS else None
+  return as_target(device).max_buffers if device in LANGUAGES else None
 
 
 def _alloc(device: str):
@@ -95,7 +95,7 @@ def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
       from tgc.runtimes.timing import kernel_timer
       rt = _runtime(device)
       timer = kernel_timer(rt, [buffers.nbytes(b) for b in bufs])
-      opts = beam_search(ast, device, timer, config.beam, getattr(rt, "device_name", device))
+      opts = beam_search(ast, as_target(device), timer, config.beam, getattr(rt, "device_name", device))
     prg = lower(ast, device, opts)
     if config.debug >= 3: print(f"--- {prg.name} opts={list(prg.opts)}\n{ast!r}")
     if config.debug >= 4: print(prg.src)

@@ -629,11 +629,12 @@ class Tensor:
     y = x - x.mean(axis, keepdim=True)
     return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
   def batchnorm(self, weight, bias, mean, invstd) -> Tensor:
+    """(x - mean) * invstd * weight + bias per channel (dim 1), as x * k + (bias - mean * k): with running statistics
+    k and the shift are constants, folded at trace time into one scale and one shift."""
     shape = (1, -1) + (1,) * (self.ndim - 2)
-    x = self - mean.reshape(shape)
-    if weight is not None: x = x * weight.reshape(shape)
-    x = x * invstd.reshape(shape)
-    return x + bias.reshape(shape) if bias is not None else x
+    k = invstd * weight if weight is not None else invstd
+    shift = -(mean * k) if bias is None else bias - mean * k
+    return self * k.reshape(shape) + shift.reshape(shape)
   def group_norm(self, num_groups: int, weight=None, bias=None, eps=1e-5) -> Tensor:
     n, c = self.shape[0], self.shape[1]
     x = self.reshape(n, num_groups, -1).layernorm(eps=eps).reshape(self.shape)

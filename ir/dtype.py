@@ -6,16 +6,27 @@ import numpy as np
 
 @dataclass(frozen=True, eq=True)
 class DType:
-  """A scalar type. `np` is the numpy name of its storage; `storage_only` types are held packed and computed
-  in `compute` (float32 or int32)."""
+  """A scalar type, or a vector of `count` lanes of one (`vec`). `np` is the numpy name of its storage;
+  `storage_only` types are held packed and computed in `compute` (float32 or int32)."""
   name: str
-  itemsize: int          # bytes of the storage unit (packed types: bytes per storage word)
+  itemsize: int          # bytes of the storage unit (packed types: bytes per storage word); vectors: of one lane
   kind: str              # 'b' bool, 'i' signed, 'u' unsigned, 'f' float
   np: str                # numpy dtype name of the storage unit
   storage_only: bool = False
   bits: int = 0          # bits per element (packed types hold 8//bits elements per byte)
+  count: int = 1         # lanes: 1 for scalars
 
-  def __repr__(self): return f"dtypes.{self.name}"
+  def __repr__(self):
+    return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar.name}.vec({self.count})"
+  def vec(self, n: int) -> DType:
+    """The vector of `n` lanes of this scalar type (n == 1: the scalar itself)."""
+    if self.count != 1: raise ValueError(f"{self!r} is already a vector")
+    return self if n == 1 else DType(f"{self.name}x{n}", self.itemsize, self.kind, self.np, self.storage_only,
+                                     self.bits, n)
+  @property
+  def scalar(self) -> DType:
+    """The type of one lane."""
+    return self if self.count == 1 else dtypes.by_name(self.name.rsplit("x", 1)[0])
   @property
   def is_float(self) -> bool: return self.kind == 'f'
   @property

@@ -23,11 +23,14 @@ class Ops(Enum):
   # kernel level
   DEFINE_GLOBAL = auto()  # arg = (position, mutable)
   DEFINE_LOCAL = auto()   # arg = (name, size)
-  RANGE = auto()          # src = (end,), arg = (axis id, kind)
+  RANGE = auto()          # src = (end,), arg = RangeArg (ir.axis)
   LOAD = auto()           # src = (buffer, index[, valid])
   STORE = auto()          # src = (buffer, index, value[, valid])
   BARRIER = auto()
   SINK = auto()           # groups the roots of a graph
+  # vectors (kernel level): a value of dtype `d.vec(n)` holds n lanes
+  VECTORIZE = auto()      # a vector from n scalar sources (one per lane)
+  GEP = auto()            # lane `arg` of a vector source
   # linearized programs only
   DEFINE_ACC = auto()     # an accumulator; src = (identity,), arg = accumulator number
   ASSIGN = auto()         # acc = value; src = (DEFINE_ACC, value)

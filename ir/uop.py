@@ -217,7 +217,7 @@ def _tdiv(a, c):
 def pretty(u: UOp, depth: int = 0, limit: int = 6) -> str:
   """A readable one-node-per-line dump (used by DEBUG=3)."""
   if u.op is Ops.CONST: return f"{u.arg!r}"
-  if u.op is Ops.RANGE: return f"r{u.arg[0]}"
+  if u.op is Ops.RANGE: return f"r{u.arg.id}"
   if depth >= limit: return f"{u.op.name}(...)"
   args = [pretty(s, depth + 1, limit) for s in u.src]
   a = "" if u.arg is None or u.op is Ops.SINK else f", arg={u.arg!r}"

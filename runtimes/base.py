@@ -18,11 +18,11 @@ import numpy as np
 # name -> "module:Class"; classes are imported only when asked for, so a missing optional
 # dependency (pyopencl, ...) only affects the runtime that needs it.
 RUNTIME_CLASSES: dict[str, str] = {
-  "c": "runtimes.c:CRuntime",
-  "opencl": "runtimes.opencl:OpenCLRuntime",
-  "cuda": "runtimes.cuda:CUDARuntime",
-  "metal": "runtimes.metal:MetalRuntime",
-  "webgpu": "runtimes.webgpu:WebGPURuntime",
+  "c": "tgc.runtimes.c:CRuntime",
+  "opencl": "tgc.runtimes.opencl:OpenCLRuntime",
+  "cuda": "tgc.runtimes.cuda:CUDARuntime",
+  "metal": "tgc.runtimes.metal:MetalRuntime",
+  "webgpu": "tgc.runtimes.webgpu:WebGPURuntime",
 }
 
 

@@ -1,4 +1,13 @@
-"""C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float."""
+"""C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float.
+
+Vectors are GCC/Clang vector extensions (`float __attribute__((vector_size(32)))`: the compiler emits AVX2, AVX-512
+or NEON for them as the -march flags allow), used only under `#if TG_SIMD`, which the prelude defines unless
+`TG_NO_SIMD` is set or the compiler is neither GCC nor Clang; `lower` renders the same kernel with its vector axis
+expanded into scalars for the `#else` branch, which is plain C99. The prelude also lets both compilers fuse
+multiplies and adds (FMA). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
+Vector loads and stores go through may_alias types of 4-byte alignment (any element address is fine); comparisons
+give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit lanes are vector ops (`vectorize` does the
+rest lane by lane)."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
@@ -35,10 +44,58 @@ static unsigned short tg_f2h(float f) {
   return (unsigned short)(s | r);
 }
 """
+SIMD_PRELUDE = """#ifndef TG_KERNEL
+#define TG_KERNEL
+#endif
+#if !defined(TG_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#define TG_SIMD 1
+#else
+#define TG_SIMD 0
+#endif
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif"""
+_VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32"}
+_VEC_C = {"f32": "float", "i32": "int", "u32": "unsigned int"}
+_CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+
+
+def vector_type(d: DType) -> str:
+  """The C name of a 32-bit-lane vector type (bool vectors are masks of int32)."""
+  return f"tg_{_VEC_NAMES[d.scalar]}x{d.count}"
+
+
+def _exp2_helper(lanes: int) -> str:
+  """2^x on float32 vectors: x = n + f (n an integer, |f| <= 1/2), 2^f by its Taylor polynomial of degree 7 (error
+  below 3e-9, under float rounding), 2^n as two exponent scalings so results down into the subnormal range get one
+  rounding; x is clamped to [-252, 254] (0 and inf beyond), NaN propagates."""
+  f, i = f"tg_f32x{lanes}", f"tg_i32x{lanes}"
+  coefs = ["1.525273380405984e-05f", "0.00015403530393381606f", "0.0013333558146428443f", "0.009618129107628477f",
+           "0.05550410866482158f", "0.2402265069591007f", "0.6931471805599453f", "1.0f"]
+  horner = f"p = r * {coefs[0]} + {coefs[1]};\n" + "".join(f"  p = p * r + {c};\n" for c in coefs[2:])
+  return (f"#if TG_SIMD\nstatic inline {f} tg_exp2_{f[3:]}({f} x) {{\n"
+          f"  const {f} lo = ({f}){{0}} - 252.0f, hi = ({f}){{0}} + 254.0f;\n  {f} n, r, p;\n  {i} m, k, k1;\n"
+          f"  m = x < lo; x = ({f})((m & ({i})lo) | (~m & ({i})x));\n"
+          f"  m = x > hi; x = ({f})((m & ({i})hi) | (~m & ({i})x));\n"
+          f"  n = (x + 12582912.0f) - 12582912.0f;\n  r = x - n;\n  {horner}"
+          f"  k = __builtin_convertvector(n, {i});\n  k1 = k >> 1;\n"
+          f"  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n}}\n#endif")
+
+
+def _typedefs(kind: str, lanes: int) -> str:
+  c, size = _VEC_C[kind], 4 * lanes
+  return (f"#if TG_SIMD\ntypedef {c} tg_{kind}x{lanes} __attribute__((vector_size({size})));\n"
+          f"typedef {c} tg_{kind}x{lanes}u __attribute__((vector_size({size}), aligned(4), __may_alias__));\n#endif")
 
 
 class CRenderer(CStyleRenderer):
-  target = "c"
+  language = "c"
+  kernel_prefix = "TG_KERNEL "
+  vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.WHERE, Ops.CMPLT,
+                          Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP,
+                          Ops.EXP2})
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -48,9 +105,59 @@ class CRenderer(CStyleRenderer):
               for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}
 
   def prefix(self, program: list[UOp]) -> list[str]:
-    out = ["#include <math.h>", "#include <string.h>"]
+    out = ["#include <math.h>", "#include <string.h>", SIMD_PRELUDE]
     if any(u.dtype == dtypes.float16 for u in program): out.append(HALF_HELPERS)
+    vecs = sorted({(_VEC_NAMES[d.scalar], d.count) for u in program for d in (u.dtype, *(s.dtype for s in u.src))
+                   if d.count > 1})
+    out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
+    out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     return out
+
+  # ---- vectors ----
+  def type_name(self, d: DType) -> str: return vector_type(d) if d.count > 1 else self.types[d]
+
+  def render_vector(self, lanes: list[str], d: DType) -> str:
+    if d.scalar.is_bool: lanes = [f"-({x})" for x in lanes]
+    return f"(({vector_type(d)}){{{', '.join(lanes)}}})"
+
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
+    return f"(*(const {vector_type(d)}u *)({buf} + ({idx})))"
+
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
+    return f"*({vector_type(d)}u *)({buf} + ({idx})) = {val};"
+
+  def render_gated_load(self, gate: str, load: str, d: DType) -> str:
+    if d.count == 1: return super().render_gated_load(gate, load, d)
+    return f"(({gate})?{load}:{self.render_vector([self.render_const(0, d.scalar)] * d.count, d)})"
+
+  def render_vector_alu(self, u: UOp, s: list[str]) -> str:
+    d, src = u.dtype, u.src[0].dtype
+    if u.op in _CMP: return f"({s[0]}{_CMP[u.op]}{s[1]})"
+    if u.op is Ops.WHERE: return self._select(s[0], s[1], s[2], d)
+    if u.op is Ops.MAX:
+      if not d.scalar.is_float: return self._select(f"({s[0]}>{s[1]})", s[0], s[1], d)
+      return self._select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))", s[0], s[1], d)
+    if u.op is Ops.RECIP: return f"(1.0f/{s[0]})"
+    if u.op is Ops.EXP2: return f"tg_exp2_f32x{d.count}({s[0]})"
+    if u.op is Ops.NEG: return f"(-{s[0]})" if not d.scalar.is_bool else f"(~{s[0]})"
+    if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
+    if u.op is Ops.BITCAST: return f"(({vector_type(d)})({s[0]}))"
+    if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+    return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
+            Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})"}[u.op].format(*s)
+
+  def _select(self, mask: str, a: str, b: str, d: DType) -> str:
+    if d.scalar.is_int or d.scalar.is_bool: return f"(({mask}&{a})|(~{mask}&{b}))"
+    m = vector_type(d.scalar.vec(d.count)).replace("f32", "i32")
+    return f"(({vector_type(d)})(({mask}&(({m}){a}))|(~{mask}&(({m}){b}))))"
+
+  def _vector_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src.scalar == dst.scalar or (src.scalar in (dtypes.int32, dtypes.index) and dst.scalar in (dtypes.int32,
+                                                                                                   dtypes.index)):
+      return x
+    if dst.scalar.is_bool: return f"({x}!=0)" if not src.scalar.is_bool else x
+    if src.scalar.is_bool: x = f"(-{x})"
+    return f"__builtin_convertvector({x}, {vector_type(dst)})"
 
   def render_load(self, buf, idx, d):
     return f"tg_h2f({buf}[{idx}])" if d == dtypes.float16 else f"{buf}[{idx}]"

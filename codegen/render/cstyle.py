@@ -1,8 +1,22 @@
 """The C-style renderer base: walks a linearized kernel and prints it. Subclasses only change data: type names,
-how arguments and indices are spelled, and the few ops whose spelling differs."""
+how arguments and indices are spelled, and the few ops whose spelling differs. A renderer is made for a `Target`
+(`target.renderer()`), which holds the limits and options it checks and spells; it returns the kernel function and,
+as data, what callers need to know about it (`params`)."""
 from __future__ import annotations
 import math
-from tgc.ir import Ops, UOp, DType, dtypes
+from dataclasses import dataclass
+from tgc.ir import Ops, UOp, DType, AxisType, dtypes
+from tgc.codegen.target import Target
+
+
+@dataclass(frozen=True)
+class KernelParam:
+  """One buffer parameter of a rendered kernel: the position of its buffer in a call's buffer list, the element
+  type, whether the kernel writes it, and the element type as the signature spells it (e.g. "const float")."""
+  index: int
+  dtype: DType
+  mutable: bool
+  spelled: str
 
 # op -> format over rendered sources; the same in every C-family language
 BASE_OPS = {
@@ -13,30 +27,31 @@ BASE_OPS = {
 
 
 class CStyleRenderer:
-  target = "cstyle"
+  language = "cstyle"
   kernel_prefix = ""
   global_qualifier = ""
   const_qualifier = "const "
   restrict = "restrict "
   local_qualifier = ""
   barrier = ""
-  loops_for_grid = True          # C: grid ranges are plain loops; GPU languages index by work-item ids
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   types: dict[DType, str] = {}
   storage_types: dict[DType, str] = {}
   math_fns: dict[tuple[Ops, DType], str] = {}
   has_half = False
-  max_grid_dims = 3
-  # work-groups allowed per grid dimension: one limit for all or one per dimension (x, y, z); wider ranges are
-  # split by lowering
-  max_workgroups_per_dim: int | tuple[int, ...] | None = None
+  vector_ops: frozenset = frozenset()     # ops the language does on SIMD vectors (empty: vectors are expanded)
+
+  def __init__(self, target: Target | None = None):
+    self.target = target if target is not None else Target.make(self.language, artifact=False)
+
+  def __str__(self) -> str: return str(self.target)
 
   # ---- spelling hooks ----
   def type_name(self, d: DType) -> str: return self.types[d]
   def storage_type(self, d: DType) -> str:
     if d.storage_only: return self.type_name(dtypes.from_numpy(d.np))
     return self.storage_types.get(d, self.type_name(d))
-  def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg = (id, kind, dim)
+  def grid_index(self, r: UOp) -> str: raise NotImplementedError   # r.arg: RangeArg with its launch dimension
   def prefix(self, program: list[UOp]) -> list[str]: return []
   def fn(self, op: Ops, d: DType) -> str: return self.math_fns[(op, d)]
   def prepare(self, ast: UOp) -> UOp:
@@ -79,6 +94,12 @@ class CStyleRenderer:
 
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: raise NotImplementedError
 
+  # ---- vectors (languages with `vector_ops`) ----
+  def render_vector(self, lanes: list[str], d: DType) -> str: raise NotImplementedError
+  def render_vector_load(self, buf: str, idx: str, d: DType) -> str: raise NotImplementedError
+  def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str: raise NotImplementedError
+  def render_vector_alu(self, u: UOp, s: list[str]) -> str: raise NotImplementedError
+
   def render_alu(self, u: UOp, s: list[str]) -> str:
     d = u.src[0].dtype
     if u.op is Ops.MAX:
@@ -102,9 +123,15 @@ class CStyleRenderer:
 
   def render_load(self, buf: str, idx: str, d: DType) -> str: return f"{buf}[{idx}]"
   def render_store(self, buf: str, idx: str, val: str, d: DType) -> str: return f"{buf}[{idx}] = {val};"
+  def param_type(self, d: DType, mutable: bool) -> str:
+    """The element type of a buffer parameter as the signature spells it."""
+    return f"{'' if mutable else self.const_qualifier}{self.storage_type(d)}".strip()
   def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
-    q = self.global_qualifier + ("" if mutable else self.const_qualifier)
-    return f"{q}{self.storage_type(d)}* {self.restrict}data{i}"
+    return f"{self.global_qualifier}{self.param_type(d, mutable)}* {self.restrict}data{i}"
+
+  def params(self, program: list[UOp]) -> list[KernelParam]:
+    """The kernel's buffer parameters in signature order."""
+    return [KernelParam(b.arg[0], b.dtype, b.arg[1], self.param_type(b.dtype, b.arg[1])) for b in _buffers(program)]
   def kernel_signature(self, name: str, args: list[str], local_size) -> str:
     return f"{self.kernel_prefix}void {name}({', '.join(args)})"
 
@@ -125,8 +152,7 @@ class CStyleRenderer:
 
     def r(u: UOp) -> str: return names[u] if u.op is not Ops.CONST else self.render_const(u.arg, u.dtype)
 
-    bufs = sorted({u for u in program if u.op is Ops.DEFINE_GLOBAL} |
-                  {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
+    bufs = _buffers(program)
     args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs]
     for b in bufs: names[b] = f"data{b.arg[0]}"
     for u in program:
@@ -141,10 +167,10 @@ class CStyleRenderer:
         lines.append(f"{pad}{self.barrier}")
         continue
       if u.op is Ops.RANGE:
-        kind = u.arg[1]
-        nm = {"global": "gidx", "local": "lidx", "group": "lidx"}.get(kind, "ridx") + str(u.arg[0])
+        kind = u.arg.kind
+        nm = _RANGE_NAMES.get(kind, "ridx") + str(u.arg.id)
         names[u] = nm
-        if kind in ("global", "local", "group") and not self.loops_for_grid:
+        if kind in _GRID and self.target.has_workgroups:
           lines.append(f"{pad}{self.render_grid_decl(nm, u, r(u.src[0]))}")
         else:
           lines.append(f"{pad}{self.render_for(nm, r(u.src[0]))}")
@@ -156,24 +182,34 @@ class CStyleRenderer:
         continue
       if u.op is Ops.DEFINE_ACC:
         names[u] = new_name("acc")
-        lines.append(f"{pad}{self.render_decl(names[u], u.dtype, r(u.src[0]), mutable=True)}")
+        init = r(u.src[0]) if u.dtype.count == 1 else self.render_vector([r(u.src[0])] * u.dtype.count, u.dtype)
+        lines.append(f"{pad}{self.render_decl(names[u], u.dtype, init, mutable=True)}")
         continue
       if u.op is Ops.ASSIGN:
         acc, val, red = u.src[0], u.src[1], u.arg
         combine = {Ops.ADD: Ops.ADD, Ops.MUL: Ops.MUL, Ops.MAX: Ops.MAX}[red.arg]
-        expr = self.render_alu(UOp(combine, acc.dtype, (acc, val)), [r(acc), r(val)])
+        op = UOp(combine, acc.dtype, (acc, val))
+        expr = self.render_vector_alu(op, [r(acc), r(val)]) if acc.dtype.count > 1 else \
+          self.render_alu(op, [r(acc), r(val)])
         lines.append(f"{pad}{r(acc)} = {expr};")
         names[red] = r(acc)
         continue
       if u.op is Ops.STORE:
         buf, idx, val = u.src[:3]
-        st = self.render_store(r(buf), r(idx), r(val), buf.dtype)
+        st = self.render_store(r(buf), r(idx), r(val), buf.dtype) if val.dtype.count == 1 else \
+          self.render_vector_store(r(buf), r(idx), r(val), val.dtype)
         lines.append(f"{pad}{self.render_if(r(u.src[3]), st)}" if len(u.src) > 3 else f"{pad}{st}")
         continue
       if u.op is Ops.LOAD:
         buf, idx = u.src[:2]
-        ld = self.render_load(r(buf), r(idx), buf.dtype)
+        ld = self.render_load(r(buf), r(idx), buf.dtype) if u.dtype.count == 1 else \
+          self.render_vector_load(r(buf), r(idx), u.dtype)
         expr = self.render_gated_load(r(u.src[2]), ld, u.dtype) if len(u.src) > 2 else ld
+      elif u.op is Ops.VECTORIZE:
+        expr = self.render_vector([r(s) for s in u.src] * (u.dtype.count if len(u.src) == 1 else 1), u.dtype)
+      elif u.op is Ops.GEP: expr = f"{r(u.src[0])}[{u.arg}]"
+      elif u.dtype.count > 1 or any(s.dtype.count > 1 for s in u.src):
+        expr = self.render_vector_alu(u, [r(s) for s in u.src])
       elif u.op is Ops.CAST: expr = self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
       elif u.op is Ops.BITCAST: expr = self.render_bitcast(r(u.src[0]), u.src[0].dtype, u.dtype)
       else: expr = self.render_alu(u, [r(s) for s in u.src])
@@ -187,3 +223,13 @@ class CStyleRenderer:
       lines.append("  " * depth + "}")
     sig = self.kernel_signature(name, args, local_size)
     return "\n".join([sig + " {"] + lines + ["}", ""])
+
+
+_RANGE_NAMES = {AxisType.GLOBAL: "gidx", AxisType.LOCAL: "lidx", AxisType.GROUP: "lidx"}
+_GRID = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP)
+
+
+def _buffers(program: list[UOp]) -> list[UOp]:
+  """The DEFINE_GLOBALs a program uses, by argument position."""
+  return sorted({u for u in program if u.op is Ops.DEFINE_GLOBAL} |
+                {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])

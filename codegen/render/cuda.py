@@ -3,7 +3,7 @@ are block indices and local/group ranges thread indices; float16 is `__half` in 
 registers; NaN and infinities come from bit patterns, so the source needs no header but cuda_fp16.h."""
 from __future__ import annotations
 import math
-from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
@@ -34,15 +34,11 @@ BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__
 
 
 class CUDARenderer(CStyleRenderer):
-  target = "cuda"
+  language = "cuda"
   kernel_prefix = 'extern "C" __global__ '
   restrict = "__restrict__ "
-  loops_for_grid = False
   local_qualifier = "__shared__ "
   barrier = "__syncthreads();"
-  max_workgroups_per_dim = (2**31 - 1, 65535, 65535)   # blocks per grid dimension x, y, z
-  max_block = (1024, 1024, 64)                         # threads per block dimension
-  max_threads = 1024                                   # threads per block
   types = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -61,7 +57,7 @@ class CUDARenderer(CStyleRenderer):
     return f"({out})" if out.startswith("-") else out   # `x-(-1.5f)`, never `x--1.5f`
 
   def grid_index(self, r: UOp) -> str:
-    return f"{'blockIdx' if r.arg[1] == 'global' else 'threadIdx'}.{'xyz'[r.arg[2]]}"
+    return f"{'blockIdx' if r.arg.kind is AxisType.GLOBAL else 'threadIdx'}.{'xyz'[r.arg.dim]}"
 
   def prefix(self, program):
     used = {u.dtype for u in program} | {s.dtype for u in program for s in u.src}
@@ -73,13 +69,14 @@ class CUDARenderer(CStyleRenderer):
 
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
     """The kernel, after checking CUDA's launch limits (lowering splits or folds grids to fit them)."""
-    if any(s > m for s, m in zip(local_size, self.max_block)) or math.prod(local_size) > self.max_threads:
-      raise ValueError(f"cuda: kernel '{name}': block size {tuple(local_size)} exceeds the limits {self.max_block} "
-                       f"and {self.max_threads} threads")
+    t = self.target
+    if any(s > m for s, m in zip(local_size, t.max_local_size)) or math.prod(local_size) > t.max_local_items:
+      raise ValueError(f"cuda: kernel '{name}': block size {tuple(local_size)} exceeds the limits {t.max_local_size} "
+                       f"and {t.max_local_items} threads")
     for u in program:
-      if u.op is Ops.RANGE and u.arg[1] == "global" and u.src[0].arg > self.max_workgroups_per_dim[u.arg[2]]:
-        raise ValueError(f"cuda: kernel '{name}' needs {u.src[0].arg} blocks in grid dimension {'xyz'[u.arg[2]]}; the "
-                         f"limit is {self.max_workgroups_per_dim[u.arg[2]]}")
+      if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].arg > t.max_groups_per_dim[u.arg.dim]:
+        raise ValueError(f"cuda: kernel '{name}' needs {u.src[0].arg} blocks in grid dimension {'xyz'[u.arg.dim]}; the "
+                         f"limit is {t.max_groups_per_dim[u.arg.dim]}")
     return super().render(name, program, local_size)
 
   def kernel_signature(self, name, args, local_size):

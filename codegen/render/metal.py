@@ -5,7 +5,7 @@ on the host's fast-math setting."""
 from __future__ import annotations
 import math
 import struct
-from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
 
 def _round_to(v: float, d: DType) -> float:
@@ -22,11 +22,10 @@ _PRECISE = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT,
 
 
 class MetalRenderer(CStyleRenderer):
-  target = "metal"
+  language = "metal"
   kernel_prefix = "kernel "
   global_qualifier = "device "
   restrict = ""
-  loops_for_grid = False
   local_qualifier = "threadgroup "
   barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
   float_suffix = {dtypes.float32: "f", dtypes.float16: "f"}
@@ -62,7 +61,8 @@ class MetalRenderer(CStyleRenderer):
     ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
     return f"{self.kernel_prefix}void {name}({', '.join(args + ids)})"
 
-  def grid_index(self, r: UOp) -> str: return f"{'gid' if r.arg[1] == 'global' else 'lid'}.{'xyz'[r.arg[2]]}"
+  def grid_index(self, r: UOp) -> str:
+    return f"{'gid' if r.arg.kind is AxisType.GLOBAL else 'lid'}.{'xyz'[r.arg.dim]}"
 
   def render_store(self, buf, idx, val, d):
     return f"{buf}[{idx}] = (uchar)({val});" if d.is_bool else f"{buf}[{idx}] = {val};"

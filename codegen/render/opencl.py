@@ -1,7 +1,7 @@
 """OpenCL C renderer: grid ranges are work-group and work-item ids; float16 uses vload_half/vstore_half
 (half storage, float math) so it runs without cl_khr_fp16."""
 from __future__ import annotations
-from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
 
 _FNS = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
@@ -9,10 +9,9 @@ _FNS = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sq
 
 
 class OpenCLRenderer(CStyleRenderer):
-  target = "opencl"
+  language = "opencl"
   kernel_prefix = "__kernel "
   global_qualifier = "__global "
-  loops_for_grid = False
   local_qualifier = "__local "
   barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
   types = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "long",
@@ -25,7 +24,7 @@ class OpenCLRenderer(CStyleRenderer):
   def inf(self, d): return "INFINITY" if d != dtypes.float64 else "((double)INFINITY)"
 
   def grid_index(self, r: UOp) -> str:
-    return f"get_{'group' if r.arg[1] == 'global' else 'local'}_id({r.arg[2]})"   # local and group: work-items
+    return f"get_{'group' if r.arg.kind is AxisType.GLOBAL else 'local'}_id({r.arg.dim})"   # local, group: work-items
 
   def prefix(self, program):
     if any(u.dtype == dtypes.float64 for u in program): return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"]

@@ -42,9 +42,10 @@ import math
 import re
 from dataclasses import dataclass
 import numpy as np
-from tgc.ir import Ops, UOp, DType, dtypes, substitute
+from tgc.ir import Ops, UOp, DType, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify
 from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS
+from tgc.codegen.target import Target
 
 U32 = dtypes.uint32
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
@@ -173,19 +174,17 @@ def is_packed(d: DType) -> bool:
 
 
 class WGSLRenderer(CStyleRenderer):
-  target = "webgpu"
-  loops_for_grid = False
+  language = "webgpu"
   barrier = "workgroupBarrier();"
-  max_grid_dims = 3
-  max_workgroups_per_dim = 65535
-  max_workgroup_size = (256, 256, 64)
-  max_invocations = 256
-  max_storage_buffers = 8
 
-  def __init__(self, narrow_int64: bool = False, f16: bool = False, max_storage_buffers: int | None = None,
-               narrow_f64: bool = False):
-    self.narrow_int64, self.f16, self.narrow_f64 = narrow_int64, f16, narrow_f64
-    if max_storage_buffers is not None: self.max_storage_buffers = max_storage_buffers
+  def __init__(self, target: Target | None = None):
+    super().__init__(target)
+    t = self.target
+    self.narrow_int64, self.f16, self.narrow_f64 = t.narrow_int64, t.f16, t.narrow_f64
+    self.max_storage_buffers = t.max_buffers
+    self.max_workgroups_per_dim = t.max_groups_per_dim[0]
+    self.max_workgroup_size, self.max_invocations = t.max_local_size, t.max_local_items
+    narrow_int64, f16, narrow_f64 = self.narrow_int64, self.f16, self.narrow_f64
     half = "f16" if f16 else "f32"
     self.types = {dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32",
                   dtypes.uint8: "u32", dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float16: half,
@@ -197,13 +196,6 @@ class WGSLRenderer(CStyleRenderer):
     self._stored: set[UOp] = set()          # global buffers the kernel stores to
     self._helpers: set[str] = set()
     self._last: tuple | None = None         # (program, function) of the last render
-
-  def __str__(self) -> str:
-    """The target with its options, stable across processes (cache keys, reports): e.g. "webgpu+f16"."""
-    opts = [n for n, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16))
-            if on]
-    if self.max_storage_buffers != WGSLRenderer.max_storage_buffers: opts.append(f"bufs{self.max_storage_buffers}")
-    return "+".join([self.target] + opts)
 
   # ---- types and constants ----
   def type_name(self, d: DType) -> str:
@@ -346,7 +338,8 @@ class WGSLRenderer(CStyleRenderer):
   def render_for(self, name: str, end: str) -> str:
     return f"for (var {name}: i32 = 0i; {name} < {end}; {name}++) {{"
 
-  def grid_index(self, r: UOp) -> str: return f"i32({'gid' if r.arg[1] == 'global' else 'lid'}.{_DIMS[r.arg[2]]})"
+  def grid_index(self, r: UOp) -> str:
+    return f"i32({'gid' if r.arg.kind is AxisType.GLOBAL else 'lid'}.{_DIMS[r.arg.dim]})"
 
   def render_grid_decl(self, name: str, r: UOp, size: str) -> str:
     return f"let {name}: i32 = {self.grid_index(r)};  // {r.src[0].arg}"
@@ -394,7 +387,7 @@ class WGSLRenderer(CStyleRenderer):
         raise ValueError(f"{where}: buffer data{b.arg[0]} is float64; WGSL has no 64-bit floats (use float32)")
       if b.dtype in _WIDE_INTS and not self.narrow_int64:
         raise ValueError(f"{where}: buffer data{b.arg[0]} is {b.dtype.name}; WGSL has no 64-bit integers (store it "
-                         f"as 32 bits and render with WGSLRenderer(narrow_int64=True))")
+                         f"as 32 bits and compile for a target with narrow_int64)")
     for u in program:
       if u.op is Ops.BITCAST and {u.dtype, u.src[0].dtype} & {dtypes.float64, *_WIDE_INTS}:
         raise ValueError(f"{where}: a bitcast from {u.src[0].dtype.name} to {u.dtype.name} needs 64-bit words; "
@@ -408,8 +401,8 @@ class WGSLRenderer(CStyleRenderer):
       raise ValueError(f"{where}: work-group size {tuple(local_size)} exceeds the limits {self.max_workgroup_size} "
                        f"and {self.max_invocations} invocations")
     for u in program:
-      if u.op is Ops.RANGE and u.arg[1] == "global" and u.src[0].arg > self.max_workgroups_per_dim:
-        raise ValueError(f"{where} needs {u.src[0].arg} work-groups in launch dimension {_DIMS[u.arg[2]]}; the limit "
+      if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].arg > self.max_workgroups_per_dim:
+        raise ValueError(f"{where} needs {u.src[0].arg} work-groups in launch dimension {_DIMS[u.arg.dim]}; the limit "
                          f"is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to split it")
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
     for u in program:

@@ -377,8 +377,7 @@ def batch_normalization(ctx: NodeContext):
   cs = _channel_shape(x)
   if not training:
     inv = (var.cast(dtypes.float32) + eps).rsqrt()
-    y = (x - mean.reshape(cs)) * (scale * inv).reshape(cs) + bias.reshape(cs)
-    return y.cast(x.dtype)
+    return x.batchnorm(scale, bias, mean, inv).cast(x.dtype)
   axes = tuple(a for a in range(x.ndim) if a != 1)
   xf = x._float()
   m = xf.mean(axes)

@@ -12,7 +12,7 @@ import numpy as np
 from tgc.frontend import Tensor, buffers
 from tgc.frontend import functional as F
 from tgc.frontend.realize import _alloc
-from tgc.ir import Ops, UOp, dtypes
+from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.opts import Opt
@@ -22,7 +22,7 @@ def elementwise_ast(*sizes: int) -> UOp:
   """data0[flat] = data1[flat] * 2 + flat over global ranges of the given sizes (no buffers needed to lower it)."""
   idx = UOp.const(dtypes.index, 0)
   for i, n in enumerate(sizes):
-    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "global"))
+    idx = idx * n + UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), RangeArg(i, AxisType.GLOBAL))
   out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, True))
   inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
   val = UOp(Ops.LOAD, dtypes.float32, (inp, idx)) * UOp.const(dtypes.float32, 2.0)

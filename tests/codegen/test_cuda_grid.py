@@ -13,9 +13,10 @@ from gpu_cases import elementwise_ast
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.render.cuda import CUDARenderer
+from tgc.codegen.target import Target
 from tgc.runtimes import cuda as cuda_rt
 
-LIMITS = CUDARenderer.max_workgroups_per_dim
+LIMITS = Target.make("cuda").max_groups_per_dim
 
 
 def grid_of(prg) -> list[int]:

@@ -23,6 +23,7 @@ from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.render import get_renderer
 from tgc.codegen.render.wgsl import WGSLRenderer, wgsl_bindings, wgsl_workgroup_sizes
+from tgc.codegen.target import Target
 from tgc.ir import dtypes
 from tgc.runtimes import RuntimeUnavailable, get_runtime
 
@@ -61,7 +62,7 @@ def run_programs(rt, case: Case, target) -> None:
 
 
 # ---------------------------------------------------------------- the shared GPU corpus
-NARROW = WGSLRenderer(narrow_int64=True)
+NARROW = WGSLRenderer(Target.make("webgpu", artifact=False, narrow_int64=True))
 REFUSED = {"int64": "data0 is int64", "float64": "float64"}      # 64-bit buffers: errors naming the buffer
 RUNNABLE = [c for c in CASES if c.name not in REFUSED]
 
@@ -86,7 +87,7 @@ HALF_CASES = [c for c in RUNNABLE if "half" in c.tags]
 @pytest.mark.parametrize("case", HALF_CASES, ids=[c.name for c in HALF_CASES])
 def test_corpus_f16_compute(webgpu, tint, case):
   if not webgpu.device_info()["has_f16"]: pytest.skip(f"{webgpu.device_name} has no shader-f16 feature")
-  target = WGSLRenderer(f16=True, narrow_int64=case.name == "casts")
+  target = WGSLRenderer(Target.make("webgpu", artifact=False, f16=True, narrow_int64=case.name == "casts"))
   progs = programs(case, target)[2]
   assert any(p.src.startswith("enable f16;") and re.search(r"\bf16\b", p.function) for p in progs)
   for prg in progs: tint_check(tint, prg.src)
@@ -211,18 +212,20 @@ def int64_kernel():
 
 def test_int64_refused_naming_the_buffer():
   items, _ = schedule([int64_kernel()], _alloc("numpy"))
-  with pytest.raises(ValueError, match=r"buffer data\d is int64.*narrow_int64=True"): lower(items[0].ast, "webgpu")
+  with pytest.raises(ValueError, match=r"buffer data\d is int64.*narrow_int64"): lower(items[0].ast, "webgpu")
 
 
 def test_int64_narrowed_to_i32():
   items, _ = schedule([int64_kernel()], _alloc("numpy"))
-  prg = lower(items[0].ast, WGSLRenderer(narrow_int64=True))
+  prg = lower(items[0].ast, Target.make("webgpu", artifact=False, narrow_int64=True))
   assert "array<i32>" in prg.src and "i64" not in prg.src
   assert "3i" in prg.function
 
 
 def test_renderer_options_name_the_target():
-  assert str(WGSLRenderer()) == "webgpu" and str(WGSLRenderer(narrow_int64=True, f16=True)) == "webgpu+narrow_int64+f16"
+  assert str(WGSLRenderer()) == "webgpu"
+  assert str(WGSLRenderer(Target.make("webgpu", artifact=False, narrow_int64=True, f16=True))) == \
+    "webgpu+narrow_int64+f16"
   r = WGSLRenderer()
   assert get_renderer(r) is r and isinstance(get_renderer("webgpu"), WGSLRenderer)
 
@@ -238,7 +241,7 @@ def test_storage_buffer_limit_names_the_kernel():
   items, _ = schedule([gsum(8).uop], _alloc("numpy"))     # 8 inputs + the output
   with pytest.raises(ValueError, match=r"webgpu: kernel 'k9' binds 9 storage buffers; the limit is 8"):
     lower(items[0].ast, "webgpu", name="k9")
-  prg = lower(items[0].ast, WGSLRenderer(max_storage_buffers=10), name="k9")
+  prg = lower(items[0].ast, Target.make("webgpu", artifact=False, max_buffers=10), name="k9")
   assert len(wgsl_bindings(prg.src)) == 9
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.manifest import validate_manifest
 from tgc.frontend import Tensor
@@ -200,8 +201,8 @@ def check_write_refusals(cm: CompiledModel, tmp_path, sources: Callable[[Compile
   (tmp_path / "full").mkdir()
   (tmp_path / "full" / "x").write_text("x")
   with pytest.raises(ValueError, match="not empty"): write_artifact(cm, str(tmp_path / "full"))
-  target, cm.target = cm.target, "c"
-  with pytest.raises(ValueError, match=f"target '{target}'"): sources(cm)
+  target, cm.target = cm.target, Target.make("c")
+  with pytest.raises(ValueError, match=f"target '{target.name}'"): sources(cm)
   cm.target = target
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tgc.ir import UOp, Ops, dtypes
+from tgc.ir import UOp, Ops, AxisType, RangeArg, dtypes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,9 +136,9 @@ def test_replace():
 _KEY_SCRIPT = textwrap.dedent("""
   import sys
   sys.path.insert(0, sys.argv[1])
-  from tgc.ir import UOp, Ops, dtypes
+  from tgc.ir import UOp, Ops, AxisType, RangeArg, dtypes
   r0 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), (0, "loop"))
-  r1 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 5),), (1, "reduce"))
+  r1 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 5),), RangeArg(1, AxisType.REDUCE))
   idx = (r0 * 5 + r1) // 3 % 7
   f = UOp(Ops.WHERE, dtypes.float32, (idx.lt(4), UOp.const(dtypes.float32, -0.0), UOp.const(dtypes.float32, 0.1)))
   n = UOp.const(dtypes.float16, float("nan"))
@@ -162,7 +162,7 @@ def test_key_stable_across_processes():
   assert k1 == k2
   # and the same as this process computes
   r0 = rng_range(0, 16)
-  r1 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 5),), (1, "reduce"))
+  r1 = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 5),), RangeArg(1, AxisType.REDUCE))
   assert ((r0 * 5 + r1) // 3 % 7).key == k1[1]
 
 

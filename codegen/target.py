@@ -1,0 +1,172 @@
+"""What code generation may assume about the machine a kernel is generated for: a typed `Target`.
+
+A target is a kernel language (c, opencl, cuda, metal, webgpu) plus the facts heuristics, search and renderers ask
+about: for C the CPU (`CPU`: ISA level and compiler flags, SIMD width, vector registers, FMA, half arithmetic, cache
+sizes), for GPU languages the launch limits (work-group size, work-groups per dimension, workgroup memory, storage
+buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors as 32-bit words). Nothing below asks
+for a target by its name to decide how to generate code; it asks the target.
+
+`--cpu` levels: `native` (the machine that compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 + FMA), `x86-64-v4`
+(AVX-512), `armv8-a` (NEON), `armv8.2-a` (NEON + half-precision arithmetic, e.g. Snapdragon 845 and newer)."""
+from __future__ import annotations
+import os
+import platform
+from dataclasses import dataclass, replace
+
+LANGUAGES = ("c", "opencl", "cuda", "metal", "webgpu")
+
+
+@dataclass(frozen=True)
+class CPU:
+  """A CPU level: what the generated C may use and the compiler flags that allow it."""
+  level: str                     # x86-64-v2 | x86-64-v3 | x86-64-v4 | armv8-a | armv8.2-a
+  arch: str                      # x86_64 | aarch64
+  vector_bytes: int              # SIMD register width
+  vector_registers: int
+  fma: bool
+  fp16: bool                     # native half-precision arithmetic
+  march: str                     # the -march value gcc and clang take for this level
+  l1d_bytes: int = 32 * 1024
+  l2_bytes: int = 512 * 1024
+  requested: str = ""            # what --cpu asked for ("native" or the level itself)
+
+  @property
+  def cc_flags(self) -> tuple[str, ...]: return (f"-march={self.march}",)
+
+  def describe(self) -> dict:
+    """The manifest's record of the CPU the kernels were generated for."""
+    return {"requested": self.requested or self.level, "level": self.level, "arch": self.arch,
+            "vector_bytes": self.vector_bytes, "fma": self.fma, "fp16": self.fp16, "cflags": list(self.cc_flags)}
+
+
+CPU_LEVELS: dict[str, CPU] = {
+  "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2"),
+  "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3"),
+  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4"),
+  "armv8-a": CPU("armv8-a", "aarch64", 16, 32, True, False, "armv8-a"),
+  "armv8.2-a": CPU("armv8.2-a", "aarch64", 16, 32, True, True, "armv8.2-a+fp16"),
+}
+CPU_CHOICES = ("native",) + tuple(CPU_LEVELS)
+_X86_V4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+_X86_V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe"}
+_X86_V2 = {"sse4_1", "sse4_2", "ssse3", "popcnt"}
+
+
+def _cpuinfo_flags() -> set[str]:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.split(":")[0].strip() in ("flags", "Features"): return set(line.split(":", 1)[1].split())
+  except OSError: pass
+  return set()
+
+
+def _cache_bytes(level: int, kind: str) -> int | None:
+  """The size of cpu0's cache of `level` and type (Data or Unified) from sysfs, if the kernel says."""
+  base = "/sys/devices/system/cpu/cpu0/cache"
+  try: entries = sorted(os.listdir(base))
+  except OSError: return None
+  for entry in entries:
+    try:
+      with open(os.path.join(base, entry, "level")) as f: lv = int(f.read())
+      with open(os.path.join(base, entry, "type")) as f: tp = f.read().strip()
+      with open(os.path.join(base, entry, "size")) as f: size = f.read().strip()
+    except (OSError, ValueError): continue
+    if lv == level and tp in (kind, "Unified") and size.endswith("K"): return int(size[:-1]) * 1024
+  return None
+
+
+def host_cpu() -> CPU:
+  """The level of the machine this runs on (x86-64 levels by their feature sets; aarch64 with half arithmetic is
+  armv8.2-a) with its own cache sizes."""
+  flags = _cpuinfo_flags()
+  if platform.machine() in ("aarch64", "arm64"): base = CPU_LEVELS["armv8.2-a" if "asimdhp" in flags else "armv8-a"]
+  elif _X86_V4 <= flags and _X86_V3 <= flags: base = CPU_LEVELS["x86-64-v4"]
+  elif _X86_V3 <= flags: base = CPU_LEVELS["x86-64-v3"]
+  else: base = CPU_LEVELS["x86-64-v2"]
+  return replace(base, l1d_bytes=_cache_bytes(1, "Data") or base.l1d_bytes, l2_bytes=_cache_bytes(2, "Unified") or
+                 base.l2_bytes, requested="native")
+
+
+def cpu_level(name: str) -> CPU:
+  """The CPU for a --cpu value; ValueError naming the choices for an unknown one."""
+  if name == "native": return host_cpu()
+  if name not in CPU_LEVELS: raise ValueError(f"unknown --cpu {name!r}; choose one of {', '.join(CPU_CHOICES)}")
+  return replace(CPU_LEVELS[name], requested=name)
+
+
+@dataclass(frozen=True)
+class Target:
+  """A kernel language and what its kernels may assume. Build with `Target.make`."""
+  name: str                                          # c | opencl | cuda | metal | webgpu
+  cpu: CPU | None = None                             # c only
+  max_local_size: tuple[int, int, int] = (1, 1, 1)   # work-items per work-group, per dimension
+  max_local_items: int = 1                           # work-items per work-group
+  max_groups_per_dim: tuple[int, int, int] | None = None   # work-groups per launch dimension x, y, z
+  shared_bytes: int = 0                              # workgroup memory per work-group
+  max_buffers: int | None = None                     # storage buffers one kernel may bind
+  grid_dims: int = 3
+  f16: bool = False                                  # compute float16 in half precision (the device has it)
+  narrow_int64: bool = False                         # webgpu: 64-bit integers held and computed as 32-bit words
+  narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
+
+  @staticmethod
+  def make(name: str, cpu: str | CPU = "native", artifact: bool = True, **kw) -> Target:
+    """The target for a language. `cpu` (c only): a --cpu value or a CPU. `artifact`: for an artifact (WebGPU
+    artifacts narrow 64-bit types to 32-bit words at the boundary; the eager runtime refuses them instead)."""
+    if name not in LANGUAGES: raise ValueError(f"no target {name!r}; known: {', '.join(LANGUAGES)}")
+    if name == "c":
+      return Target("c", cpu=cpu if isinstance(cpu, CPU) else cpu_level(cpu), **kw)
+    defaults: dict = dict(GPU_DEFAULTS[name])
+    if name == "webgpu" and artifact: defaults.update(narrow_int64=True, narrow_f64=True)
+    defaults.update(kw)
+    return Target(name, **defaults)
+
+  # ---- questions codegen asks ----
+  @property
+  def has_workgroups(self) -> bool:
+    """Grid axes are work-item indices (GPU languages); otherwise they are loops (C)."""
+    return self.cpu is None
+
+  @property
+  def has_threads(self) -> bool:
+    """Kernels can run on several CPU threads through the artifact's parallel-for."""
+    return self.cpu is not None
+
+  def vector_lanes(self, itemsize: int) -> int:
+    """Lanes of one SIMD register for elements of `itemsize` bytes (GPU languages: 4-wide vector types)."""
+    return self.cpu.vector_bytes // itemsize if self.cpu is not None else 4
+
+  @property
+  def registers(self) -> int:
+    """Vector registers a register-blocked kernel may fill."""
+    return self.cpu.vector_registers if self.cpu is not None else 32
+
+  def __str__(self) -> str:
+    """Stable across processes (cache keys, reports): the language and what changes generated code."""
+    parts = [self.name]
+    if self.cpu is not None: parts.append(self.cpu.level)
+    parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16))
+              if on]
+    if self.max_buffers is not None and self.max_buffers != GPU_DEFAULTS.get(self.name, {}).get("max_buffers"):
+      parts.append(f"bufs{self.max_buffers}")
+    return "+".join(parts)
+
+
+GPU_DEFAULTS: dict[str, dict] = {
+  # WebGPU's default limits, as browsers ship them
+  "webgpu": dict(max_local_size=(256, 256, 64), max_local_items=256, max_groups_per_dim=(65535, 65535, 65535),
+                 shared_bytes=16384, max_buffers=8),
+  # OpenCL 1.2 devices: the portable minimum work-group size is small; PoCL allows 4096
+  "opencl": dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None, shared_bytes=32768),
+  "cuda": dict(max_local_size=(1024, 1024, 64), max_local_items=1024,
+               max_groups_per_dim=(2**31 - 1, 65535, 65535), shared_bytes=49152),
+  "metal": dict(max_local_size=(1024, 1024, 1024), max_local_items=1024, max_groups_per_dim=None, shared_bytes=32768),
+}
+
+
+def as_target(t) -> Target:
+  """A Target from a Target or a device's language name (C: the host CPU; the eager runtimes' storage, so WebGPU
+  keeps 64-bit types unnarrowed)."""
+  if isinstance(t, Target): return t
+  return Target.make(str(t), artifact=False)

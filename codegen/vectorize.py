@@ -1,0 +1,141 @@
+"""Vectorization: the one VECTOR range of a kernel (W lanes) becomes SIMD values. After expansion, every value that
+depends on the VECTOR range is turned into a `dtype.vec(W)` value:
+  LOAD(buf, base + v)           -> one contiguous vector load at base (a gate that does not depend on v stays scalar)
+  LOAD(buf, idx(v)) otherwise   -> a gather: VECTORIZE of the W lane loads
+  STORE(buf, base + v, x)       -> one contiguous vector store; otherwise one store per lane (GEP)
+  ALU(x, y) with vector sources -> the vector ALU; scalar sources are broadcast (VECTORIZE of one source)
+  REDUCE(x, v, rest)            -> a vector accumulator over `rest`, then its lanes combined (a horizontal reduce)
+Ops the renderer cannot do on vectors (`native`: e.g. exp2 in C) are done lane by lane. Index arithmetic stays
+scalar: loads and stores read the VECTOR range out of their index."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from tgc.ir import Ops, GroupOp, UOp, AxisType, PatternMatcher, UPat, graph_rewrite, substitute, dtypes
+from tgc.ir.symbolic import simplify, split_terms
+from tgc.codegen.expand import COMBINE
+
+INDEX = dtypes.index
+
+
+@dataclass
+class VectorCtx:
+  v: UOp                                   # the VECTOR range
+  native: frozenset                        # ops the renderer does on vectors
+  depends: dict = field(default_factory=dict)
+
+  @property
+  def lanes(self) -> int: return self.v.src[0].arg
+
+  def on_v(self, u: UOp) -> bool:
+    """Whether `u` (a scalar node) depends on the VECTOR range."""
+    if u not in self.depends: self.depends[u] = u is self.v or any(self.on_v(s) for s in u.src)
+    return self.depends[u]
+
+  def lane(self, u: UOp, i: int) -> UOp: return simplify(substitute(u, {self.v: UOp.const(INDEX, i)}))
+
+  def vec(self, u: UOp) -> UOp:
+    """`u` as a vector: itself if it is one, its lanes if it depends on v, else broadcast."""
+    if u.dtype.count > 1: return u
+    if self.on_v(u):
+      return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), tuple(self.lane(u, i) for i in range(self.lanes)))
+    return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), (u,))
+
+
+def gep(u: UOp, i: int) -> UOp:
+  """Lane i of the vector `u`."""
+  if u.op is Ops.VECTORIZE: return u.src[0] if len(u.src) == 1 else u.src[i]
+  return UOp(Ops.GEP, u.dtype.scalar, (u,), i)
+
+
+def contiguous_base(idx: UOp, v: UOp) -> UOp | None:
+  """idx = base + v (v appears once, with coefficient 1, outside any other term) -> base; else None."""
+  terms, const = split_terms(idx)
+  if terms.get(v) != 1: return None
+  rest = {t: c for t, c in terms.items() if t is not v}
+  if any(v in t.toposort() for t in rest): return None
+  base = UOp.const(INDEX, const)
+  for t, c in sorted(rest.items(), key=lambda tc: tc[0].key):
+    base = base + (t if c == 1 else t * c)
+  return simplify(base)
+
+
+def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
+  if ld.dtype.count > 1 or not any(ctx.on_v(s) for s in ld.src[1:]): return None
+  buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
+  base = contiguous_base(idx, ctx.v)
+  if base is not None and not any(ctx.on_v(g) for g in gate):
+    return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
+  return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(ctx.lane(ld, i) for i in range(ctx.lanes)))
+
+
+def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
+  buf, idx, val, gate = st.src[0], st.src[1], st.src[2], st.src[3:]
+  if val.dtype.count == 1 and not ctx.on_v(st): return None
+  # a vector store (every output index depends on the output's VECTOR axis: one without it is already rewritten)
+  if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate): return None
+  base = contiguous_base(idx, ctx.v)
+  if base is not None and not any(ctx.on_v(g) for g in gate):
+    return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)
+  vals = ctx.vec(val)
+  return UOp(Ops.SINK, dtypes.bool, tuple(UOp(Ops.STORE, dtypes.bool, (buf, ctx.lane(idx, i), gep(vals, i)) +
+                                              tuple(ctx.lane(g, i) for g in gate)) for i in range(ctx.lanes)))
+
+
+def _alu(ctx: VectorCtx, x: UOp) -> UOp | None:
+  if x.dtype.count > 1: return None
+  if not any(s.dtype.count > 1 for s in x.src):
+    # a value computed from the vector range itself (a cast of an index, a comparison of it): per lane
+    if x.dtype != INDEX and any(ctx.on_v(s) for s in x.src) and not x.dtype.is_bool:
+      return ctx.vec(x)
+    return None
+  out = x.dtype.vec(ctx.lanes)
+  if x.op in ctx.native and x.dtype.itemsize == 4 and all(s.dtype.scalar.itemsize == 4 for s in x.src):
+    return UOp(x.op, out, tuple(ctx.vec(s) for s in x.src), x.arg)
+  srcs = [ctx.vec(s) for s in x.src]
+  return UOp(Ops.VECTORIZE, out, tuple(UOp(x.op, x.dtype, tuple(gep(s, i) for s in srcs), x.arg)
+                                       for i in range(ctx.lanes)))
+
+
+def _reduce(ctx: VectorCtx, red: UOp) -> UOp | None:
+  body, rs = red.src[0], red.src[1:]
+  if ctx.v in rs:
+    rest = tuple(r for r in rs if r is not ctx.v)
+    vb = ctx.vec(body)
+    acc = UOp(Ops.REDUCE, vb.dtype, (vb,) + rest, red.arg) if rest else vb
+    lanes = [gep(acc, i) for i in range(ctx.lanes)]
+    while len(lanes) > 1:      # pairwise: the same association on every target
+      lanes = [COMBINE[red.arg](lanes[i], lanes[i + 1]) for i in range(0, len(lanes), 2)]
+    return lanes[0]
+  if body.dtype.count > 1 and red.dtype.count == 1: return UOp(Ops.REDUCE, body.dtype, red.src, red.arg)
+  return None
+
+
+def _vectorize_const_gep(g: UOp, x: UOp) -> UOp | None:
+  return gep(x, g.arg) if x.op is Ops.VECTORIZE else None
+
+
+vectorizer = PatternMatcher([
+  # LOAD(buf, base + v) -> vector load; any other index or gate that depends on v -> the lanes' loads
+  (UPat(Ops.LOAD, name="ld"), _load),
+  # STORE(buf, base + v, x) -> vector store; otherwise one store per lane
+  (UPat(Ops.STORE, name="st"), _store),
+  # REDUCE over v -> vector accumulator, lanes combined; REDUCE of a vector body -> vector accumulator
+  (UPat(Ops.REDUCE, name="red"), _reduce),
+  # ALU/CAST with a vector source -> vector op (scalars broadcast), or lane by lane where the renderer has no vector op
+  (UPat(GroupOp.Elementwise, name="x"), _alu),
+  # GEP(VECTORIZE(a, b, ...), i) -> the i-th source
+  (UPat(Ops.GEP, name="g", src=(UPat.var("x"),)), _vectorize_const_gep),
+])
+
+
+def vectorize(ast: UOp, native: frozenset) -> UOp:
+  """`ast` with its VECTOR range (if any) turned into vector values."""
+  vs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR]
+  if not vs: return ast
+  if len(vs) > 1: raise ValueError("a kernel vectorizes one axis")
+  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native))
+  return _flatten(out)
+
+
+def _flatten(sink: UOp) -> UOp:
+  if not any(s.op is Ops.SINK for s in sink.src): return sink
+  return UOp(Ops.SINK, dtypes.bool, tuple(x for s in sink.src for x in (s.src if s.op is Ops.SINK else (s,))))
