@@ -90,12 +90,13 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
       n, w = Kernel.size(r), lanes
       while w >= 4 and n % w: w //= 2
       if w < 4: continue
-      share = _gather_share(k, r, constant)
+      opt = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w)
+      split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
+      share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
       # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the most
       # lanes that move as vectors
       key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
-      if best_key is None or key < best_key:
-        best, best_key = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w), key
+      if best_key is None or key < best_key: best, best_key = opt, key
   if best is None or best_key[0]: return None
   return best
 

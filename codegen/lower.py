@@ -242,6 +242,7 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   relaid_ast, relayouts = relayout(k.ast, weights) if weights else (k.ast, {})
+  if target.has_threads: relaid_ast = task_loop(relaid_ast)
   k = Kernel(relaid_ast, k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
@@ -261,10 +262,23 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
                        tuple(renderer.params(program)), nbytes * work_items, relayouts)
 
 
+MIN_TASKS = 16      # outer loops are folded into the task loop until it has this many iterations
+
+
+def task_loop(ast: UOp) -> UOp:
+  """A CPU kernel's outermost output loops folded into one (the task loop threads split) until it has MIN_TASKS
+  iterations or no output loop is left."""
+  globs = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G}, key=lambda r: r.arg.id)
+  n = 1
+  while n < len(globs) and math.prod(g.src[0].arg for g in globs[:n]) < MIN_TASKS: n += 1
+  return ast if n < 2 else _fold(ast, globs[:n], globs[0].arg.id)[0]
+
+
 def _c_sizes(ast: UOp):
+  """C: the launch size is the task loop's iterations (1 without output loops)."""
   g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G},
                                     key=lambda r: r.arg.id)]
-  return (math.prod(g), 1, 1)
+  return (g[0] if g else 1, 1, 1)
 
 
 def _default_name(ast: UOp, gsz) -> str:

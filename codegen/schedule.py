@@ -350,7 +350,7 @@ def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp
 
 def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
   """Whether a load of a (N, C, H, W) buffer at `idx` reduces over C, or indexes C by an output axis while it
-  reduces over H or W (the terms of the flat index sorted into dims by their strides)."""
+  slides a window over H or W (the terms of the flat index sorted into dims by their strides)."""
   strides = _strides(shape)
   terms, _ = split_terms(idx)
   dims: dict[int, list[UOp]] = {}
@@ -359,6 +359,7 @@ def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
     d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)    # the largest stride <= k
     if d is None or k % strides[d]: continue
     dims.setdefault(d, []).append(t)
-  channel = [r.arg.kind for r in dims.get(1, [])]
-  spatial = [r.arg.kind for d in (2, 3) for r in dims.get(d, [])]
-  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and AxisType.REDUCE in spatial)
+  channel = {r.arg.kind for r in dims.get(1, [])}
+  # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
+  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in (2, 3))
+  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)

@@ -1,6 +1,8 @@
 """The `c` bundle: `model.h` / `model.c` (the model as a C99 library: static kernels, a run function that calls
-them in order on the caller's buffers, the weights and the arena), `main.c` (an example program on .npy files),
-`Makefile`, `weights.safetensors`, `weights.S` when the weights are embedded, and `manifest.json`.
+them in order on the caller's buffers, the weights and the arena; each launch goes through the caller's parallel-for
+when one is set), `main.c` (an example program on .npy files), `tgc_threads.h` / `tgc_threads.c` (an optional
+pthreads pool), `Makefile` (built for the CPU level the kernels were generated for), `weights.safetensors`,
+`weights.S` when the weights are embedded, and `manifest.json`.
 
 Generated text comes from the templates in templates/c; model names reach it only through `comment_safe`
 (comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types the renderer
@@ -99,6 +101,28 @@ def _wrap_call(kernel: str, args: list[str], width: int = 118) -> str:
   return "\n".join(lines + [line])
 
 
+PARALLEL_MIN_OPS = 1 << 16      # kernels with less work than this run on the calling thread even with a thread pool
+PARALLEL_MIN_BYTES = 1 << 18
+
+
+def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
+  """Per kernel, the argument block a launch fills, the function running a range of its task loop, and the task
+  function a parallel-for calls (one task loop iteration)."""
+  out = []
+  for name in cm.kernels:
+    fields = "".join(f" {p.ctype} *d{p.index};" for p in params[name])
+    call = ", ".join([f"g->d{p.index}" for p in params[name]] + ["(int)lo", "(int)hi"])
+    out.append(f"typedef struct {{{fields} }} tg_args_{name};\n"
+               f"static void tg_range_{name}(void *p, size_t lo, size_t hi) {{\n"
+               f"  tg_args_{name} *g = (tg_args_{name} *)p;\n  {name}({call});\n}}\n"
+               f"static void tg_task_{name}(void *p, size_t i) {{ tg_range_{name}(p, i, i + 1); }}\n")
+  return "\n".join(out)
+
+
+def _parallel(k: KernelProgram) -> bool:
+  return k.global_size[0] > 1 and (k.ops >= PARALLEL_MIN_OPS or k.bytes >= PARALLEL_MIN_BYTES)
+
+
 def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
   offset = {t.name: t.offset for t in weights.tensors}
   uses = {cm.buffers[i].kind for c in cm.calls for i in c.buffers}
@@ -112,15 +136,18 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
     checks.append(f"  for (i = 0; i < tg_num_{what}; i++) {{\n"
                   f"    if ({what}[i] == NULL) return {{{{SYM}}}}_ERR_NULL;\n"
                   f"    if (tg_misaligned({what}[i], {table}[i].align)) return {{{{SYM}}}}_ERR_ALIGN;\n  }}\n")
-  for c in cm.calls:
-    args = []
+  for n, c in enumerate(cm.calls):
+    sets = []
     for p in params[c.kernel]:
       if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
       b = cm.buffers[c.buffers[p.index]]
-      if b.kind == "weight": args.append(f"({p.ctype} *)(w + {offset[b.name]})")
-      elif b.kind == "arena": args.append(f"({p.ctype} *)(a + {b.offset})")
-      else: args.append(_argument(b, p))
-    calls.append(_wrap_call(c.kernel, args))
+      if b.kind == "weight": arg = f"({p.ctype} *)(w + {offset[b.name]})"
+      elif b.kind == "arena": arg = f"({p.ctype} *)(a + {b.offset})"
+      else: arg = _argument(b, p)
+      sets.append(f"    g.d{p.index} = {arg};\n")
+    k = cm.kernels[c.kernel]
+    calls.append(f"  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
+                 f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {int(_parallel(k))});\n  }}")
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}
 
@@ -164,17 +191,20 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
             "kernels": kernels, "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header),
             "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))), "embedded": "1" if embed_weights else "0",
             "objects": "model.o weights.o" if embed_weights else "model.o",
-            "weights_rule": WEIGHTS_RULE if embed_weights else ""}
+            "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
+            "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
+            "cpu_level": cm.target.cpu.level, "cpu_flags": " ".join(cm.target.cpu.cc_flags)}
   values.update(_tables(cm))
   run = _run_body(cm, params, weights)
   values.update({k: fill(v, values, k) for k, v in run.items()})
   files = {name: fill(read_template("c", f"{name}.tmpl"), values, f"templates/c/{name}.tmpl").encode("utf-8")
-           for name in ("model.h", "model.c", "main.c", "Makefile") + (("weights.S",) if embed_weights else ())}
+           for name in ("model.h", "model.c", "main.c", "Makefile", "tgc_threads.h", "tgc_threads.c") +
+           (("weights.S",) if embed_weights else ())}
   files[WEIGHTS_FILE] = weights.data
   kernel_args = {name: [{"index": p.index, "dtype": _arg_dtype(cm, name, p.index), "mutable": p.mutable}
                         for p in ps] for name, ps in params.items()}
   info = {"api_prefix": sym, "header": "model.h", "source": "model.c", "c_standard": "c99",
-          "embed_weights": embed_weights}
+          "embed_weights": embed_weights, "cpu": cm.target.cpu.describe(), "threads": "tgc_threads.c"}
   if embed_weights: info["weights_symbol"] = f"{sym}_weights_data"
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, embed_weights, kernel_args, files, info)
   return files, manifest
