@@ -3,6 +3,8 @@
 Exit codes: 0 success, 1 `validate` over tolerance, 2 user or input error (one line on stderr naming the culprit),
 3 internal error (a bug in tgc; the traceback is printed with DEBUG>=1)."""
 from __future__ import annotations
+import dataclasses
+import json
 import os
 import sys
 import traceback
@@ -172,11 +174,12 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=FILE.npy",
               help="An input by its original name (repeatable); a .npz file gives several at once.")
 @click.option("--output", "-o", "output", metavar="FILE.npz", help="Write the outputs here (keys: output names).")
-def run_command(artifact, inputs, output):
+@click.option("--threads", default=1, show_default=True, type=int, help="Threads a C artifact runs its kernels on.")
+def run_command(artifact, inputs, output, threads):
   """Run the artifact OUT once on inputs from .npy files."""
   from tgc.aot.pipeline import run_artifact
   arrays, _ = parse_arrays(inputs, "--input")
-  outs = run_artifact(artifact, arrays)
+  outs = run_artifact(artifact, arrays, threads)
   for name, value in outs.items():
     finite = value[np.isfinite(value)] if value.dtype.kind == "f" else value
     stats = f"min {finite.min():.6g} max {finite.max():.6g}" if finite.size else "no finite values"
@@ -227,15 +230,27 @@ def validate_command(artifact, model, seed, rtol, atol):
 @click.option("--runs", default=50, show_default=True, type=int, help="Timed runs.")
 @click.option("--warmup", default=5, show_default=True, type=int, help="Untimed runs first.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
-def bench_command(artifact, runs, warmup, seed):
+@click.option("--threads", default=1, show_default=True, type=int, help="Threads a C artifact runs its kernels on.")
+@click.option("--profile", is_flag=True, help="C: also time every kernel launch (per kernel: time, share, GFLOP/s, "
+                                               "GB/s, opts, model nodes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
   from tgc.aot.pipeline import bench_artifact
-  r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed)
-  click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up")
+  r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed, threads=threads, profile=profile)
+  if as_json:
+    click.echo(json.dumps(dataclasses.asdict(r), indent=2))
+    return
+  click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up, {r.threads} thread(s)")
   click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
   click.echo(f"  arena   {_bytes(r.arena_bytes)}")
   click.echo(f"  weights {_bytes(r.weights_bytes)}")
   click.echo(f"  code    {_bytes(r.code_bytes)} of generated source")
+  if r.profile is not None:
+    click.echo(f"  {'kernel':<24} {'launches':>8} {'ms/run':>9} {'share':>6} {'GFLOP/s':>8} {'GB/s':>7}  opts; nodes")
+    for k in r.profile:
+      click.echo(f"  {k.kernel:<24} {k.launches:>8} {k.seconds * 1e3:>9.4f} {k.share:>6.1%} {k.gflops:>8.1f} "
+                 f"{k.gbytes:>7.1f}  {' '.join(k.opts) or '-'}; {', '.join(k.nodes) or '-'}")
 
 
 @cli.command("inspect", epilog=MODEL_HELP)

@@ -314,15 +314,20 @@ def verify_files(art: Artifact) -> None:
       raise UserError(f"{what} {path} differs from the one compiled (sha256 mismatch with {MANIFEST})")
 
 
-def artifact_runtime(art: Artifact):
-  """The Python runtime that loads this artifact (the caller closes it)."""
+def artifact_runtime(art: Artifact, threads: int = 1, profile: bool = False):
+  """The Python runtime that loads this artifact (the caller closes it); C artifacts can run on `threads` threads
+  (their thread pool) and be built to time each launch (`profile`)."""
   if art.target not in ARTIFACT_RUNTIMES:
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
                     f"{', '.join(ARTIFACT_RUNTIMES)}")
+  if threads < 1: raise UserError(f"--threads must be at least 1, got {threads}")
+  if (threads > 1 or profile) and art.target != "c":
+    raise UserError(f"--threads and --profile apply to c artifacts, not {art.target}")
   import importlib
   from tgc.runtimes.artifact import ArtifactError
   module, name = ARTIFACT_RUNTIMES[art.target]
-  try: return getattr(importlib.import_module(module), name)(art.folder)
+  kwargs = {"threads": threads, "profile": profile} if art.target == "c" else {}
+  try: return getattr(importlib.import_module(module), name)(art.folder, **kwargs)
   except ArtifactError as error:
     # the folder was checked against its manifest already: only a missing C compiler is the user's to fix
     if "C compiler" in str(error): raise UserError(f"cannot load {art.folder}: {error}") from error
@@ -350,11 +355,11 @@ def check_feeds(art: Artifact, arrays: dict[str, np.ndarray]) -> dict[str, np.nd
   return out
 
 
-def run_artifact(folder: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_artifact(folder: str, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
   """Run the artifact once; outputs by original name, in manifest order."""
   art = open_artifact(folder)
   feeds = check_feeds(art, arrays)
-  runtime = artifact_runtime(art)
+  runtime = artifact_runtime(art, threads)
   try: got = runtime.run(feeds)
   finally: runtime.close()
   return {o["name"]: np.asarray(got[o["name"]]) for o in art.outputs}
@@ -456,20 +461,62 @@ class BenchReport:
   arena_bytes: int
   weights_bytes: int
   code_bytes: int
+  threads: int = 1
+  profile: list[KernelProfile] | None = None     # with --profile: per kernel, slowest first
 
 
-def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0) -> BenchReport:
-  """Time whole runs of the artifact itself (its own loader, not tgc's kernels)."""
+@dataclass
+class KernelProfile:
+  """One kernel of a profiled artifact: its launches per run and their time per run, share of the profiled total,
+  and rates from the manifest's op and byte counts."""
+  kernel: str
+  launches: int
+  seconds: float
+  share: float
+  gflops: float
+  gbytes: float
+  opts: list[str]
+  nodes: list[str]
+
+
+def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, threads: int = 1,
+                   profile: bool = False) -> BenchReport:
+  """Time whole runs of the artifact itself (its own loader, not tgc's kernels); `profile` (C) also times each
+  kernel launch inside those runs."""
   if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
   if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
   art = open_artifact(folder)
   feeds = random_inputs(art, seed)
-  runtime = artifact_runtime(art)
-  try: times = [float(t) for t in runtime.time(feeds, runs, warmup)]
+  runtime = artifact_runtime(art, threads, profile)
+  try:
+    for _ in range(warmup): runtime.run(feeds)
+    if profile: runtime.profile_reset()
+    times = [float(t) for t in runtime.time(feeds, runs, 0)]
+    per_call = runtime.profile() if profile else None
   finally: runtime.close()
   if not times: raise RuntimeError("the artifact runtime returned no timings")
+  kernels = kernel_profile(art.manifest, per_call, len(times)) if per_call is not None else None
   return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
-                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes())
+                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes(),
+                     threads, kernels)
+
+
+def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[KernelProfile]:
+  """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first."""
+  info = {k["name"]: k for k in manifest["kernels"]}
+  seconds: dict[str, float] = {}
+  launches: dict[str, int] = {}
+  for call, s in zip(manifest["calls"], per_call):
+    seconds[call["kernel"]] = seconds.get(call["kernel"], 0.0) + s / runs
+    launches[call["kernel"]] = launches.get(call["kernel"], 0) + 1
+  total = sum(seconds.values()) or 1.0
+  out = []
+  for name, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+    k, n = info[name], launches[name]
+    rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
+    out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
+                             list(k.get("opts", [])), list(k.get("nodes", []))))
+  return out
 
 
 # ---------------------------------------------------------------- inspect

@@ -7,9 +7,9 @@ expanded into scalars for the `#else` branch, which is plain C99. The prelude al
 multiplies and adds (FMA). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
 Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [tg_lo, tg_hi) of its outermost
 output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
-without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment (any element address is fine); comparisons
-give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit lanes are vector ops (`vectorize` does the
-rest lane by lane)."""
+without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
+(any element address is fine); comparisons give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit
+lanes are vector ops (`vectorize` does the rest lane by lane); exp2 on vectors is a polynomial (`_exp2_helper`)."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer

@@ -25,7 +25,7 @@ def test_beam_finds_valid_opts_and_caches(tmp_path, monkeypatch):
   assert calls, "the search timed nothing"
   prg = lower(ast, "c", opts)
   fn = rt.compile(prg.src, prg.name)
-  fn(*[buffers.storage(x) for x in bufs])
+  fn(*[buffers.storage(x) for x in bufs], global_size=prg.global_size)
   np.testing.assert_allclose(to_numpy(outs[0]), a @ b, rtol=1e-4, atol=1e-4)
   n = len(calls)
   assert beam_search(ast, "c", counting, width=2, device="test") == opts and len(calls) == n   # from the cache
