@@ -4,7 +4,8 @@ Vectors are GCC/Clang vector extensions (`float __attribute__((vector_size(32)))
 or NEON for them as the -march flags allow), used only under `#if TG_SIMD`, which the prelude defines unless
 `TG_NO_SIMD` is set or the compiler is neither GCC nor Clang; `lower` renders the same kernel with its vector axis
 expanded into scalars for the `#else` branch, which is plain C99. The prelude also lets both compilers fuse
-multiplies and adds (FMA). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
+multiplies and adds (FMA), and keeps gcc quiet about the ABI of vector arguments wider than the -march flags allow
+(only static helpers take them). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
 Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [tg_lo, tg_hi) of its outermost
 output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
 without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
@@ -56,8 +57,10 @@ SIMD_PRELUDE = """#ifndef TG_KERNEL
 #endif
 #if defined(__clang__)
 #pragma clang fp contract(fast)
+#pragma clang diagnostic ignored "-Wpsabi"
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif"""
 _VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32"}
 _VEC_C = {"f32": "float", "i32": "int", "u32": "unsigned int"}
