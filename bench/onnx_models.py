@@ -10,6 +10,9 @@
   Reshape/Transpose into heads, scaled dot-product attention (MatMul, Mul by 1/sqrt(head dim), Softmax), residual
   Add, LayerNormalization (opset 17; or its ReduceMean/Sub/Pow/Sqrt/Div decomposition), FFN with Gelu written as
   x * 0.5 * (1 + Erf(x / sqrt 2)).
+- `mlp()`: 784-512-512-10 with Relu (Gemm with transB, as torch exports Linear), batch 1 or 64.
+- `mnist_cnn()`: the example model of examples/mnist_cnn.py (conv 1->8 3x3, BatchNormalization, Relu, MaxPool,
+  conv 8->16, Relu, MaxPool, Flatten, Gemm 784->64, Relu, Gemm 64->10, LogSoftmax) with its own seeded weights.
 
 Weights are He-scaled normals (variance-preserving), so activations stay in a sane range through the depth."""
 from __future__ import annotations
@@ -147,6 +150,39 @@ def transformer_encoder(seed: int = 0, layers: int = 4, d_model: int = 256, head
   spec = [1, seq, d_model]
   return b.model("transformer_encoder", [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, spec)],
                  [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, spec)])
+
+
+# ---------------------------------------------------------------- MLP and the example CNN
+def mlp(seed: int = 0, batch: int = 1, sizes: tuple[int, ...] = (784, 512, 512, 10)) -> onnx.ModelProto:
+  """Linear layers as torch exports them (Gemm, weight [out, in], transB=1) with Relu between them."""
+  b = _GraphBuilder(seed)
+  x = "x"
+  for i, (din, dout) in enumerate(zip(sizes, sizes[1:])):
+    w, bias = b.normal("fc_w", (dout, din), np.sqrt(2.0 / din)), b.normal("fc_b", (dout,), 0.02)
+    x = b.node("Gemm", [x, w, bias], "fc", transB=1)
+    if i < len(sizes) - 2: x = b.node("Relu", [x], "relu")
+  b.nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
+  return b.model(f"mlp_b{batch}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])])
+
+
+def mnist_cnn(model) -> onnx.ModelProto:
+  """The example CNN (an `examples/mnist_cnn.SmallCNN`) as an ONNX graph with the same weights."""
+  from tgc.frontend.nn import get_state_dict
+  sd = {k: v.numpy() for k, v in get_state_dict(model).items() if v.dtype.name == "float32"}
+  b = _GraphBuilder(0)
+  b.inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in sd.items()]
+  x = b.node("Conv", ["x", "conv1.weight", "conv1.bias"], "conv1", pads=[1, 1, 1, 1])
+  x = b.node("BatchNormalization", [x, "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"], "bn1",
+             epsilon=model.bn1.eps)
+  x = b.node("MaxPool", [b.node("Relu", [x])], "pool1", kernel_shape=[2, 2], strides=[2, 2])
+  x = b.node("Conv", [x, "conv2.weight", "conv2.bias"], "conv2", pads=[1, 1, 1, 1])
+  x = b.node("MaxPool", [b.node("Relu", [x])], "pool2", kernel_shape=[2, 2], strides=[2, 2])
+  x = b.node("Relu", [b.node("Gemm", [b.node("Flatten", [x]), "fc1.weight", "fc1.bias"], "fc1", transB=1)])
+  x = b.node("LogSoftmax", [b.node("Gemm", [x, "fc2.weight", "fc2.bias"], "fc2", transB=1)], axis=-1)
+  b.nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
+  return b.model("mnist_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 28, 28])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 import numpy as np
 from tgc.ir import UOp, DType
 from tgc.codegen.lower import lower, KernelProgram
@@ -60,6 +60,17 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel.
   `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
   if not isinstance(target, Target): target = Target.make(target)
+  kernels: dict[str, KernelProgram] = {}
+  by_ast: dict[str, str] = {}
+  own = _own_weights(items, {b for _, b, _ in weights})
+  for i, it in enumerate(items):
+    if progress: progress(i, len(items))
+    if it.ast.key not in by_ast:
+      kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
+      opts = opts_for(it) if opts_for else None
+      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
+      by_ast[it.ast.key] = kname
+  data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
@@ -69,41 +80,36 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
       index[b] = len(buffers)
       buffers.append(BufferInfo(kind, i, nm, symbol(nm, used, kind[:2]), tuple(b.arg[1]), b.dtype, _nbytes(b)))
   weight_data: dict[str, np.ndarray] = {}
-  for i, (nm, b, data) in enumerate(weights):
+  for nm, b, _ in weights:
+    if b not in data: continue          # folded into another weight: no kernel reads it
+    arr = data[b]
     index[b] = len(buffers)
-    buffers.append(BufferInfo("weight", i, nm, symbol(nm, used, "w"), tuple(b.arg[1]), b.dtype, _nbytes(b)))
-    # storage-only weights are their (packed) storage words, flat; the others take the tensor's shape
-    weight_data[nm] = np.ascontiguousarray(data).reshape(-1 if b.dtype.storage_only else b.arg[1])
-  kernels: dict[str, KernelProgram] = {}
-  by_ast: dict[str, str] = {}
-  calls_bufs: list[list[UOp]] = []
-  calls: list[Call] = []
-  own = _own_weights(items, {b for _, b, _ in weights})
-  for i, it in enumerate(items):
-    if progress: progress(i, len(items))
-    if it.ast.key not in by_ast:
-      kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
-      opts = opts_for(it) if opts_for else None
-      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
-      by_ast[it.ast.key] = kname
-    calls_bufs.append(list(it.bufs))
-  relaid: set[UOp] = set()
-  for it in items:                                 # weights stored in the order their kernel reads them
-    for pos, how in kernels[by_ast[it.ast.key]].relayouts.items():
-      if it.bufs[pos] in relaid: continue
-      relaid.add(it.bufs[pos])
-      b = buffers[index[it.bufs[pos]]]
-      data = how.apply(weight_data[b.name])
-      weight_data[b.name] = data
-      buffers[index[it.bufs[pos]]] = replace(b, shape=(data.size,), nbytes=data.nbytes)
+    shape = tuple(arr.shape) if not b.dtype.storage_only else tuple(b.arg[1])
+    buffers.append(BufferInfo("weight", len(weight_data), nm, symbol(nm, used, "w"), shape, b.dtype,
+                              _nbytes(b) if b.dtype.storage_only else arr.nbytes))
+    weight_data[nm] = arr
+  # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
+  calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
   inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
-  for it, bufs in zip(items, calls_bufs):
-    calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
+  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs]) for it, bufs in zip(items, calls_bufs)]
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)})
+
+
+def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) -> dict[UOp, np.ndarray]:
+  """The data of every weight some kernel reads, stored as its kernel reads it (the kernels' relayouts applied to
+  the original data); weights no kernel reads any more are left out. Storage-only weights are their packed storage
+  words, flat; the others keep the tensor's shape unless relaid (then flat)."""
+  original = {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+  out: dict[UOp, np.ndarray] = {}
+  for it, prg in zip(items, programs):
+    for pos, how in prg.relayouts.items():
+      if it.bufs[pos] not in out: out[it.bufs[pos]] = how.apply({p: original[it.bufs[p]] for p in how.positions})
+  read = {it.bufs[p] for it, prg in zip(items, programs) for p in prg.args}
+  return {b: out.get(b, original[b]) for b in original if b in read}
 
 
 def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
