@@ -333,24 +333,37 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
 
 def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
                   ) -> dict[UOp, tuple[int, ...]]:
-  """Intermediates of shape (N, C, H, W) that a convolution reads (a reduction over C) or a window op reads (an
-  output channel indexing C, a reduction over H or W: depthwise convolutions, pooling) are stored channels last,
-  (N, H, W, C): those kernels then vectorize along contiguous channels. Outputs keep their layout."""
+  """Intermediates shaped like (N, C, H, W) (dims of size 1 aside: a convolution's reduce keeps its reduced dims)
+  that a convolution reads (a reduction over C) or a window op reads (an output channel indexing C, a window sliding
+  over H or W: depthwise convolutions, pooling) are stored channels last, (N, H, W, C): those kernels then vectorize
+  along contiguous channels. Outputs keep their layout."""
   by_buffer = {b: n for n, b in realized.items()}
   picked: dict[UOp, tuple[int, ...]] = {}
   for it in built.values():
     if it is None: continue
     for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or len(n.shape) != 4 or not n.dtype.is_float: continue
-      if n.dtype.storage_only or n.shape[2] * n.shape[3] == 1 or n.shape[1] == 1: continue
-      if _channel_access(ld.src[1], n.shape): picked[n] = (0, 2, 3, 1)
+      if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
+      dims = _image_dims(n.shape)
+      if dims is not None and _channel_access(ld.src[1], n.shape, dims):
+        c, w = dims[0], dims[2]
+        picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
+          tuple(d for d in range(len(n.shape)) if d > w)
   return picked
 
 
-def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
-  """Whether a load of a (N, C, H, W) buffer at `idx` reduces over C, or indexes C by an output axis while it
-  slides a window over H or W (the terms of the flat index sorted into dims by their strides)."""
+def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+  """The (channel, height, width) dims of an image-like shape: three or four dims bigger than 1 ((C, H, W) or
+  (N, C, H, W)); None for anything else."""
+  big = [i for i, s in enumerate(shape) if s > 1]
+  if len(big) == 3: return (big[0], big[1], big[2])
+  if len(big) == 4: return (big[1], big[2], big[3])
+  return None
+
+
+def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> bool:
+  """Whether a load of an image-like buffer at `idx` reduces over its channels, or indexes them by an output axis
+  while a window slides over its height or width (the terms of the flat index sorted into dims by their strides)."""
   strides = _strides(shape)
   terms, _ = split_terms(idx)
   dims: dict[int, list[UOp]] = {}
@@ -359,7 +372,7 @@ def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
     d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)    # the largest stride <= k
     if d is None or k % strides[d]: continue
     dims.setdefault(d, []).append(t)
-  channel = {r.arg.kind for r in dims.get(1, [])}
+  channel = {r.arg.kind for r in dims.get(image[0], [])}
   # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
-  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in (2, 3))
+  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])
   return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)
