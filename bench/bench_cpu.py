@@ -6,8 +6,8 @@ numpy's one-thread sgemm as the machine's roofline.
     python bench/bench_cpu.py --profile 6 --json               # plus the 6 slowest kernels per model, as JSON
 
 Models (ONNX graphs, seeded random weights; both engines run the same file): the onnx wheel's light resnet50
-(tests/onnx/light_models.py), MobileNetV2 with BatchNormalization kept as nodes and the transformer encoder
-(bench/onnx_models.py), a 784-512-512-10 MLP at batch 1 and 64, and the example CNN of examples/mnist_cnn.py.
+(tests/onnx/light_models.py), ResNet-18 and MobileNetV2 with BatchNormalization kept as nodes and the transformer
+encoder (bench/onnx_models.py), a 784-512-512-10 MLP at batch 1 and 64, and the example CNN of examples/mnist_cnn.py.
 
 Per model: `tgc compile` wall time (target c, --cpu native) and the C build time; the artifact's output against
 onnxruntime's; then interleaved timing (one run of each engine in turn, after warm-up, so both see the same machine)
@@ -39,7 +39,7 @@ import onnx  # noqa: E402
 
 import onnx_models  # noqa: E402
 
-MODELS = ("resnet50", "mobilenet_v2", "transformer", "mlp_b1", "mlp_b64", "mnist_cnn")
+MODELS = ("resnet50", "resnet18", "mobilenet_v2", "transformer", "mlp_b1", "mlp_b64", "mnist_cnn")
 SEED = 0
 
 
@@ -50,7 +50,8 @@ def build_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], str]
     if not lm.available("resnet50"): raise FileNotFoundError(f"{lm.model_path('resnet50')} is not in this onnx wheel")
     model = lm.randomized(lm.load("resnet50"), SEED)
     return model, lm.random_inputs(model, SEED), "resnet50 (light, random weights, 1x3x224x224)"
-  if name == "mobilenet_v2": model, what = onnx_models.mobilenet_v2(SEED), "MobileNetV2 1.0 (BN kept, 1x3x224x224)"
+  if name == "resnet18": model, what = onnx_models.resnet18(SEED), "ResNet-18 (BN kept, 1x3x224x224)"
+  elif name == "mobilenet_v2": model, what = onnx_models.mobilenet_v2(SEED), "MobileNetV2 1.0 (BN kept, 1x3x224x224)"
   elif name == "transformer": model, what = onnx_models.transformer_encoder(SEED), "transformer encoder (4x256, seq 128)"
   elif name in ("mlp_b1", "mlp_b64"):
     batch = int(name.split("_b")[1])

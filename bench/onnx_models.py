@@ -10,6 +10,7 @@
   Reshape/Transpose into heads, scaled dot-product attention (MatMul, Mul by 1/sqrt(head dim), Softmax), residual
   Add, LayerNormalization (opset 17; or its ReduceMean/Sub/Pow/Sqrt/Div decomposition), FFN with Gelu written as
   x * 0.5 * (1 + Erf(x / sqrt 2)).
+- `resnet18()`: ResNet-18 (torchvision's layout, BatchNormalization kept as nodes, 1x3x224x224 input).
 - `mlp()`: 784-512-512-10 with Relu (Gemm with transB, as torch exports Linear), batch 1 or 64.
 - `mnist_cnn()`: the example model of examples/mnist_cnn.py (conv 1->8 3x3, BatchNormalization, Relu, MaxPool,
   conv 8->16, Relu, MaxPool, Flatten, Gemm 784->64, Relu, Gemm 64->10, LogSoftmax) with its own seeded weights.
@@ -62,9 +63,10 @@ class _GraphBuilder:
 
 
 # ---------------------------------------------------------------- MobileNetV2
-def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int, groups: int, relu6: bool) -> str:
+def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int, groups: int, relu6: bool,
+             relu: bool = False) -> str:
   fan_in = (cin // groups) * k * k
-  w = b.normal("conv_w", (cout, cin // groups, k, k), np.sqrt((2.0 if relu6 else 1.0) / fan_in))
+  w = b.normal("conv_w", (cout, cin // groups, k, k), np.sqrt((2.0 if relu6 or relu else 1.0) / fan_in))
   y = b.node("Conv", [x, w], "conv", kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=groups)
   scale = b.const("bn_scale", (1.0 + 0.1 * b.rng.standard_normal(cout)).astype(np.float32))
   bias = b.const("bn_bias", (0.05 * b.rng.standard_normal(cout)).astype(np.float32))
@@ -72,7 +74,32 @@ def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int,
   var = b.const("bn_var", b.rng.uniform(0.5, 1.5, cout).astype(np.float32))
   y = b.node("BatchNormalization", [y, scale, bias, mean, var], "bn", epsilon=1e-5)
   if relu6: y = b.node("Clip", [y, b.const("zero", np.float32(0)), b.const("six", np.float32(6))], "relu6")
+  if relu: y = b.node("Relu", [y], "relu")
   return y
+
+
+# ---------------------------------------------------------------- ResNet-18
+def resnet18(seed: int = 0, image: int = 224, classes: int = 1000) -> onnx.ModelProto:
+  """ResNet-18 as torchvision defines it and torch.onnx exports it without folding: 7x7 stride-2 stem, max pool, four
+  stages of two basic blocks (3x3 conv, BN, Relu, 3x3 conv, BN, residual Add, Relu; a 1x1 stride-2 conv + BN on the
+  shortcut where the shape changes), global average pool, Gemm to `classes` (input 'image' [1, 3, image, image])."""
+  b = _GraphBuilder(seed)
+  x = _conv_bn(b, "image", 3, 64, 7, 2, 1, False, relu=True)
+  x = b.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  cin = 64
+  for stage, cout in enumerate((64, 128, 256, 512)):
+    for block in range(2):
+      stride = 2 if stage > 0 and block == 0 else 1
+      y = _conv_bn(b, x, cin, cout, 3, stride, 1, False, relu=True)
+      y = _conv_bn(b, y, cout, cout, 3, 1, 1, False)
+      shortcut = _conv_bn(b, x, cin, cout, 1, stride, 1, False) if stride != 1 or cin != cout else x
+      x = b.node("Relu", [b.node("Add", [y, shortcut], "residual")], "relu")
+      cin = cout
+  x = b.node("Flatten", [b.node("GlobalAveragePool", [x], "pool")], "flatten", axis=1)
+  w, bias = b.normal("fc_w", (classes, 512), np.sqrt(1.0 / 512)), b.normal("fc_b", (classes,), 0.05)
+  b.nodes.append(helper.make_node("Gemm", [x, w, bias], ["logits"], name="classifier", transB=1))
+  return b.model("resnet18", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, image, image])],
+                 [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
 
 def mobilenet_v2(seed: int = 0, image: int = 224, classes: int = 1000,

@@ -209,10 +209,15 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
   return n, nbytes
 
 
-def _as_upcast(ast: UOp) -> UOp:
-  """The VECTOR range of `ast` as an UPCAST (or UNROLL) range: its lanes become straight-line copies."""
-  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.UNROLL if _reduced(ast, n) else AxisType.UPCAST))
-         for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
+def _as_loop(ast: UOp, expand_lanes: bool) -> UOp:
+  """The VECTOR range of `ast` for a language without vectors: its lanes become straight-line copies (UPCAST or
+  UNROLL: GPU languages), or a loop (C's plain fallback: small and quick to build; the lanes loop sits inside the
+  other output loops, or is one more reduce loop)."""
+  def kind(r: UOp) -> AxisType:
+    if expand_lanes: return AxisType.UNROLL if _reduced(ast, r) else AxisType.UPCAST
+    return AxisType.REDUCE if _reduced(ast, r) else AxisType.GLOBAL
+  sub = {n: n.replace(arg=n.arg.replace(kind=kind(n))) for n in ast.toposort()
+         if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
   return substitute(ast, sub) if sub else ast
 
 
@@ -222,7 +227,7 @@ def _reduced(ast: UOp, r: UOp) -> bool:
 
 def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
-  expanded = expand(ast if vectors else _as_upcast(ast))
+  expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,

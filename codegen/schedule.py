@@ -183,9 +183,7 @@ class _KernelBuilder:
       loops = tuple(ranges[a] for a in sorted(ranges) if ranges[a].op is Ops.RANGE)
       return UOp(Ops.REDUCE, n.dtype, (body,) + loops, op) if loops else body   # reducing one element is the element
     src = n.src[0]
-    if n.op is Ops.RESHAPE:
-      flat = _flat_index(idx, n.shape)
-      return self.value(src, _unflatten(flat, src.shape), valid)
+    if n.op is Ops.RESHAPE: return self.value(src, _reshaped_index(idx, n.shape, src.shape), valid)
     if n.op is Ops.PERMUTE:
       inner = [None] * len(idx)
       for i, o in enumerate(n.arg): inner[o] = idx[i]
@@ -231,6 +229,27 @@ def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
   out = []
   for s, st in zip(shape, _strides(shape)):
     out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s)
+  return tuple(out)
+
+
+def _reshaped_index(idx: tuple[UOp, ...], shape: tuple[int, ...], src_shape: tuple[int, ...]) -> tuple[UOp, ...]:
+  """The index into `src_shape` of element `idx` of its reshape to `shape`. Dims are matched in runs of equal
+  product (size-1 dims aside): a dim kept as it is keeps its index, and only dims really merged or split become
+  division and remainder (so a reshape that adds or drops dims of size 1 costs no index arithmetic)."""
+  out = [UOp.const(INDEX, 0)] * len(src_shape)
+  dst = [i for i, s in enumerate(shape) if s != 1]
+  srcd = [i for i, s in enumerate(src_shape) if s != 1]
+  a = b = 0
+  while a < len(dst) or b < len(srcd):
+    ga, gb = [dst[a]] if a < len(dst) else [], [srcd[b]] if b < len(srcd) else []
+    pa, pb = (shape[ga[0]] if ga else 1), (src_shape[gb[0]] if gb else 1)
+    while pa != pb:
+      if pa < pb: a += 1; ga.append(dst[a]); pa *= shape[dst[a]]
+      else: b += 1; gb.append(srcd[b]); pb *= src_shape[srcd[b]]
+    a, b = a + 1, b + 1
+    if len(ga) == 1 and len(gb) == 1: out[gb[0]] = idx[ga[0]]; continue
+    flat = _flat_index(tuple(idx[i] for i in ga), tuple(shape[i] for i in ga))
+    for i, v in zip(gb, _unflatten(flat, tuple(src_shape[i] for i in gb))): out[i] = v
   return tuple(out)
 
 

@@ -34,7 +34,7 @@ def test_a_relaid_weight_is_read_contiguously_and_holds_the_same_values():
   red = next(r for r in Kernel(new_ast).ranges() if r.arg.kind is AxisType.REDUCE)
   assert stride(new.src[1], vec) == 1 and stride(new.src[1], red) == 32      # 2 vectors of 16 per reduce step
   old_data = RNG.standard_normal(64 * 32).astype(np.float32)
-  new_data = made[pos].apply(old_data)
+  new_data = made[pos].apply({pos: old_data})
   assert new_data.size == 64 * 32
   ranges = sorted({n for n in old.src[1].toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg.id)
   env = {r: np.arange(r.src[0].arg).reshape([-1 if j == i else 1 for j in range(len(ranges))])
