@@ -135,6 +135,16 @@ def cli():
   """
 
 
+def search_options(fn):
+  """--beam-budget, --jobs and --beam-cluster, shared by compile and tune."""
+  fn = click.option("--beam-cluster", default=None, metavar="auto|HOST:PORT",
+                    help="Build and time candidates on a Ray cluster of the target hardware (pip install "
+                         "'tgc[ray]').")(fn)
+  fn = click.option("--jobs", default=1, show_default=True, type=int, help="Compiler calls at once while searching.")(fn)
+  return click.option("--beam-budget", default=None, type=float, metavar="SECONDS",
+                      help="Stop searching after this long (kernels by their share of the time first).")(fn)
+
+
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
@@ -150,16 +160,21 @@ def cli():
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
+@click.option("--tuning", default=None, metavar="FILE", help="Apply a tuning file written by `tgc tune` (no search).")
 @click.option("--cpu", default=None, metavar="LEVEL",
               help="CPU the C kernels are generated for: native (default: this machine), x86-64-v2, x86-64-v3, "
                    "x86-64-v4, armv8-a or armv8.2-a (e.g. a Snapdragon board). Target c only.")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, cpu):
+@search_options
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, tuning, cpu,
+                    beam_budget, jobs, beam_cluster):
   """Compile MODEL into an artifact folder OUT."""
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.pipeline import SearchOptions, compile_model
   shapes = parse_input_shapes(input_shapes)
   const_arrays, const_paths = parse_arrays(consts, "--const")
+  search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu)
+                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
+                         search=search)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")
@@ -167,6 +182,30 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
   for kind, specs in (("input", report.inputs), ("output", report.outputs)):
     for n, shape, dtype in specs: click.echo(f"  {kind:<13} {n} {_shape(shape)} {dtype}")
   click.echo(f"  output folder {report.out_dir}")
+
+
+@cli.command("tune", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--target", "-t", default="c", show_default=True, metavar="TARGET", help="Target to tune for.")
+@click.option("--output", "-o", "out", default="tuning.json", show_default=True, metavar="FILE",
+              help="The tuning file to write (for tgc compile --tuning).")
+@click.option("--beam", default=2, show_default=True, type=int, metavar="WIDTH", help="Beam width of the search.")
+@click.option("--cpu", default=None, metavar="LEVEL", help="CPU level of the C kernels (see tgc compile --help).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Pin a dynamic ONNX input shape (repeatable).")
+@click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
+              help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+@search_options
+def tune_command(model, target, out, beam, cpu, input_shapes, consts, beam_budget, jobs, beam_cluster):
+  """Search the kernels of MODEL on this machine (or a Ray cluster of the target hardware) and write a tuning file
+  that `tgc compile --tuning` applies without searching."""
+  from tgc.aot.pipeline import SearchOptions, tune_model
+  const_arrays, const_paths = parse_arrays(consts, "--const")
+  report = tune_model(model, target, out, cpu, beam, SearchOptions(beam_budget, jobs, beam_cluster),
+                      parse_input_shapes(input_shapes), const_arrays, const_paths)
+  searched = [k for k in report.kernels if k.result is not None]
+  click.echo(f"\ntuned {len(searched)} of {len(report.kernels)} kernels on {report.device} in {report.seconds:.1f} s "
+             f"({report.estimated_speedup:.2f}x faster kernels by the search's timing); wrote {out}")
 
 
 @cli.command("run")

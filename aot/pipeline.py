@@ -88,7 +88,8 @@ class _Progress:
 
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
-                  const_files: dict | None = None, beam: int = 0, cpu: str | None = None) -> CompileReport:
+                  const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
+                  search: SearchOptions | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target) into
   the artifact folder `out_dir`. An existing tgc artifact there is replaced; any other existing folder only with
   `force`."""
@@ -99,7 +100,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam)
+  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search)
   cm.meta["source"] = loaded.source_info()
   writer = _artifact_writer()
   staging = _staging_dir(final)
@@ -119,19 +120,22 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
 
 def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
                    input_shapes: dict | None = None,
-                   consts: dict | None = None, const_files: dict | None = None, beam: int = 0
-                   ) -> tuple[CompiledModel, models.LoadedModel]:
-  """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's
-  runtime for the target (results cached on disk)."""
+                   consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
+                   search: SearchOptions | None = None) -> tuple[CompiledModel, models.LoadedModel]:
+  """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
+  runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
+  (`search.tuning`) gives opts without searching."""
   if not isinstance(target, Target): target = make_target(target)
+  search = search or SearchOptions()
   loaded = models.load_model(spec, input_shapes, consts, const_files)
   capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
+  weights = models.named_weights(capture, loaded)
+  opts_for = _searched_opts(capture.items, weights, target, beam, search)
   progress = _Progress(name)
   try:
     cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                          [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
-                          opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
+                          [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress)
   except ValueError as error:
     raise _target_error(spec, target.name, error)
   if progress.printed or config.debug >= 1:
@@ -149,20 +153,58 @@ def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
   return error
 
 
-def _beam_opts(target: Target, width: int):
-  """opts_for(item) running a BEAM search timed on the target's runtime here."""
-  from tgc.codegen.search import beam_search
-  from tgc.runtimes import get_runtime, RuntimeUnavailable
-  from tgc.runtimes.timing import kernel_timer
-  from tgc.frontend.buffers import nbytes
-  try: rt = get_runtime(target.name)
-  except (RuntimeUnavailable, ValueError) as e:
-    raise UserError(f"--beam needs a {target.name} runtime on this machine: {e}") from None
+@dataclass
+class SearchOptions:
+  """How `--beam` searches: a time budget for the whole model (seconds; None: no limit), parallel compiler calls,
+  a Ray cluster address ("auto" or host:port; None: this machine); or a tuning file to apply instead."""
+  budget: float | None = None
+  jobs: int = 1
+  cluster: str | None = None
+  tuning: str | None = None
 
-  def opts_for(item):
-    timer = kernel_timer(rt, [nbytes(b) for b in item.bufs])
-    return beam_search(item.ast, target, timer, width, getattr(rt, "device_name", target.name))
-  return opts_for
+
+def _searched_opts(items: list, weights: list, target: Target, beam: int, search: SearchOptions):
+  """opts_for(item) from a BEAM search (`beam` > 0) or a tuning file; None: the heuristics decide."""
+  from tgc.aot import tune
+  from tgc.codegen.search import Tuning
+  if search.tuning is not None:
+    if beam: raise UserError("--tuning and --beam exclude each other: a tuning file is a finished search")
+    try:
+      with open(search.tuning, encoding="utf-8") as f: tuning = Tuning.from_json(f.read(), search.tuning)
+    except OSError as error: raise UserError(f"--tuning {search.tuning}: cannot read ({error.strerror})") from None
+    except ValueError as error: raise UserError(str(error)) from None
+    return tune.opts_from_tuning(tuning, target, tune.local_device(target))
+  if not beam: return None
+  if beam < 1 or search.jobs < 1: raise UserError("--beam and --jobs must be at least 1")
+  if search.budget is not None and search.budget <= 0: raise UserError("--beam-budget must be positive")
+  measurer = tune.cluster_measure(search.cluster, target) if search.cluster else tune.LocalMeasure(target, search.jobs)
+  found, _ = tune.tune(items, weights, target, beam, search.budget, search.jobs, measurer)
+  return lambda item: found.get(item.ast.key)
+
+
+def tune_model(model: str, target: str, out: str, cpu: str | None = None, beam: int = 2,
+               search: SearchOptions | None = None, input_shapes: dict | None = None,
+               consts: dict | None = None, const_files: dict | None = None):
+  """`tgc tune`: search the kernels of MODEL for the target and write a tuning file (nothing else is written)."""
+  from tgc.aot import tune
+  search = search or SearchOptions()
+  tgt = make_target(target, cpu)
+  if beam < 1 or search.jobs < 1: raise UserError("--beam and --jobs must be at least 1")
+  if search.budget is not None and search.budget <= 0: raise UserError("--beam-budget must be positive")
+  spec = models.parse_model_spec(model)
+  loaded = models.load_model(spec, input_shapes, consts, const_files)
+  capture = models.trace_model(loaded)
+  measurer = tune.cluster_measure(search.cluster, tgt) if search.cluster else tune.LocalMeasure(tgt, search.jobs)
+  found, report = tune.tune(capture.items, models.named_weights(capture, loaded), tgt, beam, search.budget,
+                            search.jobs, measurer)
+  text = tune.tuning_of(found, tgt, report.device).to_json()
+  tmp = f"{out}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f: f.write(text)
+    os.replace(tmp, out)
+  except OSError as error:
+    raise UserError(f"-o {out}: cannot write ({error.strerror})") from None
+  return report
 
 
 def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:

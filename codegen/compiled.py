@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir import UOp, DType
+from tgc.ir import UOp, DType, dtypes
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
 from tgc.codegen.names import symbol
@@ -57,17 +57,20 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
                      outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
                      opts_for=None, progress=None) -> CompiledModel:
   """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
-  `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel.
+  `opts_for(item)` may return the opts to use (BEAM, a tuning file; None: the heuristics; `meta["tuned"]` lists
+  the kernels it gave opts for); `progress(i, n)` is called per kernel.
   `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
   if not isinstance(target, Target): target = Target.make(target)
   kernels: dict[str, KernelProgram] = {}
   by_ast: dict[str, str] = {}
-  own = _own_weights(items, {b for _, b, _ in weights})
+  tuned: list[str] = []
+  own = own_weights(items, {b for _, b, _ in weights})
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
     if it.ast.key not in by_ast:
       kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
       opts = opts_for(it) if opts_for else None
+      if opts is not None: tuned.append(kname)
       kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
       by_ast[it.ast.key] = kname
   data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
@@ -85,7 +88,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     arr = data[b]
     index[b] = len(buffers)
     shape = tuple(arr.shape) if not b.dtype.storage_only else tuple(b.arg[1])
-    buffers.append(BufferInfo("weight", len(weight_data), nm, symbol(nm, used, "w"), shape, b.dtype,
+    dtype = b.dtype if b.dtype.storage_only or arr.dtype == b.dtype.numpy else dtypes.from_numpy(arr.dtype)
+    buffers.append(BufferInfo("weight", len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
                               _nbytes(b) if b.dtype.storage_only else arr.nbytes))
     weight_data[nm] = arr
   # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
@@ -96,7 +100,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     index[s.key] = len(buffers)
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs]) for it, bufs in zip(items, calls_bufs)]
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)})
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
+                       {"renderer": str(target), "tuned": tuned})
 
 
 def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) -> dict[UOp, np.ndarray]:
@@ -112,7 +117,7 @@ def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) 
   return {b: out.get(b, original[b]) for b in original if b in read}
 
 
-def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
+def own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
   """Per kernel (AST key), the argument positions whose buffers are weights that nothing else reads (in every call
   of the kernel), with their element counts: lowering may store those in the order the kernel reads them."""
   uses: dict[UOp, set[tuple[str, int]]] = {}

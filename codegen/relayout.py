@@ -128,7 +128,7 @@ def relayout(ast: UOp, sizes: dict[int, int]) -> tuple[UOp, dict[int, Relayout]]
     free = [b for b in leaves if b.arg[0] not in out and reads[b.arg[0]] == {e} and
             sum(1 for n in e.toposort() if n.op is Ops.LOAD and n.src[0] is b) == all_loads[b.arg[0]]]
     if not free or any(b.dtype.storage_only for b in leaves): continue
-    made = _relayout_expr(e, free[0], sum(sizes[b.arg[0]] for b in leaves))
+    made = _relayout_expr(e, free[0], sum(sizes[b.arg[0]] * b.dtype.itemsize for b in leaves))
     if made is None: continue
     sub[e], out[free[0].arg[0]] = made
   return (simplify(substitute(ast, sub)) if sub else ast), out
@@ -144,8 +144,9 @@ def _maximal_weight_exprs(ast: UOp, own: frozenset) -> list[UOp]:
   return [n for n in ast.toposort() if n in weighty and not any(u in weighty for u in users.get(n, ()))]
 
 
-def _relayout_expr(e: UOp, target: UOp, old: int) -> tuple[UOp, Relayout] | None:
-  """The load replacing expression `e` (into argument `target`) and its recipe; None when not worth it."""
+def _relayout_expr(e: UOp, target: UOp, old_bytes: int) -> tuple[UOp, Relayout] | None:
+  """The load replacing expression `e` (into argument `target`) and its recipe; None when not worth it (its values
+  would take more than a few percent more bytes than the weights they come from: int8 weights stay int8)."""
   own = {n for n in e.toposort() if n.op is Ops.RANGE}
   loads = [n for n in e.toposort() if n.op is Ops.LOAD]
   gated = any(len(ld.src) > 2 for ld in loads)
@@ -153,7 +154,7 @@ def _relayout_expr(e: UOp, target: UOp, old: int) -> tuple[UOp, Relayout] | None
   if outer_gates: return None       # a gate over another loop: the kernel keeps reading the weights as they are
   rs = tuple(sorted(own, key=lambda r: (_ORDER[r.arg.kind], r.arg.id)))
   numel = math.prod(r.src[0].arg for r in rs)
-  if numel > MAX_ELEMENTS or numel > MAX_GROWTH * old + 64: return None
+  if numel > MAX_ELEMENTS or numel * e.dtype.itemsize > MAX_GROWTH * old_bytes + 256: return None
   new_idx = UOp.const(INDEX, 0)
   step = 1
   for r in reversed(rs):
@@ -161,4 +162,5 @@ def _relayout_expr(e: UOp, target: UOp, old: int) -> tuple[UOp, Relayout] | None
     step *= r.src[0].arg
   new_idx = simplify(new_idx)
   if e.op is Ops.LOAD and e.src[1] is new_idx and not gated: return None      # already read in order
-  return UOp(Ops.LOAD, e.dtype, (target, new_idx)), Relayout(e, rs)
+  buf = target if target.dtype == e.dtype else UOp(Ops.DEFINE_GLOBAL, e.dtype, (), target.arg)
+  return UOp(Ops.LOAD, e.dtype, (buf, new_idx)), Relayout(e, rs)

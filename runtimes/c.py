@@ -122,6 +122,14 @@ class CRuntime(Runtime):
       self.programs[(key, name)] = CProgram(self, name, ctypes.CDLL(path), path)
     return self.programs[(key, name)]
 
+  def compile_many(self, programs) -> list[CProgram]:
+    """Several KernelPrograms (distinct names) built as one translation unit: one compiler call."""
+    prefix: list[str] = []
+    for p in programs: prefix += [line for line in p.prefix if line not in prefix]
+    src = "\n".join(prefix + [p.function for p in programs])
+    first = self.compile(src, programs[0].name)
+    return [first] + [CProgram(self, p.name, first.library, first.path) for p in programs[1:]]
+
   def _build(self, src: str, name: str, path: str) -> None:
     """Compile `src` to a temporary file next to `path`, then atomically move it into place, so concurrent
     compilers of the same source never expose a half-written shared object."""
