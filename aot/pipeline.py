@@ -127,12 +127,16 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   (`search.tuning`) gives opts without searching."""
   if not isinstance(target, Target): target = make_target(target)
   search = search or SearchOptions()
+  start = time.perf_counter()
   loaded = models.load_model(spec, input_shapes, consts, const_files)
+  imported = time.perf_counter()
   capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
   weights = models.named_weights(capture, loaded)
+  searched = time.perf_counter()
   opts_for = _searched_opts(capture.items, weights, target, beam, search)
   progress = _Progress(name)
+  searched = time.perf_counter() - searched
   try:
     cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
                           [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress)
@@ -141,6 +145,10 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
+  if config.debug >= 1:
+    phases = {"import": imported - start, **capture.seconds, **({"search": searched} if opts_for else {}),
+              "lower+render": time.perf_counter() - progress.start}
+    print(f"tgc: {name}: phases " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
   return cm, loaded
 
 

@@ -13,7 +13,9 @@ import ctypes
 import hashlib
 import os
 import subprocess
+import sys
 import tempfile
+import time
 
 import numpy as np
 from tgc.ir.config import config
@@ -130,7 +132,9 @@ class CArtifact(Artifact):
     try:
       sources = self._compiled()
       command = [self.compiler, *flags, *sources, "-o", tmp, *self.LIBS]
+      start = time.perf_counter()
       result = subprocess.run(command, cwd=self.folder, capture_output=True, text=True)
+      if config.debug >= 1: print(f"tgc: {self.folder}: cc {time.perf_counter() - start:.2f} s", file=sys.stderr)
       if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
         first = next((line for line in detail if "error" in line), detail[0] if detail else "").strip()
