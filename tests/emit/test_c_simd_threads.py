@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from artifact_cases import (C_WARNINGS, ModelCase, compare, copy, emit_folder, make, manifest_of, require_aarch64,
-                            require_tool, run, run_main)
+                            require_tool, run, run_main, write_inputs)
 from tgc.frontend import Tensor, nn
 from tgc.codegen.compiled import compile_schedule
 from tgc.codegen.target import Target
@@ -185,3 +185,26 @@ def test_armv8_2_build_runs_neon_code_under_qemu(tmp_path):
   assert "fmla\tv" in disassembly and ".4s" in disassembly
   got = run_main(folder, case.inputs, runner=("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"))
   compare(got, case.reference(), case.rtol, case.atol)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_sanitizers_report_nothing_on_vector_code_and_threads(net, tmp_path, threads):
+  case, folder, reference = net
+  folder = copy(folder, tmp_path)
+  cpu = " ".join(manifest_of(folder)["target_info"]["cpu"]["cflags"])
+  make(folder, f"CFLAGS=-O1 -g {cpu} -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all")
+  env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+  write_inputs(folder, case.inputs)
+  r = run(["./main", "--threads", threads], cwd=folder, env=env)
+  assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+  got = {s["name"]: np.load(os.path.join(folder, f"{s['symbol']}.npy")) for s in manifest_of(folder)["outputs"]}
+  compare(got, reference, case.rtol, case.atol)
+
+
+def test_compiling_twice_gives_the_same_bytes(tmp_path):
+  first, second = str(tmp_path / "a"), str(tmp_path / "b")
+  for folder in (first, second):
+    os.makedirs(folder)
+    write_artifact(compiled(net_case()), folder)
+  for name in sorted(os.listdir(first)):
+    assert open(os.path.join(first, name), "rb").read() == open(os.path.join(second, name), "rb").read(), name
