@@ -304,7 +304,7 @@ def inspect_command(thing, target):
 
 
 def _inspect_artifact(folder: str) -> None:
-  from tgc.aot.pipeline import open_artifact
+  from tgc.aot.pipeline import node_text, open_artifact
   art = open_artifact(folder, check_files=False)
   m = art.manifest
   click.echo(f"artifact {folder}: model {art.name}, target {art.target}, format {m.get('format_version')}, "
@@ -326,12 +326,14 @@ def _inspect_artifact(folder: str) -> None:
     args = ", ".join(_arg(a) for a in k.get("args", []))
     click.echo(f"  {k['name']:<20} global {_shape(k['global_size'])} local {_shape(k['local_size'])} "
                f"ops {k.get('ops', '?')}  ({args})")
+    if k.get("nodes"): click.echo("    nodes: " + ", ".join(node_text(o) for o in k["nodes"]))
   calls = m.get("calls", [])
   click.echo(f"calls: {len(calls)} per run")
   named = {"input": [i["name"] for i in art.inputs], "output": [o["name"] for o in art.outputs],
            "weight": [t["name"] for t in tensors], "arena": [f"{b['symbol']}@{b['offset']}" for b in arena]}
   for c in calls:
-    click.echo(f"  {c['kernel']:<20} (" + ", ".join(_call_arg(a, named) for a in c.get("args", [])) + ")")
+    click.echo(f"  {c['kernel']:<20} (" + ", ".join(_call_arg(a, named) for a in c.get("args", [])) + ")"
+               + (f"  <- {', '.join(map(str, c['nodes']))}" if c.get("nodes") else ""))
   click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
                                    for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
 
@@ -362,9 +364,11 @@ def _inspect_model(model: str, target: str) -> None:
   for name, k in cm.kernels.items():
     click.echo(f"  {name:<20} global {_shape(k.global_size)} local {_shape(k.local_size)} ops {k.ops} "
                f"opts {[str(o) for o in k.opts]}")
+    if cm.kernel_nodes(name): click.echo("    nodes: " + ", ".join(str(o) for o in cm.kernel_nodes(name)))
   click.echo("calls:")
   for c in cm.calls:
-    click.echo(f"  {c.kernel:<20} (" + ", ".join(_buffer_label(cm.buffers[i]) for i in c.buffers) + ")")
+    click.echo(f"  {c.kernel:<20} (" + ", ".join(_buffer_label(cm.buffers[i]) for i in c.buffers) + ")"
+               + (f"  <- {', '.join(dict.fromkeys(o.name for o in c.nodes))}" if c.nodes else ""))
 
 
 def _buffer_label(b) -> str:

@@ -551,6 +551,11 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, 
                      threads, kernels)
 
 
+def node_text(node) -> str:
+  """A manifest node entry ({"name", "op"}) as one line of text."""
+  return f"{node.get('name', '?')} ({node.get('op', '?')})" if isinstance(node, dict) else str(node)
+
+
 def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[KernelProfile]:
   """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first."""
   info = {k["name"]: k for k in manifest["kernels"]}
@@ -565,7 +570,7 @@ def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[Ker
     k, n = info[name], launches[name]
     rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
     out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
-                             list(k.get("opts", [])), list(k.get("nodes", []))))
+                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])]))
   return out
 
 

@@ -2,12 +2,14 @@
 with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots), and the weights."""
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 import numpy as np
 from tgc.ir import UOp, DType, dtypes
+from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
-from tgc.codegen.names import symbol
+from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Target
 
 
@@ -27,6 +29,7 @@ class BufferInfo:
 class Call:
   kernel: str
   buffers: list[int]        # indices into CompiledModel.buffers, in kernel argument order
+  nodes: tuple[Origin, ...] = ()   # the model nodes this call computes
 
 
 @dataclass
@@ -41,6 +44,10 @@ class CompiledModel:
   meta: dict = field(default_factory=dict)
 
   def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
+
+  def kernel_nodes(self, kernel: str) -> tuple[Origin, ...]:
+    """The model nodes a kernel computes, over all its calls (a kernel identical for two layers serves both)."""
+    return tuple(dict.fromkeys(o for c in self.calls if c.kernel == kernel for o in c.nodes))
   @property
   def inputs(self) -> list[BufferInfo]: return self.of_kind("input")
   @property
@@ -68,7 +75,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
     if it.ast.key not in by_ast:
-      kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
+      kname = kernel_name(name, len(kernels), it.meta.get("nodes", ()))
       opts = opts_for(it) if opts_for else None
       if opts is not None: tuned.append(kname)
       kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
@@ -99,9 +106,38 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
-  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs]) for it, bufs in zip(items, calls_bufs)]
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
-                       {"renderer": str(target), "tuned": tuned})
+  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
+           for it, bufs in zip(items, calls_bufs)]
+  cm = CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
+                     {"renderer": str(target), "tuned": tuned})
+  for kname, k in kernels.items():
+    head = node_comment(kname, cm.kernel_nodes(kname))
+    kernels[kname] = replace(k, src=k.src.replace(k.function, head + k.function, 1), function=head + k.function)
+  return cm
+
+
+SHORT_OPS = {"BatchNormalization": "bn", "LayerNormalization": "layernorm", "InstanceNormalization": "instnorm",
+             "GroupNormalization": "groupnorm", "GlobalAveragePool": "gap", "GlobalMaxPool": "gmp",
+             "AveragePool": "avgpool", "ConvTranspose": "convt", "DequantizeLinear": "dequant",
+             "QuantizeLinear": "quant", "DynamicQuantizeLinear": "dynquant", "ReduceMean": "mean", "ReduceSum": "sum",
+             "ReduceMax": "max"}   # op type -> name part
+
+
+def kernel_name(model: str, index: int, nodes: tuple[Origin, ...]) -> str:
+  """`<model>_k<index>_<ops>`: the op types of the nodes the kernel computes, in order, as far as 24 characters go
+  (stable across compiles: the same model gives the same names)."""
+  ops: list[str] = []
+  for o in nodes:
+    op = SHORT_OPS.get(o.op, re.sub(r"[^a-z0-9]", "", o.op.lower()))
+    if op and op not in ops and len("_".join(ops + [op])) <= 24: ops.append(op)
+  return "_".join([symbol(model, None, "m"), f"k{index}"] + ops)
+
+
+def node_comment(kernel: str, nodes: tuple[Origin, ...]) -> str:
+  """The `//` lines that head a kernel in every target's source: the model nodes it computes (model text made
+  `comment_safe`: no line break, line splice or trigraph lets it out of the comment)."""
+  if not nodes: return comment_lines(f"{kernel} computes no model node (a copy)")
+  return comment_lines(f"{kernel} computes: " + ", ".join(str(o) for o in nodes))
 
 
 def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) -> dict[UOp, np.ndarray]:

@@ -5,7 +5,7 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, substitute
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
@@ -15,7 +15,8 @@ INDEX = dtypes.index
 
 @dataclass(frozen=True)
 class ScheduleItem:
-  """One kernel: `ast` reads/writes DEFINE_GLOBAL(i) which binds to `bufs[i]` (outputs first)."""
+  """One kernel: `ast` reads/writes DEFINE_GLOBAL(i) which binds to `bufs[i]` (outputs first). `meta["nodes"]`: the
+  model nodes (provenance Origins) the kernel computes, sources first."""
   ast: UOp
   bufs: tuple[UOp, ...]          # BUFFER nodes of the lazy graph (outputs are new BUFFERs)
   outputs: int = 1
@@ -142,6 +143,15 @@ class _KernelBuilder:
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
+    self.origins: dict[provenance.Origin, None] = {}    # the model nodes this kernel computes, sources first
+    self.const_memo: dict[UOp, bool] = {}
+
+  def constant(self, n: UOp) -> bool:
+    """Whether `n` is computed from constants alone (no buffer, no realized value)."""
+    if n not in self.const_memo:
+      self.const_memo[n] = n.op is Ops.CONST or (n.op is not Ops.BUFFER and n not in self.realized and bool(n.src)
+                                                 and all(self.constant(s) for s in n.src))
+    return self.const_memo[n]
 
   def buffer_arg(self, buf: UOp, mutable: bool = False) -> UOp:
     if buf not in self.bufs: self.bufs.append(buf)
@@ -160,7 +170,11 @@ class _KernelBuilder:
 
   def value(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
     key = (n, idx, valid)
-    if key not in self.memo: self.memo[key] = self._value(n, idx, valid, top)
+    if key not in self.memo:
+      self.memo[key] = self._value(n, idx, valid, top)
+      # values computed from constants alone are shared by every node that builds the same one: they name no node
+      if n.op is not Ops.BUFFER and (top or n not in self.realized) and not self.constant(n):
+        if (o := provenance.origin_of(n)) is not None: self.origins.setdefault(o)
     return self.memo[key]
 
   def _value(self, n: UOp, idx: tuple, valid: UOp | None, top: bool) -> UOp:
@@ -347,7 +361,7 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
     store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
   ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
   ast, bufs = _drop_unused_buffers(ast, kb.bufs)
-  return ScheduleItem(ast, bufs)
+  return ScheduleItem(ast, bufs, meta={"nodes": tuple(kb.origins)})
 
 
 def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]

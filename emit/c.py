@@ -8,7 +8,6 @@ Generated text comes from the templates in templates/c; model names reach it onl
 (comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types the renderer
 reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)."""
 from __future__ import annotations
-import re
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -18,7 +17,8 @@ from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import ALIGN as ARENA_ALIGN
 from tgc.codegen.names import comment_safe, symbol
 from tgc.emit.c_literals import c_bytes, c_string
-from tgc.emit.common import check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version, write_files
+from tgc.emit.common import (call_comment, check_empty_dir, fill, numpy_name, read_template, sha256, tgc_version,
+                             write_files)
 from tgc.emit.manifest import MANIFEST, build_manifest, manifest_bytes
 from tgc.emit.weights import WeightSpec, WeightsFile, build_weights_file
 
@@ -33,11 +33,6 @@ class Param:
   ctype: str          # element type as spelled in the signature, "const float" for read-only
   @property
   def mutable(self) -> bool: return not self.ctype.startswith("const ")
-
-
-def comment(text: str) -> str:
-  """`comment_safe` text that also cannot form a trigraph."""
-  return re.sub(r"\?(?=\?)", "?_", comment_safe(text))
 
 
 def kernel_params(k: KernelProgram) -> list[Param]:
@@ -62,7 +57,7 @@ def _io_doc(cm: CompiledModel) -> str:
     lines.append(f"   {title}:" if bufs else f"   {title}: none")
     for i, b in enumerate(bufs):
       lines.append(f"     {i}: {b.symbol}  {numpy_name(b.dtype)}{_dims(b)}  {b.nbytes} bytes  "
-                   f"original name \"{comment(b.name)}\"")
+                   f"original name \"{comment_safe(b.name)}\"")
   return "\n".join(lines)
 
 
@@ -146,7 +141,7 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
       else: arg = _argument(b, p)
       sets.append(f"    g.d{p.index} = {arg};\n")
     k = cm.kernels[c.kernel]
-    calls.append(f"  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
+    calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
                  f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {int(_parallel(k))});\n  }}")
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}
@@ -184,7 +179,7 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
   params = {name: kernel_params(k) for name, k in cm.kernels.items()}
   kernel_prefix, kernels = _kernels(cm)
   embedded_decl, embedded_init = _embedded(sym, embed_weights)
-  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment(cm.name)}\"",
+  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment_safe(cm.name)}\"",
             "io_doc": _io_doc(cm), "num_inputs": str(len(cm.inputs)), "num_outputs": str(len(cm.outputs)),
             "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
             "embedded_decl": embedded_decl, "embedded_init": embedded_init, "kernel_prefix": kernel_prefix,
@@ -248,7 +243,7 @@ def kernel_file(cm: CompiledModel, target: str) -> str:
   """The text of a device bundle's kernel file from templates/<target>/model.<ext>.tmpl: each prefix line of the
   kernels once (first use order), then the kernels."""
   kernel_prefix, kernels = kernel_parts(cm)
-  values = {"model_comment": f"\"{comment(cm.name)}\"", "version": tgc_version(), "kernel_prefix": kernel_prefix,
+  values = {"model_comment": f"\"{comment_safe(cm.name)}\"", "version": tgc_version(), "kernel_prefix": kernel_prefix,
             "kernels": kernels}
   name = {"opencl": "model.cl.tmpl", "metal": "model.metal.tmpl"}[target]
   return fill(read_template(target, name), values, f"templates/{target}/{name}")
@@ -257,7 +252,7 @@ def kernel_file(cm: CompiledModel, target: str) -> str:
 def host_values(cm: CompiledModel, sym: str, weights: WeightsFile, counts: dict[str, int]) -> dict[str, str]:
   """The placeholder values every device host library fills: names, documentation, sizes, the weights header, the
   tensor tables, and for each count `num_<key>` and `<key>_len` (at least 1: C arrays are never empty)."""
-  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment(cm.name)}\"",
+  values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment_safe(cm.name)}\"",
             "io_doc": _io_doc(cm), "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
             "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header)}
   values.update({f"num_{key}": str(n) for key, n in counts.items()})

@@ -6,7 +6,7 @@ import math
 import time
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir import Ops, GroupOp, UOp, DType, lowp, substitute
+from tgc.ir import Ops, GroupOp, UOp, DType, lowp, provenance, substitute
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
@@ -154,7 +154,7 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
   start = time.perf_counter()
-  ret = fn(*example_inputs)
+  with provenance.call_sites(): ret = fn(*example_inputs)
   outs = _flatten_tensors(ret)
   if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
   in_names = input_names or [f"input_{i}" for i in range(len(input_bufs))]

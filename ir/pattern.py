@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 from tgc.ir.dtype import DType
 from tgc.ir.ops import Ops, GroupOp
 from tgc.ir.uop import UOp
+from tgc.ir import provenance
 
 
 class UPat:
@@ -177,6 +178,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, limit: int = 200_000,
       stack.append((new, 0, name, depth + 1))
     else:
       nn, new = extra
+      provenance.inherit(done[new], n)
       done[n] = done[nn] = done[new]   # nn too: another node rebuilt into nn reuses the result
       active.discard(n)
   return done[root]
