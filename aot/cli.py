@@ -140,7 +140,8 @@ def search_options(fn):
   fn = click.option("--beam-cluster", default=None, metavar="auto|HOST:PORT",
                     help="Build and time candidates on a Ray cluster of the target hardware (pip install "
                          "'tgc[ray]').")(fn)
-  fn = click.option("--jobs", default=1, show_default=True, type=int, help="Compiler calls at once while searching.")(fn)
+  fn = click.option("--jobs", default=1, show_default=True, type=int,
+                    help="Compiler calls at once while searching.")(fn)
   return click.option("--beam-budget", default=None, type=float, metavar="SECONDS",
                       help="Stop searching after this long (kernels by their share of the time first).")(fn)
 

@@ -141,7 +141,8 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
       else: arg = _argument(b, p)
       sets.append(f"    g.d{p.index} = {arg};\n")
     k = cm.kernels[c.kernel]
-    calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
+    calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}"
+                 f"    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
                  f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {int(_parallel(k))});\n  }}")
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}

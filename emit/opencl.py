@@ -81,8 +81,8 @@ def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: Wei
   calls, args = [], []
   for n, c in enumerate(cm.calls):
     glob, loc = _launch(cm.kernels[c.kernel])
-    calls.append(f"{call_comment(cm, n)}  {{{c_string(c.kernel)}, {len(params[c.kernel])}, {len(args)}, {{{', '.join(map(str, glob))}}}, "
-                 f"{{{', '.join(map(str, loc))}}}}},")
+    calls.append(f"{call_comment(cm, n)}  {{{c_string(c.kernel)}, {len(params[c.kernel])}, {len(args)}, "
+                 f"{{{', '.join(map(str, glob))}}}, {{{', '.join(map(str, loc))}}}}},")
     for p in params[c.kernel]:
       if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
       b = cm.buffers[c.buffers[p.index]]
