@@ -5,7 +5,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 import numpy as np
-from tgc.ir import UOp, DType, dtypes
+from tgc.ir import UOp, DType, dtypes, viz
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
@@ -78,7 +78,9 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
       kname = kernel_name(name, len(kernels), it.meta.get("nodes", ()))
       opts = opts_for(it) if opts_for else None
       if opts is not None: tuned.append(kname)
-      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
+      with viz.section(kname, "kernel"):
+        viz.snapshot("scheduled AST", it.ast)
+        kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
       by_ast[it.ast.key] = kname
   data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
   used: set[str] = set()

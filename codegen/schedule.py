@@ -5,7 +5,7 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
@@ -331,6 +331,7 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
   """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes;
   `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default).
   Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  viz.snapshot("graph to schedule", *roots)
   realize = find_realize_points(roots)
   if max_buffers is not None: _limit_buffers(roots, realize, max_buffers)
   realized: dict[UOp, UOp] = {}
