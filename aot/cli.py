@@ -1,8 +1,9 @@
-"""The `tgc` command line: compile, run, validate, bench and inspect.
+"""The `tgc` command line: compile, run, validate, bench, inspect and viz (VIZ=1 on any command writes the viz page).
 
 Exit codes: 0 success, 1 `validate` over tolerance, 2 user or input error (one line on stderr naming the culprit),
 3 internal error (a bug in tgc; the traceback is printed with DEBUG>=1)."""
 from __future__ import annotations
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,7 +30,8 @@ class TgcGroup(click.Group):
     argv = list(sys.argv[1:] if args is None else args)
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
-      rv = super().main(argv, prog_name or "tgc", complete_var, standalone_mode=False, **extra)
+      with _viz_page(command):
+        rv = super().main(argv, prog_name or "tgc", complete_var, standalone_mode=False, **extra)
       code = rv if isinstance(rv, int) else EXIT_OK
     except click.exceptions.NoArgsIsHelpError as error:
       click.echo(error.ctx.get_help() if error.ctx else error.format_message())
@@ -53,6 +55,17 @@ class TgcGroup(click.Group):
       _error_line(internal_error_message(error, command))
       code = EXIT_INTERNAL
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def _viz_page(command: str):
+  """VIZ=1: record what the command compiles and, when it succeeds, write the viz page (`tgc viz` writes its own)."""
+  if not config.viz or command in ("", "viz"):
+    yield
+    return
+  from tgc.aot import viz
+  with viz.command_session() as session: yield
+  viz.write_session_page(session)
 
 
 def _error_line(text: str) -> None:
@@ -389,6 +402,33 @@ def _inspect_onnx(path: str) -> None:
     ins = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.inputs)
     outs = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.outputs)
     click.echo(f"  {n.index:>4} {n.op:<20} {'ok ' if n.supported else 'NO '} {n.name}: ({ins}) -> ({outs})")
+
+
+@cli.command("viz", epilog=MODEL_HELP)
+@click.argument("thing", metavar="MODEL|OUT")
+@click.option("--out", "-o", "out", default="viz.html", show_default=True, metavar="FILE.html",
+              help="The page to write.")
+@click.option("--target", "-t", default=None, metavar="TARGET",
+              help="Target to compile MODEL for (default c); an artifact folder keeps its own.")
+@click.option("--cpu", default=None, metavar="LEVEL", help="CPU level of the C kernels (see tgc compile --help).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Pin a dynamic ONNX input shape (repeatable).")
+@click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
+              help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+def viz_command(thing, out, target, cpu, input_shapes, consts):
+  """Write one static HTML page (it works offline) showing how MODEL compiles, or how the artifact folder OUT was
+  compiled: the model's nodes and the kernels computing them; every rewrite pass with the rules that fired and the
+  graph before and after; the schedule (calls, buffers, the arena with lifetimes as a chart); per kernel its AST,
+  opts, launch size and source. MODEL is compiled in process and nothing else is written. For OUT the page shows
+  its manifest and sources, and the rewrites of compiling its recorded model again when that file is unchanged."""
+  from tgc.aot.viz import viz
+  if os.path.isdir(thing) and (target or cpu or input_shapes or consts):
+    raise UserError(f"{thing} is an artifact folder: --target, --cpu, --input-shape and --const apply to a MODEL")
+  const_arrays, const_paths = parse_arrays(consts, "--const")
+  report = viz(thing, out, target or "c", cpu, parse_input_shapes(input_shapes), const_arrays, const_paths)
+  click.echo(f"wrote {report.path} ({_bytes(report.nbytes)}): {report.kernels} kernels, {report.rewrites} rewrites "
+             f"recorded")
+  for note in report.notes: click.echo(f"  note: {note}")
 
 
 def main(argv=None) -> None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
+from tgc.ir import viz
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.target import Target
@@ -112,6 +113,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
     raise
+  if config.viz: _viz_note(artifact=final)
   files = sorted(os.path.relpath(p, staging) for p in written)
   weights_bytes = sum(int(a.nbytes) for a in cm.weights.values())
   return CompileReport(cm.name, target, final, len(cm.kernels), len(cm.calls), cm.arena_bytes, weights_bytes,
@@ -121,20 +123,22 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
 def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
                    input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
-                   search: SearchOptions | None = None) -> tuple[CompiledModel, models.LoadedModel]:
+                   search: SearchOptions | None = None, opts_for: Callable | None = None
+                   ) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
   runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
-  (`search.tuning`) gives opts without searching."""
+  (`search.tuning`) gives opts without searching; `opts_for(item)` gives them directly (None: the heuristics).
+  With `ir.viz.recording` on, the tracing and scheduling and the lowering of each kernel are recorded as sections."""
   if not isinstance(target, Target): target = make_target(target)
   search = search or SearchOptions()
   start = time.perf_counter()
   loaded = models.load_model(spec, input_shapes, consts, const_files)
   imported = time.perf_counter()
-  capture = models.trace_model(loaded)
+  with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
   weights = models.named_weights(capture, loaded)
   searched = time.perf_counter()
-  opts_for = _searched_opts(capture.items, weights, target, beam, search)
+  if opts_for is None: opts_for = _searched_opts(capture.items, weights, target, beam, search)
   progress = _Progress(name)
   searched = time.perf_counter() - searched
   try:
@@ -142,6 +146,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
                           [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress)
   except ValueError as error:
     raise _target_error(spec, target.name, error)
+  if config.viz: _viz_note(compiled=(cm, spec))
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
@@ -150,6 +155,13 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
               "lower+render": time.perf_counter() - progress.start}
     print(f"tgc: {name}: phases " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
   return cm, loaded
+
+
+def _viz_note(compiled: tuple | None = None, artifact: str | None = None) -> None:
+  """Under VIZ=1: tell the command's viz session what it compiled or which artifact folder it wrote or read."""
+  from tgc.aot import viz as viz_page
+  if compiled is not None: viz_page.note_compiled(*compiled)
+  if artifact is not None: viz_page.note_artifact(artifact)
 
 
 def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:
@@ -342,6 +354,7 @@ def open_artifact(folder: str, check_files: bool = True) -> Artifact:
   except ValueError as error: raise UserError(f"{folder}: {error}") from error
   art = Artifact(folder, manifest)
   if check_files: verify_files(art)
+  if config.viz: _viz_note(artifact=folder)
   return art
 
 
