@@ -25,10 +25,10 @@ def symbol(name: str, used: set[str] | None = None, prefix: str = "t") -> str:
 
 
 def comment_safe(text: str) -> str:
-  """Printable ASCII without comment terminators, line breaks, backslashes (a line splice) or trigraphs: safe in a
-  /* */ or // comment of every target language."""
+  """Printable ASCII without comment terminators, line breaks, backslashes (a line splice), trigraphs or double
+  quotes (tools that skim C for string literals): safe in a /* */ or // comment of every target language."""
   out = "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
-  out = out.replace("*/", "*_/").replace("/*", "/_*").replace("\\", "/")
+  out = out.replace("*/", "*_/").replace("/*", "/_*").replace("\\", "/").replace('"', "'")
   return re.sub(r"\?(?=\?)", "?_", out)
 
 

@@ -1,5 +1,6 @@
 """Provenance in the IR: UOps built inside `origin(...)` record it, nodes built outside record nothing, and rebuilds
 and rewrites keep the origin of the node they stand for."""
+import os
 import sys
 from tgc.ir import UOp, Ops, dtypes, UPat, PatternMatcher, graph_rewrite, substitute
 from tgc.ir.provenance import Origin, origin, origin_of, call_sites
@@ -55,6 +56,6 @@ def test_call_sites_name_the_callers_line():
     line = sys._getframe().f_lineno + 1
     s = a + UOp.const(dtypes.float32, 0.5)
   o = origin_of(s)
-  assert o is not None and o.name == f"test_provenance.py:{line}"
+  assert o is not None and o.name == f"{os.path.basename(__file__)}:{line}"
   with call_sites(), call_sites(False): t = a + UOp.const(dtypes.float32, 0.25)
   assert origin_of(t) is None
