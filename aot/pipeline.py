@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
+from tgc.ir import viz
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.target import Target
@@ -90,7 +91,7 @@ class _Progress:
 def compile_model(model: str, target: str, out_dir: str, name: str | None = None, force: bool = False,
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
                   const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> CompileReport:
+                  search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target) into
   the artifact folder `out_dir`. An existing tgc artifact there is replaced; any other existing folder only with
   `force`. A tensor of more than `max_bytes` bytes, or more elements than kernels can index, is refused before
@@ -102,7 +103,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, max_bytes)
+  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes)
   cm.meta["source"] = loaded.source_info()
   writer = _artifact_writer()
   staging = _staging_dir(final)
@@ -114,6 +115,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
     raise
+  if config.viz: _viz_note(artifact=final)
   files = sorted(os.path.relpath(p, staging) for p in written)
   weights_bytes = sum(int(a.nbytes) for a in cm.weights.values())
   return CompileReport(cm.name, target, final, len(cm.kernels), len(cm.calls), cm.arena_bytes, weights_bytes,
@@ -123,25 +125,47 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
 def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
                    input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
+                   search: SearchOptions | None = None, opts_for: Callable | None = None,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[CompiledModel, models.LoadedModel]:
-  """Load, trace and lower a model (nothing written). `beam` > 0 searches each kernel's opts on this machine's
-  runtime for the target (results cached on disk). Tensors are checked against `SizeLimits(max_bytes)`."""
+  """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
+  runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
+  (`search.tuning`) gives opts without searching; `opts_for(item)` gives them directly (None: the heuristics).
+  Tensors are checked against `SizeLimits(max_bytes)`. With `ir.viz.recording` on, the tracing and scheduling and
+  the lowering of each kernel are recorded as sections."""
   if not isinstance(target, Target): target = make_target(target)
   if max_bytes < 1: raise UserError(f"--max-bytes must be at least 1, got {max_bytes}")
+  search = search or SearchOptions()
+  start = time.perf_counter()
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes))
-  capture = models.trace_model(loaded)
+  imported = time.perf_counter()
+  with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
+  weights = models.named_weights(capture, loaded)
+  searched = time.perf_counter()
+  if opts_for is None: opts_for = _searched_opts(capture.items, weights, target, beam, search)
   progress = _Progress(name)
+  searched = time.perf_counter() - searched
   try:
     cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                          [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded),
-                          opts_for=_beam_opts(target, beam) if beam else None, progress=progress)
+                          [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress)
   except ValueError as error:
     raise _target_error(spec, target.name, error)
+  if config.viz: _viz_note(compiled=(cm, spec))
   if progress.printed or config.debug >= 1:
     print(f"tgc: {name}: {len(cm.kernels)} kernels lowered in {time.perf_counter() - progress.start:.1f} s",
           file=sys.stderr)
+  if config.debug >= 1:
+    phases = {"import": imported - start, **capture.seconds, **({"search": searched} if opts_for else {}),
+              "lower+render": time.perf_counter() - progress.start}
+    print(f"tgc: {name}: phases " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
   return cm, loaded
+
+
+def _viz_note(compiled: tuple | None = None, artifact: str | None = None) -> None:
+  """Under VIZ=1: tell the command's viz session what it compiled or which artifact folder it wrote or read."""
+  from tgc.aot import viz as viz_page
+  if compiled is not None: viz_page.note_compiled(*compiled)
+  if artifact is not None: viz_page.note_artifact(artifact)
 
 
 def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:
@@ -153,20 +177,58 @@ def _target_error(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
   return error
 
 
-def _beam_opts(target: Target, width: int):
-  """opts_for(item) running a BEAM search timed on the target's runtime here."""
-  from tgc.codegen.search import beam_search
-  from tgc.runtimes import get_runtime, RuntimeUnavailable
-  from tgc.runtimes.timing import kernel_timer
-  from tgc.frontend.buffers import nbytes
-  try: rt = get_runtime(target.name)
-  except (RuntimeUnavailable, ValueError) as e:
-    raise UserError(f"--beam needs a {target.name} runtime on this machine: {e}") from None
+@dataclass
+class SearchOptions:
+  """How `--beam` searches: a time budget for the whole model (seconds; None: no limit), parallel compiler calls,
+  a Ray cluster address ("auto" or host:port; None: this machine); or a tuning file to apply instead."""
+  budget: float | None = None
+  jobs: int = 1
+  cluster: str | None = None
+  tuning: str | None = None
 
-  def opts_for(item):
-    timer = kernel_timer(rt, [nbytes(b) for b in item.bufs])
-    return beam_search(item.ast, target, timer, width, getattr(rt, "device_name", target.name))
-  return opts_for
+
+def _searched_opts(items: list, weights: list, target: Target, beam: int, search: SearchOptions):
+  """opts_for(item) from a BEAM search (`beam` > 0) or a tuning file; None: the heuristics decide."""
+  from tgc.aot import tune
+  from tgc.codegen.search import Tuning
+  if search.tuning is not None:
+    if beam: raise UserError("--tuning and --beam exclude each other: a tuning file is a finished search")
+    try:
+      with open(search.tuning, encoding="utf-8") as f: tuning = Tuning.from_json(f.read(), search.tuning)
+    except OSError as error: raise UserError(f"--tuning {search.tuning}: cannot read ({error.strerror})") from None
+    except ValueError as error: raise UserError(str(error)) from None
+    return tune.opts_from_tuning(tuning, target, tune.local_device(target))
+  if not beam: return None
+  if beam < 1 or search.jobs < 1: raise UserError("--beam and --jobs must be at least 1")
+  if search.budget is not None and search.budget <= 0: raise UserError("--beam-budget must be positive")
+  measurer = tune.cluster_measure(search.cluster, target) if search.cluster else tune.LocalMeasure(target, search.jobs)
+  found, _ = tune.tune(items, weights, target, beam, search.budget, search.jobs, measurer)
+  return lambda item: found.get(item.ast.key)
+
+
+def tune_model(model: str, target: str, out: str, cpu: str | None = None, beam: int = 2,
+               search: SearchOptions | None = None, input_shapes: dict | None = None,
+               consts: dict | None = None, const_files: dict | None = None):
+  """`tgc tune`: search the kernels of MODEL for the target and write a tuning file (nothing else is written)."""
+  from tgc.aot import tune
+  search = search or SearchOptions()
+  tgt = make_target(target, cpu)
+  if beam < 1 or search.jobs < 1: raise UserError("--beam and --jobs must be at least 1")
+  if search.budget is not None and search.budget <= 0: raise UserError("--beam-budget must be positive")
+  spec = models.parse_model_spec(model)
+  loaded = models.load_model(spec, input_shapes, consts, const_files)
+  capture = models.trace_model(loaded)
+  measurer = tune.cluster_measure(search.cluster, tgt) if search.cluster else tune.LocalMeasure(tgt, search.jobs)
+  found, report = tune.tune(capture.items, models.named_weights(capture, loaded), tgt, beam, search.budget,
+                            search.jobs, measurer)
+  text = tune.tuning_of(found, tgt, report.device).to_json()
+  tmp = f"{out}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f: f.write(text)
+    os.replace(tmp, out)
+  except OSError as error:
+    raise UserError(f"-o {out}: cannot write ({error.strerror})") from None
+  return report
 
 
 def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:
@@ -296,6 +358,7 @@ def open_artifact(folder: str, check_files: bool = True) -> Artifact:
   except ValueError as error: raise UserError(f"{folder}: {error}") from error
   art = Artifact(folder, manifest)
   if check_files: verify_files(art)
+  if config.viz: _viz_note(artifact=folder)
   return art
 
 
@@ -318,15 +381,20 @@ def verify_files(art: Artifact) -> None:
       raise UserError(f"{what} {path} differs from the one compiled (sha256 mismatch with {MANIFEST})")
 
 
-def artifact_runtime(art: Artifact):
-  """The Python runtime that loads this artifact (the caller closes it)."""
+def artifact_runtime(art: Artifact, threads: int = 1, profile: bool = False):
+  """The Python runtime that loads this artifact (the caller closes it); C artifacts can run on `threads` threads
+  (their thread pool) and be built to time each launch (`profile`)."""
   if art.target not in ARTIFACT_RUNTIMES:
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
                     f"{', '.join(ARTIFACT_RUNTIMES)}")
+  if threads < 1: raise UserError(f"--threads must be at least 1, got {threads}")
+  if (threads > 1 or profile) and art.target != "c":
+    raise UserError(f"--threads and --profile apply to c artifacts, not {art.target}")
   import importlib
   from tgc.runtimes.artifact import ArtifactError
   module, name = ARTIFACT_RUNTIMES[art.target]
-  try: return getattr(importlib.import_module(module), name)(art.folder)
+  kwargs = {"threads": threads, "profile": profile} if art.target == "c" else {}
+  try: return getattr(importlib.import_module(module), name)(art.folder, **kwargs)
   except ArtifactError as error:
     # the folder was checked against its manifest already: only a missing C compiler is the user's to fix
     if "C compiler" in str(error): raise UserError(f"cannot load {art.folder}: {error}") from error
@@ -359,11 +427,11 @@ def output_values(art: Artifact, got: dict[str, np.ndarray]) -> dict[str, np.nda
   return {o["name"]: from_storage(np.asarray(got[o["name"]]), o) for o in art.outputs}
 
 
-def run_artifact(folder: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_artifact(folder: str, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
   """Run the artifact once; outputs by original name, in manifest order (storage-only types as values)."""
   art = open_artifact(folder)
   feeds = check_feeds(art, arrays)
-  runtime = artifact_runtime(art)
+  runtime = artifact_runtime(art, threads)
   try: got = runtime.run(feeds)
   finally: runtime.close()
   return output_values(art, got)
@@ -480,20 +548,67 @@ class BenchReport:
   arena_bytes: int
   weights_bytes: int
   code_bytes: int
+  threads: int = 1
+  profile: list[KernelProfile] | None = None     # with --profile: per kernel, slowest first
 
 
-def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0) -> BenchReport:
-  """Time whole runs of the artifact itself (its own loader, not tgc's kernels)."""
+@dataclass
+class KernelProfile:
+  """One kernel of a profiled artifact: its launches per run and their time per run, share of the profiled total,
+  and rates from the manifest's op and byte counts."""
+  kernel: str
+  launches: int
+  seconds: float
+  share: float
+  gflops: float
+  gbytes: float
+  opts: list[str]
+  nodes: list[str]
+
+
+def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, threads: int = 1,
+                   profile: bool = False) -> BenchReport:
+  """Time whole runs of the artifact itself (its own loader, not tgc's kernels); `profile` (C) also times each
+  kernel launch inside those runs."""
   if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
   if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
   art = open_artifact(folder)
   feeds = check_feeds(art, random_inputs(art, seed))
-  runtime = artifact_runtime(art)
-  try: times = [float(t) for t in runtime.time(feeds, runs, warmup)]
+  runtime = artifact_runtime(art, threads, profile)
+  try:
+    for _ in range(warmup): runtime.run(feeds)
+    if profile: runtime.profile_reset()
+    times = [float(t) for t in runtime.time(feeds, runs, 0)]
+    per_call = runtime.profile() if profile else None
   finally: runtime.close()
   if not times: raise RuntimeError("the artifact runtime returned no timings")
+  kernels = kernel_profile(art.manifest, per_call, len(times)) if per_call is not None else None
   return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
-                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes())
+                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes(),
+                     threads, kernels)
+
+
+def node_text(node) -> str:
+  """A manifest node entry ({"name", "op"}) as one line of text."""
+  return f"{node.get('name', '?')} ({node.get('op', '?')})" if isinstance(node, dict) else str(node)
+
+
+def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[KernelProfile]:
+  """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first."""
+  info = {k["name"]: k for k in manifest["kernels"]}
+  seconds: dict[str, float] = {}
+  launches: dict[str, int] = {}
+  for call, s in zip(manifest["calls"], per_call):
+    seconds[call["kernel"]] = seconds.get(call["kernel"], 0.0) + s / runs
+    launches[call["kernel"]] = launches.get(call["kernel"], 0) + 1
+  total = sum(seconds.values()) or 1.0
+  out = []
+  for name, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+    k, n = info[name], launches[name]
+    rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
+    out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
+                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])]))
+  return out
 
 
 # ---------------------------------------------------------------- inspect

@@ -37,6 +37,8 @@ class KernelProgram:
   bytes: int = 0                        # bytes loaded and stored per launch (estimate, for reports)
   # weight arguments stored in the order this kernel reads them: position -> how to build the new contents
   relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
+  # the AST's argument positions the kernel's arguments 0, 1, ... stand for (a weight folded into another is dropped)
+  args: tuple[int, ...] = ()
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -207,10 +209,15 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
   return n, nbytes
 
 
-def _as_upcast(ast: UOp) -> UOp:
-  """The VECTOR range of `ast` as an UPCAST (or UNROLL) range: its lanes become straight-line copies."""
-  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.UNROLL if _reduced(ast, n) else AxisType.UPCAST))
-         for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
+def _as_loop(ast: UOp, expand_lanes: bool) -> UOp:
+  """The VECTOR range of `ast` for a language without vectors: its lanes become straight-line copies (UPCAST or
+  UNROLL: GPU languages), or a loop (C's plain fallback: small and quick to build; the lanes loop sits inside the
+  other output loops, or is one more reduce loop)."""
+  def kind(r: UOp) -> AxisType:
+    if expand_lanes: return AxisType.UNROLL if _reduced(ast, r) else AxisType.UPCAST
+    return AxisType.REDUCE if _reduced(ast, r) else AxisType.GLOBAL
+  sub = {n: n.replace(arg=n.arg.replace(kind=kind(n))) for n in ast.toposort()
+         if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
   return substitute(ast, sub) if sub else ast
 
 
@@ -220,7 +227,7 @@ def _reduced(ast: UOp, r: UOp) -> bool:
 
 def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
-  expanded = expand(ast if vectors else _as_upcast(ast))
+  expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
@@ -234,7 +241,8 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
           name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
   """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
-  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
+  fold constant work into them and store them in the order the kernel reads them (`KernelProgram.relayouts` says
+  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`)."""
   target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   renderer = get_renderer(target)
   weights = weights or {}
@@ -242,6 +250,9 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   relaid_ast, relayouts = relayout(k.ast, weights) if weights else (k.ast, {})
+  nargs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
+  relaid_ast, args = _compact_args(relaid_ast, nargs)
+  if target.has_threads: relaid_ast = task_loop(relaid_ast)
   k = Kernel(relaid_ast, k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
@@ -254,17 +265,37 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
     function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
     prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
   src = "\n".join(prefix + [function])
-  nbufs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)
-  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, nbufs, tuple(opts), ops * work_items,
-                       tuple(renderer.params(program)), nbytes * work_items, relayouts)
+  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(args), tuple(opts), ops * work_items,
+                       tuple(renderer.params(program)), nbytes * work_items, relayouts, args)
+
+
+def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:
+  """Arguments numbered 0, 1, ... over the positions the AST still uses, and those positions."""
+  used = sorted({n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL})
+  if used == list(range(nbufs)): return ast, tuple(used)
+  sub = {n: n.replace(arg=(used.index(n.arg[0]), n.arg[1])) for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}
+  return substitute(ast, sub), tuple(used)
+
+
+MIN_TASKS = 16      # outer loops are folded into the task loop until it has this many iterations
+
+
+def task_loop(ast: UOp) -> UOp:
+  """A CPU kernel's outermost output loops folded into one (the task loop threads split) until it has MIN_TASKS
+  iterations or no output loop is left."""
+  globs = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G}, key=lambda r: r.arg.id)
+  n = 1
+  while n < len(globs) and math.prod(g.src[0].arg for g in globs[:n]) < MIN_TASKS: n += 1
+  return ast if n < 2 else _fold(ast, globs[:n], globs[0].arg.id)[0]
 
 
 def _c_sizes(ast: UOp):
+  """C: the launch size is the task loop's iterations (1 without output loops)."""
   g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G},
                                     key=lambda r: r.arg.id)]
-  return (math.prod(g), 1, 1)
+  return (g[0] if g else 1, 1, 1)
 
 
 def _default_name(ast: UOp, gsz) -> str:

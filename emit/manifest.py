@@ -49,9 +49,12 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
                        "shape": list(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
                       for b in cm.of_kind("arena")],
     "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size),
-                 "ops": k.ops, "args": kernel_args[name]} for name, k in cm.kernels.items()],
-    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers]}
-              for c in cm.calls],
+                 "ops": k.ops, "bytes": k.bytes, "opts": [repr(o) for o in k.opts],
+                 "tuned": name in cm.meta.get("tuned", ()), "args": kernel_args[name],
+                 "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
+                for name, k in cm.kernels.items()],
+    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers],
+               "nodes": list(dict.fromkeys(o.name for o in c.nodes))} for c in cm.calls],
     "files": {name: sha256(data) for name, data in sorted(files.items())},
     "target_info": target_info,
   }

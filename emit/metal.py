@@ -20,7 +20,7 @@ from tgc.codegen.lower import KernelProgram
 from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, weight_rows,
                         write_bundle)
 from tgc.emit.c_literals import c_string
-from tgc.emit.common import fill, read_template
+from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.opencl import _launch, source_strings
 from tgc.emit.weights import WeightsFile
 
@@ -30,10 +30,15 @@ PARAM = re.compile(r"^(const\s+)?device\s+([A-Za-z_][A-Za-z0-9_]*)\s*\*\s*data(\
 THREAD_IDS = {"uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"}
 
 
+def _code(function: str) -> str:
+  """The kernel function without its heading comment lines."""
+  return "\n".join(line for line in function.split("\n") if not line.startswith("//"))
+
+
 def kernel_params(k: KernelProgram) -> list[Param]:
   """The buffer parameters of a rendered Metal kernel, in signature order: `device` pointers `data<i>` bound at
   `[[buffer(i)]]` (the thread position parameters are skipped)."""
-  head = k.function.split("{", 1)[0]
+  head = _code(k.function).split("{", 1)[0]
   match = re.search(rf"\bvoid {re.escape(k.name)}\((.*)\)\s*$", head, re.S)
   if not head.lstrip().startswith("kernel void ") or match is None:
     raise ValueError(f"kernel {k.name}: unexpected Metal signature {head.strip()!r}")
@@ -76,7 +81,8 @@ def _host_tables(cm: CompiledModel, plan: list[dict], weights: WeightsFile) -> d
   rows = weight_rows(cm, weights)
   kernels = {name: i for i, name in enumerate(cm.kernels)}
   calls, args = [], []
-  for launch in plan:
+  for n, launch in enumerate(plan):
+    calls.append(call_comment(cm, n).rstrip("\n"))
     groups, threads = (", ".join(map(str, launch[key])) for key in ("threadgroups", "threads"))
     calls.append(f"  {{{kernels[launch['kernel']]}, {len(launch['buffers'])}, {len(args)}, {{{groups}}}, "
                  f"{{{threads}}}}},")

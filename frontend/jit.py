@@ -3,9 +3,10 @@ with the new input buffers and builds no graph) and `trace` (the capture directl
 A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/output specs and weights."""
 from __future__ import annotations
 import math
+import time
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir import Ops, GroupOp, UOp, DType, lowp, substitute
+from tgc.ir import Ops, GroupOp, UOp, DType, lowp, provenance, substitute
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
@@ -32,6 +33,7 @@ class Capture:
   inputs: list[tuple[TensorSpec, UOp]]
   outputs: list[tuple[TensorSpec, UOp]]
   weights: dict[UOp, np.ndarray] = field(default_factory=dict)
+  seconds: dict[str, float] = field(default_factory=dict)     # time of each phase of `trace` (build, fold, schedule)
 
   def intermediates(self) -> list[UOp]:
     fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights)
@@ -167,12 +169,15 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   ids = [buffers.buffer_id(t.uop) for t in example_inputs]
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
-  ret = fn(*example_inputs)
+  start = time.perf_counter()
+  with provenance.call_sites(): ret = fn(*example_inputs)
   outs = _flatten_tensors(ret)
   if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
   for name, t in zip(out_names, outs): _check_size(limits, f"output {name!r}", t.uop)
+  built = time.perf_counter()
   roots = _fold_constants([t.uop for t in outs], set(input_bufs), limits)
+  folded = time.perf_counter()
   placeholders: list[UOp] = []
 
   def new_buffer(shape, dtype):
@@ -193,9 +198,11 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   for it in items:
     for b in it.bufs:
       if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
+  seconds = {"build": built - start, "fold": folded - built, "schedule": time.perf_counter() - folded}
   return Capture(items,
                  [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(in_names, example_inputs, input_bufs)],
-                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights)
+                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights,
+                 seconds)
 
 
 def _read(b: UOp) -> np.ndarray:

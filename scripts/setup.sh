@@ -39,10 +39,11 @@ PYTHON="$(command -v python || command -v python3)" || { echo "setup.sh: no pyth
 # Debian's own python refuses system-wide pip installs (PEP 668); this machine is dedicated to the tests.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 cd "$REPO_ROOT"
-# the cuda extra (cuda-python + NVRTC wheels) installs without a GPU: CUDA kernels are compiled in the tests everywhere
+# the cuda extra (cuda-python + NVRTC wheels) installs without a GPU: CUDA kernels are compiled in the tests everywhere;
+# the ray extra lets the tests start a local Ray cluster for --beam-cluster
 if [[ "${TGC_LATEST:-0}" == 1 ]]; then
   echo "setup.sh: TGC_LATEST=1: installing the newest release of every dependency (not constraints.txt)"
-  "$PYTHON" -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,cuda]'
+  "$PYTHON" -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,cuda,ray]'
 else
-  "$PYTHON" -m pip install -q -c constraints.txt -e '.[dev,cuda]'
+  "$PYTHON" -m pip install -q -c constraints.txt -e '.[dev,cuda,ray]'
 fi

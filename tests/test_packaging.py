@@ -27,6 +27,7 @@ def test_wheel_installs_only_the_tgc_package(tmp_path):
   for layer in ("ir", "codegen", "codegen/render", "frontend", "frontend/onnx", "emit", "runtimes", "aot"):
     assert f"tgc/{layer}/__init__.py" in names
   assert "tgc/templates/c/model.c.tmpl" in names and "tgc/emit/manifest.schema.json" in names
+  assert "tgc/templates/viz/page.html.tmpl" in names
   entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
   assert "tgc = tgc.aot.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -13,13 +13,14 @@ If is inlined (a constant condition picks a branch; otherwise both branches are 
 Operators without a handler whose ONNX schema defines them as a function (e.g. Attention, RMSNormalization) are
 built from that function body; `unsupported()` lists what has neither."""
 from __future__ import annotations
+import contextlib
 import heapq
 import os
 from typing import Any
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
-from tgc.ir import DType, dtypes, lowp
+from tgc.ir import DType, dtypes, lowp, provenance
 from tgc.frontend import buffers
 from tgc.frontend.limits import SizeLimits, TensorTooLarge
 from tgc.frontend.tensor import Tensor
@@ -449,8 +450,9 @@ class OnnxGraph:
       scope.consts[name] = (arr, dt)
     for name, (arr, dt) in self.pinned.items(): scope.consts[name] = (arr, dt)
     for (name, _, _), t in zip(self.inputs, inputs): scope.tensors[name] = t
-    self.run_nodes(self._nodes(), scope)
-    return [scope.tensor(o.name) for o in self.graph.output]
+    with provenance.call_sites(False):       # the nodes are named by the model, not by Python call sites
+      self.run_nodes(self._nodes(), scope)
+      return [scope.tensor(o.name) for o in self.graph.output]
 
   def weights_with_dtypes(self):
     for name, arr in self.weights.items():
@@ -460,15 +462,21 @@ class OnnxGraph:
   def _nodes(self) -> list[onnx.NodeProto]:
     return list(self.graph.node)
 
-  def run_nodes(self, nodes, scope: _Scope) -> None:
+  def run_nodes(self, nodes, scope: _Scope, named: bool = True) -> None:
+    """Build `nodes` in `scope`; with `named`, the UOps of each node record it as their origin (a function body's
+    nodes are not named: they belong to the node the function expands)."""
     for i, node in enumerate(nodes):
       label = node_label(node, i)
-      if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
-        outs = _CONTROL[node.op_type](self, node, label, scope)
-        for name, v in zip(node.output, outs):
-          if name: scope.set(name, v)
-      elif _op_key(node) in OPS: self._run_node(node, label, scope, i)
-      else: self._run_function(node, label, scope)
+      with provenance.origin(label, node.op_type) if named else contextlib.nullcontext():
+        self._run_one(node, label, scope, i)
+
+  def _run_one(self, node: onnx.NodeProto, label: str, scope: _Scope, i: int) -> None:
+    if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+      outs = _CONTROL[node.op_type](self, node, label, scope)
+      for name, v in zip(node.output, outs):
+        if name: scope.set(name, v)
+    elif _op_key(node) in OPS: self._run_node(node, label, scope, i)
+    else: self._run_function(node, label, scope)
 
   def _run_function(self, node: onnx.NodeProto, label: str, scope: _Scope) -> None:
     """An operator without a handler whose ONNX schema defines it as a function: build the function body."""
@@ -496,7 +504,7 @@ class OnnxGraph:
     for k, formal in enumerate(fn.input):
       if k < len(vals) and vals[k] is not None: child.set(formal, vals[k])
       else: child.absent.add(formal)
-    self.run_nodes(list(fn.node), child)
+    self.run_nodes(list(fn.node), child, named=False)
     for name, formal in zip(node.output, fn.output):
       if name: scope.set(name, child.lookup(formal, label, node.op_type))
 

@@ -326,3 +326,15 @@ def allocations_around_run(folder: str, sym: str, init_args: str, libs: list[str
   run(["cc", "-std=c99", "-O2", "noalloc.c", "model.c", f"-Wl,{wraps}", "-o", "noalloc", *libs], cwd=folder)
   status, before, after = map(int, run(["./noalloc"], cwd=folder).stdout.split())
   return status, before, after
+
+
+def write_inputs(folder: str, inputs: dict[str, np.ndarray]) -> None:
+  for spec in manifest_of(folder)["inputs"]:
+    np.save(os.path.join(folder, f"{spec['symbol']}.npy"), inputs[spec["name"]])
+
+
+def run_main(folder: str, inputs: dict[str, np.ndarray], runner: tuple[str, ...] = (), args: tuple[str, ...] = ()):
+  write_inputs(folder, inputs)
+  run([*runner, "./main", *args], cwd=folder)
+  return {spec["name"]: np.load(os.path.join(folder, f"{spec['symbol']}.npy"))
+          for spec in manifest_of(folder)["outputs"]}
