@@ -9,7 +9,8 @@ import math
 from functools import reduce
 import numpy as np
 from tgc.ir import dtypes
-from tgc.frontend.tensor import Tensor, broadcast_shape
+from tgc.frontend.shapes import broadcast_shape, prod
+from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
@@ -360,7 +361,7 @@ def _logsumexp(v, axes, keep):
 
 
 def _mean(v, axes, keep):
-  n = C.prod(v.shape[a] for a in axes)
+  n = prod(v.shape[a] for a in axes)
   if v.dtype.is_float: return (v.sum(axes, keepdim=keep) * (1.0 / n)) if n else v.sum(axes, keepdim=keep) * math.nan
   return v.sum(axes, keepdim=keep, dtype=dtypes.int64).idiv(max(n, 1))
 
@@ -457,7 +458,7 @@ def _flatten(ctx):
   if not -x.ndim <= axis <= x.ndim:
     raise ctx.fail(f"attribute axis {axis} is out of range for a rank-{x.ndim} input (allowed: {-x.ndim}..{x.ndim})")
   if axis < 0: axis += x.ndim
-  return x.reshape(C.prod(x.shape[:axis]), C.prod(x.shape[axis:]))
+  return x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:]))
 
 
 @onnx_op("Transpose")

@@ -14,7 +14,7 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
-from tgc.frontend.onnx.compose_nn import prod
+from tgc.frontend.shapes import prod
 from tgc.frontend.onnx.importer import ONNX_DTYPES
 
 # ---------------------------------------------------------------- attribute and input helpers
@@ -124,7 +124,7 @@ def conv_transpose(ctx: NodeContext):
     targets = out_shape or [n - b_ - e for n, (b_, e) in zip(natural, pads)]
   # the end pad that gives the target size; output_padding and a larger output_shape extend the end
   pads = [(b_, n - op - b_ - t) for n, op, b_, t in zip(natural, out_pad, begins, targets)]
-  return nn.conv_transpose(x, w, b, strides, pads, dilations, group).cast(x.dtype)
+  return functional.conv_transpose_cropped(x, w, b, strides, pads, dilations, group).cast(x.dtype)
 
 
 # ---------------------------------------------------------------- pooling
