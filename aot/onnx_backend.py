@@ -98,7 +98,7 @@ def _static_dims(vi: onnx.ValueInfoProto) -> bool:
 # ---------------------------------------------------------------- storage-only dtypes at the artifact boundary
 def _ml_dtype(dt) -> np.dtype:
   """The numpy (ml_dtypes) type onnx uses for a storage-only tgc dtype."""
-  from tgc.frontend.onnx.importer import to_onnx_type
+  from tgc.frontend.onnx.dtypes import to_onnx_type
   return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to_onnx_type(dt)))
 
 
@@ -110,7 +110,7 @@ def to_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
   arr = np.asarray(arr)
   if dt is None or arr.dtype == np.dtype(spec["dtype"]): return arr
   from tgc.ir import lowp
-  from tgc.frontend.onnx.importer import host_values
+  from tgc.frontend.onnx.dtypes import host_values
   if arr.dtype == _ml_dtype(dt): bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
   else: bits = lowp.encode_array(host_values(arr, dt), dt)
   return storage_from_bits(bits, spec)
@@ -296,11 +296,9 @@ class TgcBackend(Backend):
   @classmethod
   def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
     """False when the model uses an operator tgc's importer has no handler for."""
-    from tgc.frontend.onnx.importer import OnnxGraph, _opsets
+    from tgc.frontend.onnx.loading import opset_versions, unsupported_nodes
     model = _as_model(model)
-    probe = OnnxGraph.__new__(OnnxGraph)
-    probe.graph, probe.opsets = model.graph, _opsets(model)
-    return cls.supports_device(device) and not probe.unsupported()
+    return cls.supports_device(device) and not unsupported_nodes(model.graph, opset_versions(model))
 
   @classmethod
   def prepare(cls, model, device: str = "c", **kwargs: Any) -> TgcRep:

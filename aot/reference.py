@@ -135,7 +135,7 @@ def _reference_fixes(model) -> list:
 def _onnx_feed(value: np.ndarray, elem_type: int) -> np.ndarray:
   """An input's values as onnx.reference takes them: storage-only types (bfloat16, float8, int4, ...) as ml_dtypes
   arrays, converted from float32/int8/uint8 values exactly as the artifact's input is (ONNX Cast)."""
-  from tgc.frontend.onnx.importer import ONNX_DTYPES
+  from tgc.frontend.onnx.dtypes import ONNX_DTYPES
   import onnx
   dt = ONNX_DTYPES.get(elem_type)
   if dt is None or not dt.storage_only or value.dtype != lowp.value_numpy(dt): return value

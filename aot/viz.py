@@ -228,7 +228,7 @@ def _onnx_nodes(path: str, notes: list[str]) -> list[dict] | None:
   """The nodes of an ONNX graph as tgc names them (None, with a note, when the file cannot be read)."""
   try:
     import onnx
-    from tgc.frontend.onnx.importer import node_label
+    from tgc.frontend.onnx.loading import node_label
     graph = onnx.load(path, load_external_data=False).graph
   except Exception as error:   # the page still shows the nodes the kernels name
     notes.append(f"the ONNX graph of {path} could not be read ({type(error).__name__}); nodes come from the kernels")

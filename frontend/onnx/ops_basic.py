@@ -13,7 +13,7 @@ from tgc.frontend.shapes import broadcast_shape, prod
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
-from tgc.frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
+from tgc.frontend.onnx.dtypes import onnx_dtype, array_to_tensor, host_values, array_dtype
 from tgc.frontend.onnx import compose as C
 
 

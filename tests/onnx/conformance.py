@@ -86,7 +86,7 @@ def _snake(op: str) -> str:
 def const_inputs(model: onnx.ModelProto) -> list[str]:
   """Graph inputs that reach a shape-setting node input (directly or through nodes other than Shape/Size; through
   If/Loop/Scan into their subgraphs too)."""
-  from tgc.frontend.onnx.importer import node_reads
+  from tgc.frontend.onnx.loading import node_reads
   g = model.graph
   inits = {t.name for t in g.initializer}
   graph_inputs = [i.name for i in g.input if i.name not in inits]
@@ -198,7 +198,7 @@ def run_case_eager(case, device: str = "numpy") -> tuple[str, str]:
   """The case imported with `load_model` and evaluated with Tensors on `device` (kernels realized one by one)."""
   from tgc.frontend.tensor import Tensor
   from tgc.frontend.onnx import OnnxError, load_model
-  from tgc.frontend.onnx.importer import array_to_tensor
+  from tgc.frontend.onnx.dtypes import array_to_tensor
   data = _case_data(case)
   if isinstance(data, str): return "error", data
   by_name, want, needed = data
@@ -290,7 +290,7 @@ def run_case_cli(case, target: str = "c") -> tuple[str, str]:
 def npy_values(arr: np.ndarray) -> np.ndarray:
   """An array as a .npy file holds it: storage-only types (ml_dtypes arrays) as float32, int8 or uint8 values."""
   from tgc.ir import lowp
-  from tgc.frontend.onnx.importer import array_dtype
+  from tgc.frontend.onnx.dtypes import array_dtype
   arr = np.asarray(arr)
   dt = array_dtype(arr)
   return arr.astype(lowp.value_numpy(dt)) if dt.storage_only else arr
@@ -341,7 +341,7 @@ def compare_outputs(got: list, want: list, got_dtypes: list | None = None,
   the elements ONNX defines are compared. Outputs are host arrays (storage-only types as ml_dtypes arrays), or, with
   `got_dtypes`, the Tensor API's values of those dtypes (storage-only types decoded)."""
   from tgc.frontend.onnx import OnnxError
-  from tgc.frontend.onnx.importer import array_dtype, host_values
+  from tgc.frontend.onnx.dtypes import array_dtype, host_values
   if len(got) != len(want): return "fail", f"{len(got)} outputs, expected {len(want)}"
   for i, (arr, exp) in enumerate(zip(got, want)):
     try: exp_dt, dt = array_dtype(exp), (got_dtypes[i] if got_dtypes else array_dtype(arr))
