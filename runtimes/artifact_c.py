@@ -20,8 +20,8 @@ import time
 import numpy as np
 from tgc.ir.config import config
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
-from tgc.runtimes.base import cache_root
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
+from tgc.runtimes.base import ToolchainMissing, cache_root
 
 DEFAULT_CFLAGS = ("-O3",)
 ARENA_ALIGN = 64
@@ -33,7 +33,7 @@ def _compiler_id(compiler: str) -> str:
     try:
       out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as error:
-      raise ArtifactError(f"C compiler {compiler!r} is not usable ({error}); install gcc or set CC") from None
+      raise ToolchainMissing(f"C compiler {compiler!r} is not usable ({error}); install gcc or set CC") from None
     _compiler_ids[compiler] = out.strip()
   return _compiler_ids[compiler]
 
@@ -46,9 +46,9 @@ class CArtifact(Artifact):
   CACHE = "artifact_c"          # the folder under tgc's cache root for built libraries
   LIBS: tuple[str, ...] = ("-lm",)
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, compiler: str | None = None,
-               cflags: tuple[str, ...] | None = None, cache_dir: str | None = None, threads: int = 1,
-               profile: bool = False):
+  def __init__(self, folder: str | ArtifactFolder, weights_path: str | None = None, *,
+               compiler: str | None = None, cflags: tuple[str, ...] | None = None, cache_dir: str | None = None,
+               threads: int = 1, profile: bool = False):
     if threads < 1: raise ArtifactError(f"threads must be at least 1, not {threads}")
     self.threads, self.profiling, self._pool = threads, profile, None
     self._load_library(folder, compiler, cflags, DEFAULT_CFLAGS, cache_dir)
@@ -75,7 +75,7 @@ class CArtifact(Artifact):
       self._fn("set_parallel")(ctx, ctypes.cast(self._lib.tgc_pool_parallel_for, ctypes.c_void_p), self._pool)
 
   # ---- loading ----
-  def _load_library(self, folder: str, compiler: str | None, cflags: tuple[str, ...] | None,
+  def _load_library(self, folder: str | ArtifactFolder, compiler: str | None, cflags: tuple[str, ...] | None,
                     default_cflags: tuple[str, ...], cache_dir: str | None) -> None:
     """Read the manifest, build (or find in the cache) the folder's library and bind its API."""
     self._ctx = None
@@ -122,10 +122,7 @@ class CArtifact(Artifact):
     if self.embedded: material.update(b"weights\0" + self.manifest["weights"]["sha256"].encode())
     path = os.path.join(self.cache_dir, f"{material.hexdigest()}.so")
     if os.path.exists(path): return path
-    if self.embedded:
-      weights = os.path.join(self.folder, self.manifest["weights"]["file"])
-      if hashlib.sha256(read_file(weights)).hexdigest() != self.manifest["weights"]["sha256"]:
-        raise ArtifactError(f"{weights}: does not match manifest.json (sha256); the artifact was modified")
+    if self.embedded: self._checked(self.manifest["weights"]["file"])   # the library is built from it
     os.makedirs(self.cache_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".artifact.", suffix=".so.tmp")
     os.close(fd)

@@ -13,7 +13,7 @@ input."""
 from __future__ import annotations
 import numpy as np
 from tgc.ir import DType, dtypes, lowp
-from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.base import ArtifactError
 
 
 def storage_type(spec: dict) -> DType | None:
