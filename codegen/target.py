@@ -172,3 +172,13 @@ def as_target(t) -> Target:
   keeps 64-bit types unnarrowed)."""
   if isinstance(t, Target): return t
   return Target.make(str(t), artifact=False)
+
+
+class TargetLimitError(ValueError):
+  """A model needs what the target does not offer (WGSL: no float64, 64-bit integers only as 32-bit words, buffer
+  and work-group limits; Metal: no float64): the user's to know, not a bug. `target` names the target; the message
+  starts with it ("webgpu: ...") and `detail` is the rest."""
+
+  def __init__(self, target: str, detail: str):
+    self.target, self.detail = target, detail
+    super().__init__(f"{target}: {detail}")

@@ -18,6 +18,10 @@ class JitError(RuntimeError):
   """Misuse of jit/trace."""
 
 
+class NothingTracedError(JitError):
+  """The function given to jit/trace computed no Tensor ("didn't JIT anything!")."""
+
+
 @dataclass(frozen=True)
 class TensorSpec:
   name: str
@@ -109,7 +113,7 @@ class TinyJit:
       ret = self.fn(*args, **kwargs)
       Tensor.realize_all(*_flatten_tensors(ret))
     finally: _realize.capture_hooks.remove(hook)
-    if not captured: raise JitError("didn't JIT anything!")
+    if not captured: raise NothingTracedError("didn't JIT anything!")
     self.items, self.ret = captured, ret
     self.input_bufs = [t.uop for t in ins]
     self.specs = [(t.shape, t.dtype, t.device) for t in ins]
@@ -172,7 +176,7 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   start = time.perf_counter()
   with provenance.call_sites(): ret = fn(*example_inputs)
   outs = _flatten_tensors(ret)
-  if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
+  if not outs: raise NothingTracedError("didn't JIT anything! (the function returned no Tensor)")
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
   for name, t in zip(out_names, outs): _check_size(limits, f"output {name!r}", t.uop)
   built = time.perf_counter()

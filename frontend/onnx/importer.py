@@ -154,7 +154,7 @@ class OnnxGraph:
   def __call__(self, *args) -> list[Tensor]:
     if len(args) != len(self.inputs):
       names = ", ".join(n for n, _, _ in self.inputs)
-      raise OnnxError(f"model {self.name}: expected {len(self.inputs)} inputs ({names}), got {len(args)}")
+      raise OnnxError(f"model {self.name}: expected {len(self.inputs)} inputs ({names}), got {len(args)}", self.name)
     device = next((a.device for a in args if isinstance(a, Tensor)), config.device)
     tensors = []
     for a, (name, shape, dt) in zip(args, self.inputs):

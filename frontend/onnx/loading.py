@@ -66,7 +66,7 @@ def prepare(src) -> tuple[onnx.ModelProto, str, str]:
   if bad: raise OnnxError(unsupported_message(bad))
   if model.ByteSize() <= onnx.checker.MAXIMUM_PROTOBUF:   # the checker cannot take larger models in memory
     try: onnx.checker.check_model(model)
-    except Exception as e: raise OnnxError(f"invalid ONNX model {what}: {first_line(e)}") from e
+    except Exception as e: raise OnnxError(f"invalid ONNX model {what}: {first_line(e)}", what) from e
   try: model = onnx.shape_inference.infer_shapes(model)
   except Exception: pass  # inference is advisory: handlers compute every shape themselves
   return model, what, base_dir
@@ -75,8 +75,8 @@ def prepare(src) -> tuple[onnx.ModelProto, str, str]:
 def parse_model(src: bytes, what: str) -> onnx.ModelProto:
   model = onnx.ModelProto()
   try: model.ParseFromString(src)
-  except Exception as e: raise OnnxError(f"cannot parse ONNX model {what}: {first_line(e)}") from e
-  if not model.HasField("graph"): raise OnnxError(f"cannot parse ONNX model {what}: it has no graph")
+  except Exception as e: raise OnnxError(f"cannot parse ONNX model {what}: {first_line(e)}", what) from e
+  if not model.HasField("graph"): raise OnnxError(f"cannot parse ONNX model {what}: it has no graph", what)
   return model
 
 
@@ -94,9 +94,9 @@ def load_external_data(model: onnx.ModelProto, base_dir: str, what: str) -> None
     path = os.path.join(base_dir, loc)
     if not loc or not os.path.isfile(path):
       raise OnnxError(f"external data file {loc!r} of tensor {t.name!r} not found (model {what}, looked in "
-                      f"{base_dir or '.'})")
+                      f"{base_dir or '.'})", what)
   try: load_external_data_for_model(model, base_dir)
-  except Exception as e: raise OnnxError(f"cannot load external data of model {what}: {first_line(e)}") from e
+  except Exception as e: raise OnnxError(f"cannot load external data of model {what}: {first_line(e)}", what) from e
 
 
 def read_model(src) -> tuple[onnx.ModelProto, str, str]:
@@ -106,7 +106,7 @@ def read_model(src) -> tuple[onnx.ModelProto, str, str]:
   path = os.fspath(src)
   try:
     with open(path, "rb") as f: data = f.read()
-  except OSError as e: raise OnnxError(f"cannot read ONNX model {path}: {e.strerror or e}") from e
+  except OSError as e: raise OnnxError(f"cannot read ONNX model {path}: {e.strerror or e}", path) from e
   return parse_model(data, path), path, os.path.dirname(os.path.abspath(path))
 
 

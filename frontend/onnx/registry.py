@@ -7,7 +7,12 @@ from typing import Any, Callable
 
 
 class OnnxError(ValueError):
-  """A model problem: one line naming the culprit (node, op, input, file)."""
+  """A model problem: one line naming the culprit (node, op, input, file). `model` is the model (path, or
+  "<bytes>"/"<ModelProto>") when the message names it; otherwise the message names a node, input or tensor only."""
+
+  def __init__(self, message: str, model: str | None = None):
+    super().__init__(message)
+    self.model = model
 
 
 def first_line(error: BaseException) -> str:
