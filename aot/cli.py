@@ -64,8 +64,8 @@ def _viz_page(command: str):
   if not config.viz or command in ("", "viz"):
     yield
     return
-  from tgc.aot import viz
-  with viz.command_session() as session: yield
+  from tgc.aot import viz, viz_session
+  with viz_session.command_session() as session: yield
   viz.write_session_page(session)
 
 
@@ -201,7 +201,8 @@ def search_options(fn):
 def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, tuning, cpu,
                     beam_budget, jobs, beam_cluster, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
-  from tgc.aot.pipeline import SearchOptions, compile_model
+  from tgc.aot.compile import compile_model
+  from tgc.aot.tune import SearchOptions
   shapes = parse_input_shapes(input_shapes)
   limit = parse_size(max_bytes, "--max-bytes")
   const_arrays, const_paths = parse_arrays(consts, "--const")
@@ -233,7 +234,7 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
 def tune_command(model, target, out, beam, cpu, input_shapes, consts, beam_budget, jobs, beam_cluster):
   """Search the kernels of MODEL on this machine (or a Ray cluster of the target hardware) and write a tuning file
   that `tgc compile --tuning` applies without searching."""
-  from tgc.aot.pipeline import SearchOptions, tune_model
+  from tgc.aot.tune import SearchOptions, tune_model
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = tune_model(model, target, out, cpu, beam, SearchOptions(beam_budget, jobs, beam_cluster),
                       parse_input_shapes(input_shapes), const_arrays, const_paths)
@@ -250,7 +251,7 @@ def tune_command(model, target, out, beam, cpu, input_shapes, consts, beam_budge
 @click.option("--threads", default=1, show_default=True, type=int, help="Threads a C artifact runs its kernels on.")
 def run_command(artifact, inputs, output, threads):
   """Run the artifact OUT once on inputs from .npy files."""
-  from tgc.aot.pipeline import run_artifact
+  from tgc.aot.artifact import run_artifact
   arrays, _ = parse_arrays(inputs, "--input")
   outs = run_artifact(artifact, arrays, threads)
   for name, value in outs.items():
@@ -285,7 +286,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 
   The reference for a Tensor-API model is the numpy interpreter on the un-scheduled graph; for an ONNX model it is
   onnx.reference (onnxruntime for large models). Exits with 1 when an output is over tolerance."""
-  from tgc.aot.pipeline import validate_artifact
+  from tgc.aot.validate import validate_artifact
   report = validate_artifact(artifact, model=model, seed=seed, rtol=rtol, atol=atol)
   click.echo(f"validate {report.folder} against {report.reference} ({report.model}), seed {report.seed}")
   width = max([len(c.name) for c in report.checks] + [6])
@@ -309,7 +310,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
-  from tgc.aot.pipeline import bench_artifact
+  from tgc.aot.bench import bench_artifact
   r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed, threads=threads, profile=profile)
   if as_json:
     click.echo(json.dumps(dataclasses.asdict(r), indent=2))
@@ -338,7 +339,7 @@ def inspect_command(thing, target):
 
 
 def _inspect_artifact(folder: str) -> None:
-  from tgc.aot.pipeline import node_text, open_artifact
+  from tgc.aot.artifact import node_text, open_artifact
   art = open_artifact(folder, check_files=False)
   m = art.manifest
   click.echo(f"artifact {folder}: model {art.name}, target {art.target}, format {m.get('format_version')}, "
@@ -386,7 +387,7 @@ def _call_arg(a, named: dict[str, list[str]]) -> str:
 
 
 def _inspect_model(model: str, target: str) -> None:
-  from tgc.aot.pipeline import inspect_model
+  from tgc.aot.inspection import inspect_model
   cm = inspect_model(model, target)
   click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
   for b in cm.inputs + cm.outputs:
@@ -410,7 +411,7 @@ def _buffer_label(b) -> str:
 
 
 def _inspect_onnx(path: str) -> None:
-  from tgc.aot.pipeline import inspect_onnx
+  from tgc.aot.inspection import inspect_onnx
   if not os.path.isfile(path): raise UserError(f"model file not found: {path}")
   graph_inputs, nodes = inspect_onnx(path)
   unsupported = sorted({n.op for n in nodes if not n.supported})

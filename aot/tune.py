@@ -10,9 +10,12 @@ DEBUG=2 prints each search stage. `Tuning` files (`tgc tune -o`) hold the same r
 
 The candidates of a kernel are built and timed on this machine's runtime for the target (`--jobs` compiler calls
 at once), or on a Ray cluster (`--beam-cluster auto` or an address): its workers must be the target hardware, so a
-worker that reports a device other than the first one's is refused."""
+worker that reports a device other than the first one's is refused.
+
+`searched_opts` is what `tgc compile` asks for (--beam, --tuning); `tune_model` is `tgc tune`."""
 from __future__ import annotations
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,7 +29,9 @@ from tgc.codegen.search import SearchResult, Tuning, beam_search
 from tgc.codegen.target import Target
 from tgc.runtimes import RuntimeUnavailable, get_runtime
 from tgc.runtimes.timing import batch_measure
+from tgc.aot import models
 from tgc.aot.errors import UserError
+from tgc.aot.targets import make_target
 
 
 @dataclass
@@ -186,3 +191,60 @@ def tuning_of(found: dict[str, list[Opt]], target: Target, device: str) -> Tunin
   for key, opts in found.items(): out.entries[(key, str(target), device)] = opts
   return out
 
+
+
+# ---------------------------------------------------------------- the options of tgc compile and tgc tune
+@dataclass
+class SearchOptions:
+  """How `--beam` searches: a time budget for the whole model (seconds; None: no limit), parallel compiler calls,
+  a Ray cluster address ("auto" or host:port; None: this machine); or a tuning file to apply instead."""
+  budget: float | None = None
+  jobs: int = 1
+  cluster: str | None = None
+  tuning: str | None = None
+
+  def check(self, beam: int) -> None:
+    """UserError for a beam width, job count or budget out of range."""
+    if beam < 1 or self.jobs < 1: raise UserError("--beam and --jobs must be at least 1")
+    if self.budget is not None and self.budget <= 0: raise UserError("--beam-budget must be positive")
+
+  def measurer(self, target: Target):
+    """Where candidates are built and timed: a Ray cluster or this machine."""
+    return cluster_measure(self.cluster, target) if self.cluster else LocalMeasure(target, self.jobs)
+
+
+def searched_opts(items: list, weights: list, target: Target, beam: int, search: SearchOptions):
+  """opts_for(item) from a BEAM search (`beam` > 0) or a tuning file; None: the heuristics decide."""
+  if search.tuning is not None:
+    if beam: raise UserError("--tuning and --beam exclude each other: a tuning file is a finished search")
+    try:
+      with open(search.tuning, encoding="utf-8") as f: tuning = Tuning.from_json(f.read(), search.tuning)
+    except OSError as error: raise UserError(f"--tuning {search.tuning}: cannot read ({error.strerror})") from None
+    except ValueError as error: raise UserError(str(error)) from None
+    return opts_from_tuning(tuning, target, local_device(target))
+  if not beam: return None
+  search.check(beam)
+  found, _ = tune(items, weights, target, beam, search.budget, search.jobs, search.measurer(target))
+  return lambda item: found.get(item.ast.key)
+
+
+def tune_model(model: str, target: str, out: str, cpu: str | None = None, beam: int = 2,
+               search: SearchOptions | None = None, input_shapes: dict | None = None,
+               consts: dict | None = None, const_files: dict | None = None) -> TuneReport:
+  """`tgc tune`: search the kernels of MODEL for the target and write a tuning file (nothing else is written)."""
+  search = search or SearchOptions()
+  tgt = make_target(target, cpu)
+  search.check(beam)
+  spec = models.parse_model_spec(model)
+  loaded = models.load_model(spec, input_shapes, consts, const_files)
+  capture = models.trace_model(loaded)
+  found, report = tune(capture.items, models.named_weights(capture, loaded), tgt, beam, search.budget, search.jobs,
+                       search.measurer(tgt))
+  text = tuning_of(found, tgt, report.device).to_json()
+  tmp = f"{out}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f: f.write(text)
+    os.replace(tmp, out)
+  except OSError as error:
+    raise UserError(f"-o {out}: cannot write ({error.strerror})") from None
+  return report

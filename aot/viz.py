@@ -8,7 +8,8 @@ written but the page), or an artifact folder: its manifest and sources, plus the
 manifest's `source` still names the model file it was compiled from (same sha256; the artifact's own opts are used).
 
 `VIZ=1` on any tgc command records what it compiles and writes the same page: `OUT.viz.html` beside the artifact
-folder OUT that the command wrote or read, else `viz.html` in the current folder (`command_session`).
+folder OUT that the command wrote or read, else `viz.html` in the current folder (the session is
+`aot.viz_session.command_session`; `write_session_page` writes its page).
 
 The page is the template `templates/viz/page.html.tmpl` with the data as JSON in a `<script type="application/json">`
 block, where `<`, `>` and `&` are written as JSON escapes, so no model-supplied text can end the block; the page's
@@ -18,17 +19,22 @@ import json
 import os
 import re
 import sys
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Iterator
+from dataclasses import dataclass
 import numpy as np
+import onnx
 from tgc.ir import viz as recorder_viz
 from tgc.codegen.compiled import CompiledModel
 from tgc.codegen.opts import Opt
-from tgc.aot import models
+from tgc.runtimes.artifact import SOURCE_SUFFIXES, ArtifactError, ArtifactFolder
+from tgc.runtimes.artifact_webgpu import read_plan
+from tgc.emit.common import fill, read_template
+from tgc.frontend.onnx.loading import node_label
+from tgc.aot import models, reference
+from tgc.aot.artifact import open_artifact
+from tgc.aot.compile import build_compiled
 from tgc.aot.errors import UserError
-from tgc.aot.pipeline import Artifact, build_compiled, make_target, open_artifact, SOURCE_SUFFIXES
+from tgc.aot.targets import make_target
+from tgc.aot.viz_session import VizSession
 
 TEMPLATE = ("viz", "page.html.tmpl")
 PAGE_NAME = "viz.html"
@@ -111,7 +117,6 @@ def write_page(data: dict, out: str) -> VizReport:
 
 def render_page(data: dict) -> str:
   """The page: the template with the data embedded as escaped JSON."""
-  from tgc.emit.common import fill, read_template
   return fill(read_template(*TEMPLATE), {"data": embed_json(data)}, "templates/viz/page.html.tmpl")
 
 
@@ -227,8 +232,6 @@ def _model_nodes(kernels: list[dict], onnx_path: str | None, notes: list[str]) -
 def _onnx_nodes(path: str, notes: list[str]) -> list[dict] | None:
   """The nodes of an ONNX graph as tgc names them (None, with a note, when the file cannot be read)."""
   try:
-    import onnx
-    from tgc.frontend.onnx.loading import node_label
     graph = onnx.load(path, load_external_data=False).graph
   except Exception as error:   # the page still shows the nodes the kernels name
     notes.append(f"the ONNX graph of {path} could not be read ({type(error).__name__}); nodes come from the kernels")
@@ -238,7 +241,7 @@ def _onnx_nodes(path: str, notes: list[str]) -> list[dict] | None:
 
 
 # ---------------------------------------------------------------- artifacts
-def artifact_sources(art: Artifact, notes: list[str]) -> dict[str, str]:
+def artifact_sources(art: ArtifactFolder, notes: list[str]) -> dict[str, str]:
   """Each kernel's source as the artifact ships it: from the line `// <kernel> computes ...` that heads it to the end
   of its function (C-family files), or the kernel's WGSL in a webgpu bundle's plan."""
   names = [k["name"] for k in art.manifest.get("kernels", [])]
@@ -264,8 +267,6 @@ def artifact_sources(art: Artifact, notes: list[str]) -> dict[str, str]:
 
 def _plan_wgsl(model_js: str) -> list[str]:
   """The WGSL of every kernel in a webgpu bundle's model.js plan block (none when it has no plan)."""
-  from tgc.runtimes.artifact import ArtifactError
-  from tgc.runtimes.artifact_webgpu import read_plan
   try: plan = read_plan(model_js)
   except ArtifactError: return []
   return ["\n".join(k.get("wgsl", [])) for k in plan.get("kernels", [])]
@@ -291,9 +292,8 @@ def kernel_text(text: str, name: str) -> str | None:
   return "\n".join(lines[start:])
 
 
-def _rebuild_rewrites(art: Artifact, notes: list[str]) -> dict | None:
+def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> dict | None:
   """Compile the artifact's recorded model again with its target, CPU level and opts, rewrites recorded."""
-  from tgc.aot import reference
   source = art.source
   if not source:
     notes.append("rewrites are not shown: the artifact does not record the model it was compiled from")
@@ -321,7 +321,7 @@ def _rebuild_rewrites(art: Artifact, notes: list[str]) -> dict | None:
   return recorder.to_json()
 
 
-def _artifact_opts(art: Artifact, notes: list[str]):
+def _artifact_opts(art: ArtifactFolder, notes: list[str]):
   """opts_for(item) that gives each kernel the artifact's own opts (the n-th distinct kernel AST is the manifest's
   n-th kernel); None (the heuristics) when the manifest's opts cannot be read."""
   opts: list[list[Opt]] = []
@@ -340,45 +340,13 @@ def _artifact_opts(art: Artifact, notes: list[str]):
 
 
 # ---------------------------------------------------------------- VIZ=1
-@dataclass
-class _Session:
-  recorder: recorder_viz.Recorder
-  compiled: list[tuple[CompiledModel, models.ModelSpec | None]] = field(default_factory=list)
-  artifact: str | None = None
-
-
-_session: ContextVar[_Session | None] = ContextVar("tgc_viz_session", default=None)
-
-
-@contextmanager
-def command_session() -> Iterator[_Session]:
-  """Around one tgc command under VIZ=1: rewrites recorded, compiled models and the artifact folder noted."""
-  with recorder_viz.recording() as recorder:
-    session = _Session(recorder)
-    token = _session.set(session)
-    try: yield session
-    finally: _session.reset(token)
-
-
-def note_compiled(cm: CompiledModel, spec: models.ModelSpec | None) -> None:
-  """A model the command compiled (kept for the page when a VIZ=1 session is on)."""
-  session = _session.get()
-  if session is not None: session.compiled.append((cm, spec))
-
-
-def note_artifact(folder: str) -> None:
-  """The artifact folder the command wrote or read (the page goes beside it)."""
-  session = _session.get()
-  if session is not None and session.artifact is None: session.artifact = os.path.abspath(folder)
-
-
-def session_page_path(session: _Session) -> str:
+def session_page_path(session: VizSession) -> str:
   """OUT.viz.html beside the artifact folder OUT, else viz.html in the current folder."""
   if session.artifact: return session.artifact.rstrip(os.sep) + PAGE_SUFFIX
   return os.path.abspath(PAGE_NAME)
 
 
-def write_session_page(session: _Session, stream=None) -> VizReport | None:
+def write_session_page(session: VizSession, stream=None) -> VizReport | None:
   """The page of what the command compiled (its last model) or else of the artifact it read; a line on stderr says
   where it went. None when the command compiled nothing and read no artifact."""
   stream = stream or sys.stderr

@@ -97,7 +97,7 @@ def interleaved(fns: dict[str, callable], runs: int, warmup: int = 3) -> dict[st
 
 
 def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> dict:
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = build_model(name)
   path = os.path.join(work, f"{name}.onnx")
@@ -136,7 +136,7 @@ def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> d
 
 def kernel_profile(folder: str, feeds: dict, top: int, roofline: float, libs: str) -> list[dict]:
   """The `top` slowest kernels of the artifact, from its own per-launch timing (one thread)."""
-  from tgc.aot.pipeline import kernel_profile as per_kernel
+  from tgc.aot.bench import kernel_profile as per_kernel
   from tgc.runtimes.artifact_c import CArtifact
   runs = 5
   with CArtifact(folder, cache_dir=libs, profile=True) as art:

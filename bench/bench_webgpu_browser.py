@@ -126,7 +126,7 @@ def memory_stats(manifest: dict) -> dict:
 def prepare(name: str, seed: int, site: str) -> dict:
   """The randomized model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the input and
   onnxruntime's (CPU) output."""
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     model = lm.randomized(lm.load(name), seed)

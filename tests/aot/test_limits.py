@@ -19,7 +19,7 @@ from tgc.ir import dtypes
 from tgc.frontend.limits import MAX_ELEMENTS, SizeLimits, TensorTooLarge
 from tgc.aot import models
 from tgc.aot.errors import UserError
-from tgc.aot.pipeline import build_compiled
+from tgc.aot.compile import build_compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESS_SPACE = 3 << 30     # bytes of virtual memory the capped CLI may map (python, numpy, onnx, the C compiler)

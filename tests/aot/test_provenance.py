@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tgc.aot import compile_model, pipeline
+from tgc.aot import bench_artifact, compile_model, validate_artifact
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = {"conv": "conv */ #include <stdio.h>\nint evil;", "relu": "relu \\", "add": "add ??/",
@@ -92,7 +92,7 @@ def test_call_sites_and_names(onnx_model, tmp_path):
     assert re.search(rf"// call {n}: .*\n(?:\s*//.*\n)*\s*{{\n\s*tg_args_{call['kernel']} g;", src), n
   comments = " ".join(re.sub(r"^\s*//\s*", "", line) for line in src.split("\n") if line.lstrip().startswith("//"))
   for label in ("weight 'conv.w'", "weight 'fc/w *_/'", "input 'x'", "output 'y'"): assert label in comments
-  report = pipeline.validate_artifact(str(a))
+  report = validate_artifact(str(a))
   assert report.ok
 
 
@@ -114,6 +114,6 @@ def test_tensor_api_nodes_are_call_sites(tmp_path):
 def test_inspect_and_profile_show_nodes(onnx_model, tmp_path):
   out = tmp_path / "c"
   compile_model(str(onnx_model), "c", str(out))
-  r = pipeline.bench_artifact(str(out), runs=3, warmup=1, profile=True)
+  r = bench_artifact(str(out), runs=3, warmup=1, profile=True)
   assert r.profile and all(k.nodes for k in r.profile)
   assert any("flatten (Reshape)" in n for k in r.profile for n in k.nodes)

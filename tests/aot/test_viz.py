@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import headless_chromium as chromium
 from tgc.aot import viz as viz_page
 from tgc.aot.cli import cli
-from tgc.aot.pipeline import compile_model
+from tgc.aot.compile import compile_model
 from tgc.ir.config import config
 
 ROOT = Path(__file__).resolve().parents[2]
