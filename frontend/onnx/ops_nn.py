@@ -581,11 +581,12 @@ def top_k(ctx: NodeContext):
   return [values, indices]
 
 
-@onnx_op("CumSum")
-def cum_sum(ctx: NodeContext):
+@onnx_op("CumSum", "CumProd")
+def cumulative(ctx: NodeContext):
   x = ctx.input(0)
   axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
-  return nn.cumsum(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
+  scan = nn.cumsum if ctx.op_type == "CumSum" else nn.cumprod
+  return scan(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
 
 
 @onnx_op("Einsum")
@@ -1092,13 +1093,6 @@ def col2im(ctx: NodeContext):
 
 # ---------------------------------------------------------------- operators beyond the original table
 # Newer ONNX operators (normalizations, rotary embeddings, attention, ...).
-@onnx_op("CumProd")
-def cum_prod(ctx: NodeContext):
-  x = ctx.input(0)
-  axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
-  return nn.cumprod(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
-
-
 @onnx_op("LpNormalization")
 def lp_normalization(ctx: NodeContext):
   x = ctx.input(0)

@@ -12,10 +12,9 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-from tgc.aot.cli import cli
+from aot_helpers import tgc, user_error
 
 C_WARNINGS = ("-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
 # tgc dtype -> (ONNX type, ml_dtypes type, .npy value dtype, raw storage dtype)
@@ -32,20 +31,6 @@ TYPES = {
   "uint2": (TensorProto.UINT2, ml_dtypes.uint2, np.uint8, np.uint8),
 }
 FLOATS = [t for t in TYPES if TYPES[t][2] == np.float32]
-
-
-def tgc(*args):
-  result = CliRunner().invoke(cli, [str(a) for a in args])
-  if result.exception is not None and not isinstance(result.exception, SystemExit): raise result.exception
-  return result
-
-
-def user_error(result, *words: str) -> str:
-  assert result.exit_code == 2, (result.exit_code, result.output)
-  lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1, result.stderr
-  for w in words: assert w in lines[0], (w, lines[0])
-  return lines[0]
 
 
 def float_inputs(ml_type, n: int = 61) -> np.ndarray:

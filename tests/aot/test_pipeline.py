@@ -4,7 +4,6 @@ and bench work on the artifact itself and every bad input is a UserError naming 
 from __future__ import annotations
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,54 +15,7 @@ from tgc.aot import artifact, reference, models, validate
 from tgc.aot.bench import bench_artifact
 from tgc.runtimes.artifact import is_artifact
 
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
-MLP = str(ROOT / "examples" / "tiny_mlp.py") + ":build"
-
-MODEL_SOURCE = """
-import numpy as np
-from tgc.frontend import Tensor
-SCALE = {scale}
-
-
-def build():
-  rng = np.random.default_rng(3)
-  w = Tensor(rng.standard_normal((8, 5), dtype=np.float32) * SCALE)
-  bias = Tensor(np.linspace(-1, 1, 5, dtype=np.float32))
-  def fn(x): return (x @ w + bias).relu() + 1.0
-  return fn, [Tensor(rng.standard_normal((3, 8), dtype=np.float32))]
-
-
-def folded():
-  rng = np.random.default_rng(4)
-  w = Tensor(rng.standard_normal((5, 8), dtype=np.float32))
-  def fn(x): return x @ (w * 2.0).T.contiguous()
-  return fn, [Tensor(rng.standard_normal((3, 8), dtype=np.float32))]
-
-
-def ints():
-  def fn(idx, x): return (idx.cast(x.dtype) * x).sum(axis=1)
-  return fn, {{"idx": Tensor(np.zeros((2, 6), np.int32)), "x": Tensor(np.ones((2, 6), np.float32))}}
-
-
-def broken():
-  raise ValueError("boom in the model")
-
-
-def broken_fn():
-  def fn(x): raise RuntimeError("fn exploded")
-  return fn, [Tensor(np.ones(3, np.float32))]
-
-
-def not_a_pair():
-  return 42
-"""
-
-
-def write_model(folder: Path, scale: float = 1.0, name: str = "toy.py") -> Path:
-  path = folder / name
-  path.write_text(textwrap.dedent(MODEL_SOURCE.format(scale=scale)))
-  return path
+from aot_helpers import MLP, MNIST, write_toy_model
 
 
 def tree(folder: str) -> dict[str, bytes]:
@@ -111,7 +63,7 @@ def test_report_counts(tmp_path):
 
 
 def test_weight_names_from_closures_and_folding(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   names = lambda out: [t["name"] for t in json.loads((out / "manifest.json").read_text())["weights"]["tensors"]]  # noqa
   compile_model(f"{model}:build", "c", str(tmp_path / "a"))
   assert sorted(names(tmp_path / "a")) == ["bias", "w"]
@@ -128,7 +80,7 @@ def test_compile_is_deterministic(tmp_path):
 
 
 def test_failing_model_leaves_nothing(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   for fn, words in (("broken", "boom in the model"), ("broken_fn", "fn exploded"), ("not_a_pair", "(fn, inputs)")):
     with pytest.raises(UserError, match=None) as info:
       compile_model(f"{model}:{fn}", "c", str(tmp_path / "out"))
@@ -215,7 +167,7 @@ def test_validate_and_bench(mnist_artifact):
 
 
 def test_validate_int_inputs_and_dict_names(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   compile_model(f"{model}:ints", "c", str(tmp_path / "out"))
   report = validate.validate_artifact(str(tmp_path / "out"), model=f"{model}:ints")
   assert report.ok, report.checks
@@ -225,14 +177,14 @@ def test_validate_int_inputs_and_dict_names(tmp_path):
 
 
 def test_validate_detects_a_different_model(tmp_path):
-  compile_model(f"{write_model(tmp_path)}:build", "c", str(tmp_path / "out"))
-  other = write_model(tmp_path, scale=1.5, name="other.py")
+  compile_model(f"{write_toy_model(tmp_path)}:build", "c", str(tmp_path / "out"))
+  other = write_toy_model(tmp_path, scale=1.5, name="other.py")
   report = validate.validate_artifact(str(tmp_path / "out"), model=f"{other}:build")
   assert not report.ok and report.checks[0].max_abs > 1e-3
 
 
 def test_model_file_changed_since_compile(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   compile_model(f"{model}:build", "c", str(tmp_path / "out"))
   if artifact.open_artifact(str(tmp_path / "out")).source is None:
     pytest.skip("this artifact writer does not record the model source in the manifest")
@@ -275,3 +227,9 @@ def test_progress_on_long_compiles(tmp_path, monkeypatch, capsys):
   compile_model(MLP, "c", str(tmp_path / "out"))
   err = capsys.readouterr().err
   assert "tiny_mlp: lowering kernel 1/5" in err and "5 kernels lowered" in err
+
+
+def test_runtimes_read_the_manifest_format_emit_writes():
+  from tgc.emit import manifest
+  from tgc.runtimes import artifact as runtime_artifact
+  assert runtime_artifact.FORMAT_VERSION == manifest.FORMAT_VERSION

@@ -11,25 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import headless_chromium as chromium
+from aot_helpers import MNIST, tgc
 from tgc.aot import viz as viz_page
-from tgc.aot.cli import cli
 from tgc.aot.compile import compile_model
 from tgc.ir.config import config
 
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
 HOSTILE = "</script><script>window.tgcPwned=1</script><!--"
 DATA_BLOCK = re.compile(r'<script type="application/json" id="tgc-viz-data">(.*?)</script>', re.S)
-
-
-def tgc(*args: str):
-  result = CliRunner().invoke(cli, [str(a) for a in args])
-  if result.exception is not None and not isinstance(result.exception, SystemExit):
-    raise result.exception
-  return result
 
 
 def page_data(path: Path) -> dict:
