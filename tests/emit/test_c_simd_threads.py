@@ -100,6 +100,52 @@ def test_threads_give_the_same_bytes(net, tmp_path):
   assert bad.returncode == 2 and "--threads" in bad.stderr
 
 
+POOL_STRESS = r"""
+#include "tgc_threads.h"
+#include <stdio.h>
+
+typedef struct { int *hits; } job;
+static void task(void *p, size_t i) { ((job *)p)->hits[i] += 1; }
+
+int main(void) {
+  static int hits[64];
+  job j;
+  size_t round, i, n;
+  tgc_pool *pool = tgc_pool_create(3);
+  j.hits = hits;
+  if (pool == NULL) return 2;
+  for (round = 0; round < 20000; round++) {          /* jobs of every size, back to back */
+    n = 2 + round % 60;
+    for (i = 0; i < n; i++) hits[i] = 0;
+    tgc_pool_parallel_for(pool, task, &j, n);
+    for (i = 0; i < n; i++) {
+      if (hits[i] != 1) { printf("round %lu: task %lu ran %d times\n", (unsigned long)round, (unsigned long)i, hits[i]);
+                          return 1; }
+    }
+  }
+  tgc_pool_destroy(pool);
+  puts("ok");
+  return 0;
+}
+"""
+
+
+def test_pool_runs_every_task_once_under_thread_sanitizer(net, tmp_path):
+  """The pool's lock-free parts (spinning workers and caller, claimed indices, the count of threads in a job):
+  20000 jobs of 2..61 tasks on 3 threads, each task run exactly once, and ThreadSanitizer finds no race."""
+  _, folder, _ = net
+  gcc = require_tool("gcc", "gcc")
+  work = copy(folder, tmp_path, "pool")
+  (tmp_path / "pool" / "stress.c").write_text(POOL_STRESS)
+  build = run([gcc, "-std=c99", "-O1", "-g", "-fsanitize=thread", "-pthread", "stress.c", "tgc_threads.c", "-o",
+               "stress"], cwd=work, check=False)
+  if build.returncode != 0 and "tsan" in build.stderr:
+    pytest.skip(f"ThreadSanitizer's runtime (libtsan) is not installed: {build.stderr.strip()[-200:]}")
+  assert build.returncode == 0, build.stderr
+  out = run(["./stress"], cwd=work, check=False)
+  assert out.returncode == 0 and out.stdout.strip() == "ok" and "ThreadSanitizer" not in out.stderr, out.stderr
+
+
 NO_ALLOC_THREADS = r"""
 #include "model.h"
 #include "tgc_threads.h"
