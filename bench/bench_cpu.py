@@ -52,7 +52,8 @@ def build_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], str]
     return model, lm.random_inputs(model, SEED), "resnet50 (light, random weights, 1x3x224x224)"
   if name == "resnet18": model, what = onnx_models.resnet18(SEED), "ResNet-18 (BN kept, 1x3x224x224)"
   elif name == "mobilenet_v2": model, what = onnx_models.mobilenet_v2(SEED), "MobileNetV2 1.0 (BN kept, 1x3x224x224)"
-  elif name == "transformer": model, what = onnx_models.transformer_encoder(SEED), "transformer encoder (4x256, seq 128)"
+  elif name == "transformer":
+    model, what = onnx_models.transformer_encoder(SEED), "transformer encoder (4x256, seq 128)"
   elif name in ("mlp_b1", "mlp_b64"):
     batch = int(name.split("_b")[1])
     model, what = onnx_models.mlp(SEED, batch), f"MLP 784-512-512-10, batch {batch}"
