@@ -183,7 +183,8 @@ def test_validate_and_bench_storage_types(storage_artifact):
 def build_main(folder: Path, tmp_path: Path) -> Path:
   cc = os.environ.get("CC") or "cc"
   exe = tmp_path / "main"
-  subprocess.run([cc, *C_WARNINGS, "-O1", str(folder / "main.c"), str(folder / "model.c"), "-o", str(exe), "-lm"],
+  sources = [str(folder / f) for f in ("main.c", "model.c", "tgc_threads.c")]
+  subprocess.run([cc, *C_WARNINGS, "-O1", "-pthread", *sources, "-o", str(exe), "-lm"],
                  check=True, capture_output=True, text=True)
   return exe
 
