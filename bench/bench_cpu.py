@@ -52,7 +52,8 @@ def build_model(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], str]
     return model, lm.random_inputs(model, SEED), "resnet50 (light, random weights, 1x3x224x224)"
   if name == "resnet18": model, what = onnx_models.resnet18(SEED), "ResNet-18 (BN kept, 1x3x224x224)"
   elif name == "mobilenet_v2": model, what = onnx_models.mobilenet_v2(SEED), "MobileNetV2 1.0 (BN kept, 1x3x224x224)"
-  elif name == "transformer": model, what = onnx_models.transformer_encoder(SEED), "transformer encoder (4x256, seq 128)"
+  elif name == "transformer":
+    model, what = onnx_models.transformer_encoder(SEED), "transformer encoder (4x256, seq 128)"
   elif name in ("mlp_b1", "mlp_b64"):
     batch = int(name.split("_b")[1])
     model, what = onnx_models.mlp(SEED, batch), f"MLP 784-512-512-10, batch {batch}"
@@ -86,14 +87,20 @@ def _seconds(fn) -> float:
   return time.perf_counter() - start
 
 
-def interleaved(fns: dict[str, callable], runs: int, warmup: int = 3) -> dict[str, float]:
-  """Median seconds of each function, timed in turn (one call of each per round) after warm-up."""
+def interleaved(fns: dict[str, callable], runs: int, warmup: int = 3) -> dict[str, tuple[float, float]]:
+  """Per function: median wall seconds and median CPU seconds of the calling thread (a one-thread engine runs on
+  it; steadier than wall time on a shared machine), timed in turn (one call of each per round) after warm-up."""
   for fn in fns.values():
     for _ in range(warmup): fn()
-  times: dict[str, list[float]] = {k: [] for k in fns}
+  wall: dict[str, list[float]] = {k: [] for k in fns}
+  cpu: dict[str, list[float]] = {k: [] for k in fns}
   for _ in range(runs):
-    for k, fn in fns.items(): times[k].append(_seconds(fn))
-  return {k: statistics.median(v) for k, v in times.items()}
+    for k, fn in fns.items():
+      w, c = time.perf_counter(), time.thread_time()
+      fn()
+      cpu[k].append(time.thread_time() - c)
+      wall[k].append(time.perf_counter() - w)
+  return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in fns}
 
 
 def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> dict:
@@ -123,7 +130,9 @@ def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> d
   finally:
     tgc1.close()
     tgc2.close()
-  row.update({f"{k}_s": v for k, v in medians.items()})
+  row.update({f"{k}_s": v[0] for k, v in medians.items()})
+  row["ratio1_cpu"] = medians["tgc1"][1] / medians["ort1"][1]
+  medians = {k: v[0] for k, v in medians.items()}
   manifest = json.load(open(os.path.join(report.out_dir, "manifest.json")))
   ops = {k["name"]: k["ops"] for k in manifest["kernels"]}
   row["gflop"] = sum(ops[c["kernel"]] for c in manifest["calls"]) / 1e9
@@ -168,15 +177,16 @@ def machine() -> dict:
 
 def markdown(rows: list[dict], info: dict) -> str:
   lines = ["| model | kernels (launches) | `tgc compile` s | tgc 1 thread ms | ort 1 thread ms | **tgc / ort 1t** | "
-           "tgc 2 threads ms | ort 2 threads ms | **tgc / ort 2t** | tgc 2t speedup | tgc GFLOP/s (1t) | "
-           "max abs err (max abs) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "tgc / ort 1t (CPU time) | tgc 2 threads ms | ort 2 threads ms | **tgc / ort 2t** | tgc 2t speedup | "
+           "tgc GFLOP/s (1t) | max abs err (max abs) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if "error" in r:
-      lines.append(f"| {r['description']} | ERROR: {r['error'][:120]} |" + " - |" * 10)
+      lines.append(f"| {r['description']} | ERROR: {r['error'][:120]} |" + " - |" * 11)
       continue
     flag = "" if r["ok"] else " **over tolerance**"
     lines.append(f"| {r['description']} | {r['kernels']} ({r['calls']}) | {r['compile_s']:.1f} | "
-                 f"{r['tgc1_s'] * 1e3:.3f} | {r['ort1_s'] * 1e3:.3f} | **{r['ratio1']:.2f}** | {r['tgc2_s'] * 1e3:.3f} | "
+                 f"{r['tgc1_s'] * 1e3:.3f} | {r['ort1_s'] * 1e3:.3f} | **{r['ratio1']:.2f}** | {r['ratio1_cpu']:.2f} | "
+                 f"{r['tgc2_s'] * 1e3:.3f} | "
                  f"{r['ort2_s'] * 1e3:.3f} | **{r['ratio2']:.2f}** | {r['speedup2']:.2f} | {r['tgc1_gflops']:.1f} | "
                  f"{r['max_abs_err']:.1e} ({r['max_abs_ref']:.2f}){flag} |")
   lines.append(f"\n{info['date']}; {info['cpu']} ({info['level']}), {info['cores']} cores, 1-minute load "

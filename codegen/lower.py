@@ -13,6 +13,7 @@ from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.relayout import Relayout, relayout
 from tgc.codegen.linearize import linearize
+from tgc.codegen.unswitch import unswitch_gated_loops
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
 from tgc.codegen.target import Target, as_target
@@ -194,10 +195,12 @@ def _local_parents(ast: UOp) -> dict[int, int]:
 
 def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
   """Arithmetic ops and bytes loaded/stored by one work-item (C: the whole kernel, its output loops included),
-  counting each vector lane."""
-  loops, n, nbytes, mult = [], 0, 0, 1
+  counting each vector lane. Of an IF ... ELSE ... ENDIF only the first branch counts (the two do the same work)."""
+  loops, n, nbytes, mult, skipping = [], 0, 0, 1, False
   for u in program:
-    if u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
+    if u.op in (Ops.ELSE, Ops.ENDIF): skipping = u.op is Ops.ELSE
+    elif skipping: continue
+    elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(u.src[0].arg); mult *= u.src[0].arg
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
@@ -235,7 +238,8 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
     grid_kinds = (G, AxisType.LOCAL, AxisType.GROUP)
   else: grid_ast, gsz, lsz, grid_kinds = expanded, _c_sizes(expanded), (1, 1, 1), ()
   grid_ast = renderer.prepare(grid_ast)
-  return linearize(grid_ast, grid_kinds), gsz, lsz
+  program = linearize(grid_ast, grid_kinds)
+  return (program if target.has_workgroups else unswitch_gated_loops(program)), gsz, lsz
 
 
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,

@@ -114,8 +114,6 @@ def _wrap_call(kernel: str, args: list[str], width: int = 118) -> str:
   return "\n".join(lines + [line])
 
 
-PARALLEL_MIN_OPS = 1 << 16      # kernels with less work than this run on the calling thread even with a thread pool
-PARALLEL_MIN_BYTES = 1 << 18
 
 
 def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
@@ -132,8 +130,10 @@ def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
   return "\n".join(out)
 
 
-def _parallel(k: KernelProgram) -> bool:
-  return k.global_size[0] > 1 and (k.ops >= PARALLEL_MIN_OPS or k.bytes >= PARALLEL_MIN_BYTES)
+def _parallel(k: KernelProgram) -> str:
+  """Whether a launch may go to the parallel-for: a C expression on the kernel's op and byte counts (model.c's
+  TG_PARALLEL thresholds); a kernel with one task iteration never does."""
+  return f"TG_PARALLEL({k.ops}.0, {k.bytes}.0)" if k.global_size[0] > 1 else "0"
 
 
 def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
@@ -161,7 +161,7 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
     k = cm.kernels[c.kernel]
     calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}"
                  f"    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
-                 f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {int(_parallel(k))});\n  }}")
+                 f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {_parallel(k)});\n  }}")
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}
 

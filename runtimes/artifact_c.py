@@ -182,14 +182,19 @@ class CArtifact(Artifact):
 
   def _prepare(self, inputs: dict[str, np.ndarray]):
     ins = super()._prepare(inputs)
-    outs = [np.empty(tuple(t["shape"]), dtype=np.dtype(t["dtype"])) for t in self.outputs]
-    in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
-    out_ptrs = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
-    return ins, outs, in_ptrs, out_ptrs
+    if not hasattr(self, "_run_fn"):     # what every run needs, made once (small models run in microseconds)
+      self._run_fn = self._fn("run")
+      self._out_specs = [(tuple(t["shape"]), np.dtype(t["dtype"])) for t in self.outputs]
+      self._in_ptrs = (ctypes.c_void_p * max(len(ins), 1))()
+      self._out_ptrs = (ctypes.c_void_p * len(self._out_specs))()
+    outs = [np.empty(shape, dtype) for shape, dtype in self._out_specs]
+    for i, a in enumerate(ins): self._in_ptrs[i] = a.__array_interface__["data"][0]
+    for i, a in enumerate(outs): self._out_ptrs[i] = a.__array_interface__["data"][0]
+    return ins, outs, self._in_ptrs, self._out_ptrs
 
   def _execute(self, prepared) -> dict[str, np.ndarray]:
     _, outs, in_ptrs, out_ptrs = prepared
-    status = self._fn("run")(self._ctx, in_ptrs, out_ptrs)
+    status = self._run_fn(self._ctx, in_ptrs, out_ptrs)
     if status != 0: raise ArtifactError(f"{self.folder}: run failed: {self._describe(status)}")
     return {t["name"]: a for t, a in zip(self.outputs, outs)}
 

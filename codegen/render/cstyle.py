@@ -183,6 +183,17 @@ class CStyleRenderer:
         depth -= 1
         lines.append("  " * depth + "}")
         continue
+      if u.op is Ops.IF:
+        lines.append(f"{pad}if ({r(u.src[0])}) {{")
+        depth += 1
+        continue
+      if u.op is Ops.ELSE:
+        lines.append("  " * (depth - 1) + "} else {")
+        continue
+      if u.op is Ops.ENDIF:
+        depth -= 1
+        lines.append("  " * depth + "}")
+        continue
       if u.op is Ops.DEFINE_ACC:
         names[u] = new_name("acc")
         init = r(u.src[0]) if u.dtype.count == 1 else self.render_vector([r(u.src[0])] * u.dtype.count, u.dtype)

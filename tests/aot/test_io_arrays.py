@@ -168,9 +168,9 @@ def test_validate_and_bench_storage_types(storage_artifact):
 def build_main(folder: Path, tmp_path: Path) -> Path:
   cc = os.environ.get("CC") or "cc"
   exe = tmp_path / "main"
-  sources = [str(folder / name) for name in ("main.c", "model.c", "tgc_threads.c")]   # as the bundle's Makefile links
-  subprocess.run([cc, *C_WARNINGS, "-O1", "-pthread", *sources, "-o", str(exe), "-lm"], check=True, capture_output=True,
-                 text=True)
+  sources = [str(folder / f) for f in ("main.c", "model.c", "tgc_threads.c")]
+  subprocess.run([cc, *C_WARNINGS, "-O1", "-pthread", *sources, "-o", str(exe), "-lm"],
+                 check=True, capture_output=True, text=True)
   return exe
 
 

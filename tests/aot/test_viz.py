@@ -244,12 +244,14 @@ def test_browser_shows_every_kernel(browser, mnist_page, mnist_out):
     # open a kernel, its AST, a rewrite and its drawing: everything draws without errors
     page.locator("#kernel-0 > summary").click()
     page.locator("#kernel-0 details summary", has_text="AST").click()
+    page.locator("#kernel-0 .listing .row").nth(5).wait_for()      # parts of the page are built when opened
     assert page.locator("#kernel-0 .listing .row").count() > 5
     section = page.locator("#rewrites details.section").nth(1)
     section.locator("> summary").click()
     record = section.locator("details.record").first
     record.locator("> summary").click()
     record.locator("button", has_text="drawing").first.click()
+    record.locator("svg g").nth(3).wait_for()
     assert record.locator("svg g").count() > 3
     assert page.locator("#schedule svg.chart rect.buf").count() == len(manifest(mnist_out)["arena_buffers"])
     assert problems == []

@@ -75,7 +75,8 @@ def test_ops_without_vector_form_go_lane_by_lane():
 
 
 CASES = {
-  "matmul": (lambda a, b: a @ b, [(24, 32), (32, 48)], [Opt("VECTOR", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]),
+  "matmul": (lambda a, b: a @ b, [(24, 32), (32, 48)],
+             [Opt("VECTOR", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]),
   "where_max": (lambda a, b: (a < b).where(a.maximum(b), -a) * 2.0, [(8, 32), (8, 32)], [Opt("VECTOR", 1, 8)]),
   "row_softmax": (lambda a, b: (a - b).exp(), [(6, 64), (6, 1)], [Opt("VECTOR", 1, 16)]),
   "sum_rows": (lambda a, b: (a * b).sum(1), [(5, 64), (5, 64)], [Opt("VECTOR", 1, 16), Opt("UPCAST", 0, 5)]),

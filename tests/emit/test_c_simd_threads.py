@@ -17,7 +17,10 @@ from tgc.codegen.compiled import compile_schedule
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.frontend.jit import trace
-from tgc.runtimes.artifact_c import CArtifact
+from tgc.runtimes.artifact_c import CArtifact, DEFAULT_CFLAGS
+
+# every kernel with more than one task goes to the thread pool, however small (the test model is)
+ALL_PARALLEL = ("-DTG_PARALLEL_MIN_OPS=0", "-DTG_PARALLEL_MIN_BYTES=0")
 
 
 def build_net(device: str):
@@ -86,18 +89,65 @@ def test_simd_and_plain_c_match_the_reference(net, tmp_path, compiler, simd):
 def test_threads_give_the_same_bytes(net, tmp_path):
   case, folder, reference = net
   outs = {}
+  flags = DEFAULT_CFLAGS + tuple(manifest_of(folder)["target_info"]["cpu"]["cflags"]) + ALL_PARALLEL
   for threads in (1, 2, 3):
-    with CArtifact(folder, threads=threads, cache_dir=str(tmp_path / "libs")) as art:
+    with CArtifact(folder, threads=threads, cflags=flags, cache_dir=str(tmp_path / "libs")) as art:
       outs[threads] = art.run(case.inputs)
   compare(outs[1], reference, case.rtol, case.atol)
   for threads in (2, 3):
     for name in outs[1]: assert outs[threads][name].tobytes() == outs[1][name].tobytes(), (threads, name)
   work = copy(folder, tmp_path, "main_threads")
-  make(work)
+  make(work, f"CFLAGS=-O2 {' '.join(manifest_of(folder)['target_info']['cpu']['cflags'] + list(ALL_PARALLEL))}")
   one = run_main(work, case.inputs)
   compare(run_main(work, case.inputs, args=("--threads", "2")), one, 0, 0)
   bad = run(["./main", "--threads", "0"], cwd=work, check=False)
   assert bad.returncode == 2 and "--threads" in bad.stderr
+
+
+POOL_STRESS = r"""
+#include "tgc_threads.h"
+#include <stdio.h>
+
+typedef struct { int *hits; } job;
+static void task(void *p, size_t i) { ((job *)p)->hits[i] += 1; }
+
+int main(void) {
+  static int hits[64];
+  job j;
+  size_t round, i, n;
+  tgc_pool *pool = tgc_pool_create(3);
+  j.hits = hits;
+  if (pool == NULL) return 2;
+  for (round = 0; round < 20000; round++) {          /* jobs of every size, back to back */
+    n = 2 + round % 60;
+    for (i = 0; i < n; i++) hits[i] = 0;
+    tgc_pool_parallel_for(pool, task, &j, n);
+    for (i = 0; i < n; i++) {
+      if (hits[i] != 1) { printf("round %lu: task %lu ran %d times\n", (unsigned long)round, (unsigned long)i, hits[i]);
+                          return 1; }
+    }
+  }
+  tgc_pool_destroy(pool);
+  puts("ok");
+  return 0;
+}
+"""
+
+
+def test_pool_runs_every_task_once_under_thread_sanitizer(net, tmp_path):
+  """The pool's lock-free parts (spinning workers and caller, claimed indices, the count of threads in a job):
+  20000 jobs of 2..61 tasks on 3 threads, each task run exactly once, and ThreadSanitizer finds no race."""
+  _, folder, _ = net
+  gcc = require_tool("gcc", "gcc")
+  work = copy(folder, tmp_path, "pool")
+  (tmp_path / "pool" / "stress.c").write_text(POOL_STRESS)
+  build = run([gcc, "-std=c99", "-O1", "-g", "-fsanitize=thread", "-pthread", "stress.c", "tgc_threads.c", "-o",
+               "stress"], cwd=work, check=False)
+  if build.returncode != 0 and "tsan" in build.stderr:
+    pytest.skip(f"ThreadSanitizer's runtime (libtsan) is not installed: {build.stderr.strip()[-200:]}")
+  assert build.returncode == 0, build.stderr
+  out = run(["./stress"], cwd=work, check=False)
+  assert out.returncode == 0 and out.stdout.strip() == "ok" and "ThreadSanitizer" not in out.stderr, out.stderr
 
 
 NO_ALLOC_THREADS = r"""
@@ -115,6 +165,12 @@ void *__wrap_malloc(size_t n) { guard("malloc"); return __real_malloc(n); }
 void *__wrap_calloc(size_t n, size_t m) { guard("calloc"); return __real_calloc(n, m); }
 void __wrap_free(void *p) { guard("free"); __real_free(p); }
 
+static size_t jobs = 0;        /* launches handed to the pool */
+static void counting(void *user, void (*task)(void *, size_t), void *arg, size_t n) {
+  jobs++;
+  tgc_pool_parallel_for(user, task, arg, n);
+}
+
 int main(void) {
   static float image[1 * 3 * 12 * 12], tokens[16 * 32], out0[16 * 32], out1[32 * 6 * 6];
   const void *ins[2];
@@ -124,14 +180,14 @@ int main(void) {
   int s;
   ins[0] = image; ins[1] = tokens; outs[0] = out0; outs[1] = out1;
   if (pool == NULL || net_init(&ctx, "weights.safetensors", NULL) != 0) return 1;
-  net_set_parallel(&ctx, tgc_pool_parallel_for, pool);
+  net_set_parallel(&ctx, counting, pool);
   in_run = 1;
   s = net_run(&ctx, ins, outs);
   s |= net_run(&ctx, ins, outs);
   in_run = 0;
   net_free(&ctx);
   tgc_pool_destroy(pool);
-  printf("%d\n", s);
+  printf("%d %lu\n", s, (unsigned long)jobs);
   return s;
 }
 """
@@ -142,9 +198,10 @@ def test_threads_allocate_nothing_in_run(net, tmp_path):
   folder = copy(folder, tmp_path)
   with open(os.path.join(folder, "noalloc.c"), "w") as f: f.write(NO_ALLOC_THREADS)
   wraps = ",".join(f"--wrap={fn}" for fn in ("malloc", "calloc", "free"))
-  run(["cc", "-std=c99", "-O2", "-pthread", "noalloc.c", "model.c", "tgc_threads.c", f"-Wl,{wraps}", "-o", "noalloc",
-       "-lm"], cwd=folder)
-  assert run(["./noalloc"], cwd=folder).stdout.strip() == "0"
+  run(["cc", "-std=c99", "-O2", *ALL_PARALLEL, "-pthread", "noalloc.c", "model.c", "tgc_threads.c", f"-Wl,{wraps}",
+       "-o", "noalloc", "-lm"], cwd=folder)
+  status, jobs = run(["./noalloc"], cwd=folder).stdout.split()
+  assert status == "0" and int(jobs) > 0            # the pool did run kernels
 
 
 def test_profile_times_every_launch(net, tmp_path):
@@ -192,7 +249,8 @@ def test_sanitizers_report_nothing_on_vector_code_and_threads(net, tmp_path, thr
   case, folder, reference = net
   folder = copy(folder, tmp_path)
   cpu = " ".join(manifest_of(folder)["target_info"]["cpu"]["cflags"])
-  make(folder, f"CFLAGS=-O1 -g {cpu} -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all")
+  make(folder, f"CFLAGS=-O1 -g {cpu} {' '.join(ALL_PARALLEL)} -fno-omit-frame-pointer -fsanitize=address,undefined "
+               "-fno-sanitize-recover=all")
   env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
   write_inputs(folder, case.inputs)
   r = run(["./main", "--threads", threads], cwd=folder, env=env)
