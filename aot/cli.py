@@ -1,9 +1,13 @@
-"""The `tgc` command line: compile, run, validate, bench and inspect.
+"""The `tgc` command line: compile, run, validate, bench, inspect and viz (VIZ=1 on any command writes the viz page).
 
 Exit codes: 0 success, 1 `validate` over tolerance, 2 user or input error (one line on stderr naming the culprit),
 3 internal error (a bug in tgc; the traceback is printed with DEBUG>=1)."""
 from __future__ import annotations
+import contextlib
+import dataclasses
+import json
 import os
+import re
 import sys
 import traceback
 import click
@@ -27,7 +31,8 @@ class TgcGroup(click.Group):
     argv = list(sys.argv[1:] if args is None else args)
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
-      rv = super().main(argv, prog_name or "tgc", complete_var, standalone_mode=False, **extra)
+      with _viz_page(command):
+        rv = super().main(argv, prog_name or "tgc", complete_var, standalone_mode=False, **extra)
       code = rv if isinstance(rv, int) else EXIT_OK
     except click.exceptions.NoArgsIsHelpError as error:
       click.echo(error.ctx.get_help() if error.ctx else error.format_message())
@@ -51,6 +56,17 @@ class TgcGroup(click.Group):
       _error_line(internal_error_message(error, command))
       code = EXIT_INTERNAL
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def _viz_page(command: str):
+  """VIZ=1: record what the command compiles and, when it succeeds, write the viz page (`tgc viz` writes its own)."""
+  if not config.viz or command in ("", "viz"):
+    yield
+    return
+  from tgc.aot import viz, viz_session
+  with viz_session.command_session() as session: yield
+  viz.write_session_page(session)
 
 
 def _error_line(text: str) -> None:
@@ -84,6 +100,21 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
     if any(d < 0 for d in shape): raise UserError(f"--input-shape {value!r}: dimensions must not be negative")
     out[name] = shape
   return out
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+              "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+  """'16GiB', '512M', '1000000' -> bytes (binary units); a UserError naming the option otherwise."""
+  m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+  unit = m.group(2).lower() if m else ""
+  if m is None or unit not in SIZE_UNITS:
+    raise UserError(f"{option} {text!r}: expected a size such as 16GiB, 512MiB or 1000000 (bytes)")
+  size = int(float(m.group(1)) * SIZE_UNITS[unit])
+  if size < 1: raise UserError(f"{option} {text!r}: must be at least 1 byte")
+  return size
 
 
 def load_npy(path: str, what: str) -> np.ndarray:
@@ -133,6 +164,17 @@ def cli():
   """
 
 
+def search_options(fn):
+  """--beam-budget, --jobs and --beam-cluster, shared by compile and tune."""
+  fn = click.option("--beam-cluster", default=None, metavar="auto|HOST:PORT",
+                    help="Build and time candidates on a Ray cluster of the target hardware (pip install "
+                         "'tgc[ray]').")(fn)
+  fn = click.option("--jobs", default=1, show_default=True, type=int,
+                    help="Compiler calls at once while searching.")(fn)
+  return click.option("--beam-budget", default=None, type=float, metavar="SECONDS",
+                      help="Stop searching after this long (kernels by their share of the time first).")(fn)
+
+
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
@@ -148,20 +190,29 @@ def cli():
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
+@click.option("--tuning", default=None, metavar="FILE", help="Apply a tuning file written by `tgc tune` (no search).")
 @click.option("--cpu", default=None, metavar="LEVEL",
               help="CPU the C kernels are generated for: native (default: this machine), x86-64-v2, x86-64-v3, "
                    "x86-64-v4, armv8-a or armv8.2-a (e.g. a Snapdragon board). Target c only.")
 @click.option("--precision", default=None, metavar="f32|f16",
               help="f16: compute float32 arithmetic in half precision with float32 accumulations (GPU targets; "
                    "WebGPU and OpenCL artifacts fall back to float32 kernels on devices without half arithmetic).")
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, cpu, precision):
+@click.option("--max-bytes", "max_bytes", default="16GiB", show_default=True, metavar="SIZE",
+              help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
+                   "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
+@search_options
+def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, tuning, cpu,
+                    beam_budget, jobs, beam_cluster, precision, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
+  from tgc.aot.tune import SearchOptions
   shapes = parse_input_shapes(input_shapes)
+  limit = parse_size(max_bytes, "--max-bytes")
   const_arrays, const_paths = parse_arrays(consts, "--const")
+  search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
                          input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
-                         precision=precision)
+                         search=search, max_bytes=limit, precision=precision)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")
@@ -171,16 +222,41 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
   click.echo(f"  output folder {report.out_dir}")
 
 
+@cli.command("tune", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--target", "-t", default="c", show_default=True, metavar="TARGET", help="Target to tune for.")
+@click.option("--output", "-o", "out", default="tuning.json", show_default=True, metavar="FILE",
+              help="The tuning file to write (for tgc compile --tuning).")
+@click.option("--beam", default=2, show_default=True, type=int, metavar="WIDTH", help="Beam width of the search.")
+@click.option("--cpu", default=None, metavar="LEVEL", help="CPU level of the C kernels (see tgc compile --help).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Pin a dynamic ONNX input shape (repeatable).")
+@click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
+              help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+@search_options
+def tune_command(model, target, out, beam, cpu, input_shapes, consts, beam_budget, jobs, beam_cluster):
+  """Search the kernels of MODEL on this machine (or a Ray cluster of the target hardware) and write a tuning file
+  that `tgc compile --tuning` applies without searching."""
+  from tgc.aot.tune import SearchOptions, tune_model
+  const_arrays, const_paths = parse_arrays(consts, "--const")
+  report = tune_model(model, target, out, cpu, beam, SearchOptions(beam_budget, jobs, beam_cluster),
+                      parse_input_shapes(input_shapes), const_arrays, const_paths)
+  searched = [k for k in report.kernels if k.result is not None]
+  click.echo(f"\ntuned {len(searched)} of {len(report.kernels)} kernels on {report.device} in {report.seconds:.1f} s "
+             f"({report.estimated_speedup:.2f}x faster kernels by the search's timing); wrote {out}")
+
+
 @cli.command("run")
 @click.argument("artifact", metavar="OUT")
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=FILE.npy",
               help="An input by its original name (repeatable); a .npz file gives several at once.")
 @click.option("--output", "-o", "output", metavar="FILE.npz", help="Write the outputs here (keys: output names).")
-def run_command(artifact, inputs, output):
+@click.option("--threads", default=1, show_default=True, type=int, help="Threads a C artifact runs its kernels on.")
+def run_command(artifact, inputs, output, threads):
   """Run the artifact OUT once on inputs from .npy files."""
-  from tgc.aot.pipeline import run_artifact
+  from tgc.aot.artifact import run_artifact
   arrays, _ = parse_arrays(inputs, "--input")
-  outs = run_artifact(artifact, arrays)
+  outs = run_artifact(artifact, arrays, threads)
   for name, value in outs.items():
     finite = value[np.isfinite(value)] if value.dtype.kind == "f" else value
     stats = f"min {finite.min():.6g} max {finite.max():.6g}" if finite.size else "no finite values"
@@ -213,7 +289,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 
   The reference for a Tensor-API model is the numpy interpreter on the un-scheduled graph; for an ONNX model it is
   onnx.reference (onnxruntime for large models). Exits with 1 when an output is over tolerance."""
-  from tgc.aot.pipeline import validate_artifact
+  from tgc.aot.validate import validate_artifact
   report = validate_artifact(artifact, model=model, seed=seed, rtol=rtol, atol=atol)
   click.echo(f"validate {report.folder} against {report.reference} ({report.model}), seed {report.seed}")
   width = max([len(c.name) for c in report.checks] + [6])
@@ -231,15 +307,27 @@ def validate_command(artifact, model, seed, rtol, atol):
 @click.option("--runs", default=50, show_default=True, type=int, help="Timed runs.")
 @click.option("--warmup", default=5, show_default=True, type=int, help="Untimed runs first.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
-def bench_command(artifact, runs, warmup, seed):
+@click.option("--threads", default=1, show_default=True, type=int, help="Threads a C artifact runs its kernels on.")
+@click.option("--profile", is_flag=True, help="C: also time every kernel launch (per kernel: time, share, GFLOP/s, "
+                                               "GB/s, opts, model nodes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
-  from tgc.aot.pipeline import bench_artifact
-  r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed)
-  click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up")
+  from tgc.aot.bench import bench_artifact
+  r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed, threads=threads, profile=profile)
+  if as_json:
+    click.echo(json.dumps(dataclasses.asdict(r), indent=2))
+    return
+  click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up, {r.threads} thread(s)")
   click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
   click.echo(f"  arena   {_bytes(r.arena_bytes)}")
   click.echo(f"  weights {_bytes(r.weights_bytes)}")
   click.echo(f"  code    {_bytes(r.code_bytes)} of generated source")
+  if r.profile is not None:
+    click.echo(f"  {'kernel':<24} {'launches':>8} {'ms/run':>9} {'share':>6} {'GFLOP/s':>8} {'GB/s':>7}  opts; nodes")
+    for k in r.profile:
+      click.echo(f"  {k.kernel:<24} {k.launches:>8} {k.seconds * 1e3:>9.4f} {k.share:>6.1%} {k.gflops:>8.1f} "
+                 f"{k.gbytes:>7.1f}  {' '.join(k.opts) or '-'}; {', '.join(k.nodes) or '-'}")
 
 
 @cli.command("inspect", epilog=MODEL_HELP)
@@ -257,7 +345,7 @@ def inspect_command(thing, target):
 
 
 def _inspect_artifact(folder: str) -> None:
-  from tgc.aot.pipeline import open_artifact
+  from tgc.aot.artifact import node_text, open_artifact
   art = open_artifact(folder, check_files=False)
   m = art.manifest
   click.echo(f"artifact {folder}: model {art.name}, target {art.target}, format {m.get('format_version')}, "
@@ -279,12 +367,14 @@ def _inspect_artifact(folder: str) -> None:
     args = ", ".join(_arg(a) for a in k.get("args", []))
     click.echo(f"  {k['name']:<20} global {_shape(k['global_size'])} local {_shape(k['local_size'])} "
                f"ops {k.get('ops', '?')}  ({args})")
+    if k.get("nodes"): click.echo("    nodes: " + ", ".join(node_text(o) for o in k["nodes"]))
   calls = m.get("calls", [])
   click.echo(f"calls: {len(calls)} per run")
   named = {"input": [i["name"] for i in art.inputs], "output": [o["name"] for o in art.outputs],
            "weight": [t["name"] for t in tensors], "arena": [f"{b['symbol']}@{b['offset']}" for b in arena]}
   for c in calls:
-    click.echo(f"  {c['kernel']:<20} (" + ", ".join(_call_arg(a, named) for a in c.get("args", [])) + ")")
+    click.echo(f"  {c['kernel']:<20} (" + ", ".join(_call_arg(a, named) for a in c.get("args", [])) + ")"
+               + (f"  <- {', '.join(map(str, c['nodes']))}" if c.get("nodes") else ""))
   click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
                                    for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
 
@@ -303,7 +393,7 @@ def _call_arg(a, named: dict[str, list[str]]) -> str:
 
 
 def _inspect_model(model: str, target: str) -> None:
-  from tgc.aot.pipeline import inspect_model, kernel_traffic
+  from tgc.aot.inspection import inspect_model, kernel_traffic
   cm = inspect_model(model, target)
   click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
   for b in cm.inputs + cm.outputs:
@@ -319,9 +409,11 @@ def _inspect_model(model: str, target: str) -> None:
              f"{t.vector_loads}/{t.vector_loads + t.scalar_loads} smem {k.shared_bytes}" if t else ""
     click.echo(f"  {name:<20} global {_shape(k.global_size)} local {_shape(k.local_size)} ops {k.ops}{memory} "
                f"opts {[str(o) for o in k.opts]}")
+    if cm.kernel_nodes(name): click.echo("    nodes: " + ", ".join(str(o) for o in cm.kernel_nodes(name)))
   click.echo("calls:")
   for c in cm.calls:
-    click.echo(f"  {c.kernel:<20} (" + ", ".join(_buffer_label(cm.buffers[i]) for i in c.buffers) + ")")
+    click.echo(f"  {c.kernel:<20} (" + ", ".join(_buffer_label(cm.buffers[i]) for i in c.buffers) + ")"
+               + (f"  <- {', '.join(dict.fromkeys(o.name for o in c.nodes))}" if c.nodes else ""))
 
 
 def _buffer_label(b) -> str:
@@ -329,7 +421,7 @@ def _buffer_label(b) -> str:
 
 
 def _inspect_onnx(path: str) -> None:
-  from tgc.aot.pipeline import inspect_onnx
+  from tgc.aot.inspection import inspect_onnx
   if not os.path.isfile(path): raise UserError(f"model file not found: {path}")
   graph_inputs, nodes = inspect_onnx(path)
   unsupported = sorted({n.op for n in nodes if not n.supported})
@@ -341,6 +433,33 @@ def _inspect_onnx(path: str) -> None:
     ins = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.inputs)
     outs = ", ".join(f"{x}{s if s is not None else ''}" for x, s in n.outputs)
     click.echo(f"  {n.index:>4} {n.op:<20} {'ok ' if n.supported else 'NO '} {n.name}: ({ins}) -> ({outs})")
+
+
+@cli.command("viz", epilog=MODEL_HELP)
+@click.argument("thing", metavar="MODEL|OUT")
+@click.option("--out", "-o", "out", default="viz.html", show_default=True, metavar="FILE.html",
+              help="The page to write.")
+@click.option("--target", "-t", default=None, metavar="TARGET",
+              help="Target to compile MODEL for (default c); an artifact folder keeps its own.")
+@click.option("--cpu", default=None, metavar="LEVEL", help="CPU level of the C kernels (see tgc compile --help).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
+              help="Pin a dynamic ONNX input shape (repeatable).")
+@click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
+              help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+def viz_command(thing, out, target, cpu, input_shapes, consts):
+  """Write one static HTML page (it works offline) showing how MODEL compiles, or how the artifact folder OUT was
+  compiled: the model's nodes and the kernels computing them; every rewrite pass with the rules that fired and the
+  graph before and after; the schedule (calls, buffers, the arena with lifetimes as a chart); per kernel its AST,
+  opts, launch size and source. MODEL is compiled in process and nothing else is written. For OUT the page shows
+  its manifest and sources, and the rewrites of compiling its recorded model again when that file is unchanged."""
+  from tgc.aot.viz import viz
+  if os.path.isdir(thing) and (target or cpu or input_shapes or consts):
+    raise UserError(f"{thing} is an artifact folder: --target, --cpu, --input-shape and --const apply to a MODEL")
+  const_arrays, const_paths = parse_arrays(consts, "--const")
+  report = viz(thing, out, target or "c", cpu, parse_input_shapes(input_shapes), const_arrays, const_paths)
+  click.echo(f"wrote {report.path} ({_bytes(report.nbytes)}): {report.kernels} kernels, {report.rewrites} rewrites "
+             f"recorded")
+  for note in report.notes: click.echo(f"  note: {note}")
 
 
 def main(argv=None) -> None:

@@ -19,9 +19,11 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
-from tgc.ir import DType, Ops, UOp, dtypes
+from tgc.ir import Ops, UOp
 from tgc.frontend.tensor import Tensor
-from tgc.frontend.jit import Capture, JitError, TensorSpec, trace, _flatten_tensors
+from tgc.frontend.jit import (Capture, JitError, NothingTracedError, TensorSpec, TensorTooLargeError, placeholder,
+                             trace, _flatten_tensors)
+from tgc.frontend.limits import SizeLimits
 from tgc.frontend.nn import get_state_dict
 from tgc.aot.errors import UserError, describe
 
@@ -80,6 +82,7 @@ class LoadedModel:
   options: dict = field(default_factory=dict)  # input_shapes / consts (ONNX), recorded in the artifact
   content_names: dict = field(default_factory=dict)  # (shape, dtype, sha256 of bytes) -> name (ONNX initializers)
   user_code: bool = True    # fn is the user's code: whatever it raises is a user error
+  limits: SizeLimits | None = None   # tensor size limits trace_model checks (compile), None: unchecked
 
   def call(self, tensors: list[Tensor]) -> list[tuple[str, Tensor]]:
     """Run the model function on `tensors` (lazily) and name its outputs."""
@@ -108,11 +111,14 @@ class LoadedModel:
 
 
 def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: dict | None = None,
-               const_files: dict | None = None, name_weights: bool = True) -> LoadedModel:
+               const_files: dict | None = None, name_weights: bool = True,
+               limits: SizeLimits | None = None) -> LoadedModel:
   """Build the model. `consts` maps ONNX input names to arrays baked in as constants (`const_files` their
-  paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them."""
+  paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them. With
+  `limits`, every tensor is checked on its shape before anything of its size is allocated (ONNX inputs are
+  placeholders without data; the importer checks each node, trace_model every buffer)."""
   if isinstance(spec, str): spec = parse_model_spec(spec)
-  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {})
+  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits)
   if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
   if consts: raise UserError(f"--const applies to .onnx models only, not to {spec.text}")
   build = load_function(spec)
@@ -122,7 +128,7 @@ def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: 
   except Exception as error:
     raise UserError(f"{spec.text}: the model function raised {describe(error)}") from error
   fn, inputs = _check_build_result(spec, result)
-  loaded = LoadedModel(spec, fn, inputs)
+  loaded = LoadedModel(spec, fn, inputs, limits=limits)
   if name_weights: loaded.weight_names = _weight_names(fn)
   return loaded
 
@@ -218,11 +224,10 @@ def trace_model(loaded: LoadedModel) -> Capture:
     returned.append([n for n, _ in named])
     return [t for _, t in named]
   input_names = [n for n, _ in loaded.inputs]
-  try: capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names)
-  except JitError as error:
-    if "didn't JIT anything" in str(error):
-      raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
-    raise UserError(f"{loaded.spec.text}: {error}") from error
+  try: capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits)
+  except TensorTooLargeError as error: raise UserError(f"{loaded.spec.text}: {error}") from None
+  except NothingTracedError as error: raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
+  except JitError as error: raise UserError(f"{loaded.spec.text}: {error}") from error
   names = returned[-1]
   capture.outputs = [(TensorSpec(n, s.shape, s.dtype), b) for n, (s, b) in zip(names, capture.outputs)]
   return capture
@@ -254,60 +259,32 @@ def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp,
 
 
 # ---------------------------------------------------------------- ONNX
-def has_onnx_importer() -> bool:
-  """Whether this build has frontend/onnx/importer.py (checked without importing anything)."""
-  from tgc import frontend
-  return os.path.isfile(os.path.join(os.path.dirname(frontend.__file__), "onnx", "importer.py"))
-
-
-def onnx_importer():
-  """frontend.onnx.importer, or a UserError when this build has none."""
-  if not has_onnx_importer():
-    raise UserError("ONNX models are not supported by this build of tgc yet (no ONNX importer)")
-  from tgc.frontend.onnx import importer
-  return importer
-
-
-def _as_dtype(dtype) -> DType:
-  return dtype if isinstance(dtype, DType) else dtypes.from_numpy(np.dtype(dtype))
-
-
-def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict) -> LoadedModel:
-  importer = onnx_importer()
-  from tgc.frontend.onnx.registry import OnnxError
-  try: graph = importer.load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None)
+def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict,
+               limits: SizeLimits | None) -> LoadedModel:
+  from tgc.frontend.onnx import OnnxError, load_model   # onnx is imported only for ONNX models
+  try: graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits)
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
-  rng = np.random.default_rng(0)
-  inputs: list[tuple[str, Tensor]] = []
-  for name, shape, dtype in graph.inputs:
-    dims = tuple(shape)
-    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
-      raise UserError(f"{spec.path}: input {name!r} has shape {list(dims)} with a dynamic dimension; "
-                      f"give it with --input-shape {name}=d0,d1,...")
-    dt = _as_dtype(dtype)
-    inputs.append((name, Tensor(example_array(dims, dt.numpy, rng), dtype=dt)))
-  outputs = getattr(graph, "outputs", None)
-  output_names = [o if isinstance(o, str) else o[0] for o in outputs] if outputs else None
+  # the importer pinned every input's shape (or refused the model naming the input to give --input-shape for)
+  inputs = [(name, placeholder(shape, dtype)) for name, shape, dtype in graph.inputs]
+  output_names = [name for name, _, _ in graph.outputs] or None
   options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files)}
 
   def run(*tensors):
     try: return graph(*tensors)
     except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   return LoadedModel(spec, run, inputs, {}, output_names, options, content_names=_content_index(graph),
-                     user_code=False)
+                     user_code=False, limits=limits)
 
 
-def _onnx_message(spec: ModelSpec, error: Exception) -> str:
-  text = str(error)
-  return text if spec.path in text or spec.text in text else f"{spec.text}: {text}"
+def _onnx_message(spec: ModelSpec, error) -> str:
+  """An OnnxError's message, led by the model as the user named it unless the message names the model already."""
+  return str(error) if error.model is not None else f"{spec.text}: {error}"
 
 
 def _content_index(graph) -> dict[tuple, str]:
   """Initializer content -> its name (the first one, in model order, when several are equal)."""
   out: dict[tuple, str] = {}
-  weights = getattr(graph, "weights", None) or {}
-  for name, arr in weights.items():
-    if isinstance(arr, np.ndarray): out.setdefault(_content_key(arr), str(name))
+  for name, arr in graph.weights.items(): out.setdefault(_content_key(arr), name)
   return out
 
 

@@ -1,11 +1,11 @@
 """tgc as an ONNX backend (`onnx.backend.base.Backend`): `TgcBackend.prepare(model, device)` compiles the model
-through the real pipeline (`aot.pipeline.compile_model`, the same steps as `tgc compile`) into an artifact folder
+through the real pipeline (`aot.compile.compile_model`, the same steps as `tgc compile`) into an artifact folder
 in a private temporary folder, and the returned `TgcRep` runs that artifact with the target's artifact runtime
-(`aot.pipeline.ARTIFACT_RUNTIMES`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
+(`aot.artifact.ARTIFACT_RUNTIMES`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
 so what is tested is the code a user ships.
 
-Devices: "c" (also "CPU"), "opencl", "webgpu", "cuda", "metal": targets `aot.pipeline` compiles and has an
-artifact runtime for (`supports_device` says which this build has). The compiler never sees input values, except
+Devices: "c" (also "CPU"), "opencl", "webgpu", "cuda", "metal": targets tgc compiles and has an artifact runtime
+for (`supports_device` says which this build has). The compiler never sees input values, except
 those of inputs that set shapes (a Reshape's shape, Slice's starts, reduce axes, ...): the caller names them, as
 `tgc compile --const`:
 
@@ -20,7 +20,6 @@ one-line message `tgc compile` prints); anything else is a bug in tgc.
 Storage-only types (bfloat16, float8, int4, ...) go in and come out as ml_dtypes arrays, like onnx.reference."""
 from __future__ import annotations
 import hashlib
-import importlib
 import importlib.util
 import os
 import shutil
@@ -33,7 +32,14 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
+from tgc.ir import lowp
+from tgc.runtimes.io_arrays import bits_from_storage, storage_from_bits, storage_type
+from tgc.frontend.onnx.dtypes import host_values, to_onnx_type
+from tgc.frontend.onnx.loading import opset_versions, unsupported_nodes
+from tgc.aot.artifact import ARTIFACT_RUNTIMES, runner_class
+from tgc.aot.compile import compile_model
 from tgc.aot.errors import UserError
+from tgc.aot.targets import SUPPORTED_TARGETS
 
 # device string (lower case, before any ":id") -> tgc target
 DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu",
@@ -51,22 +57,16 @@ def device_target(device: str) -> str:
   return DEVICE_TARGETS[kind]
 
 
-def _artifact_runtimes() -> dict[str, tuple[str, str]]:
-  """target -> (module, class) of the Python runtime that loads that target's artifact folders (the pipeline's)."""
-  from tgc.aot import pipeline
-  return dict(getattr(pipeline, "ARTIFACT_RUNTIMES", {"c": ("tgc.runtimes.artifact_c", "CArtifact")}))
-
-
 def _runtime_class(target: str):
-  runtimes = _artifact_runtimes()
-  if target not in runtimes:
-    raise UserError(f"running {target} artifacts is not supported by this build of tgc; supported: "
-                    f"{', '.join(runtimes)}")
-  module, name = runtimes[target]
-  try: return getattr(importlib.import_module(module), name)
+  try: found = runner_class(target)
   except (ImportError, AttributeError) as error:
+    module, name = ARTIFACT_RUNTIMES[target]
     raise UserError(f"running {target} artifacts is not supported by this build of tgc ({module}.{name} is "
                     f"missing)") from error
+  if found is None:
+    raise UserError(f"running {target} artifacts is not supported by this build of tgc; supported: "
+                    f"{', '.join(ARTIFACT_RUNTIMES)}")
+  return found
 
 
 def _as_model(model) -> onnx.ModelProto:
@@ -88,53 +88,36 @@ def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _static_dims(vi: onnx.ValueInfoProto) -> bool:
-  """Whether an input declares a shape whose every dimension is a number."""
+  """Whether an input declares a shape whose every dimension is a number (a -1 or 0 dim_value is the old way to
+  say "dynamic", as the importer reads it)."""
   tt = vi.type.tensor_type
   if not vi.type.HasField("tensor_type") or not tt.HasField("shape"): return False
-  return all(d.HasField("dim_value") for d in tt.shape.dim)
+  return all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim)
 
 
 # ---------------------------------------------------------------- storage-only dtypes at the artifact boundary
-def _tgc_dtype(name: str):
-  from tgc.ir import dtypes
-  dt = getattr(dtypes, name, None)
-  return dt if dt is not None and hasattr(dt, "storage_only") else None
-
-
 def _ml_dtype(dt) -> np.dtype:
   """The numpy (ml_dtypes) type onnx uses for a storage-only tgc dtype."""
-  from tgc.frontend.onnx.importer import to_onnx_type
   return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to_onnx_type(dt)))
 
 
 def to_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
-  """A caller's array as the artifact takes it: storage-only values become their bit patterns (sub-byte types
-  packed low bits first into the front of an array of the input's shape, which the C API reads `nbytes` of)."""
-  dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
+  """A caller's array as the artifact takes it: storage-only values (an ml_dtypes array, or any numeric array of
+  the values, converted as ONNX Cast does) become their bit patterns (`runtimes.io_arrays`)."""
+  dt = storage_type(spec)
   arr = np.asarray(arr)
-  if dt is None or not dt.storage_only or arr.dtype == np.dtype(spec["dtype"]): return arr
-  from tgc.ir import lowp
-  from tgc.frontend.onnx.importer import host_values
-  if arr.dtype == _ml_dtype(dt):
-    bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
+  if dt is None or arr.dtype == np.dtype(spec["dtype"]): return arr
+  if arr.dtype == _ml_dtype(dt): bits = arr.view(np.dtype(f"u{arr.dtype.itemsize}")).astype(np.uint32)
   else: bits = lowp.encode_array(host_values(arr, dt), dt)
-  packed = lowp.pack(bits, dt)
-  if lowp.per_word(dt) == 1: return packed.reshape(arr.shape)
-  out = np.zeros(arr.shape, np.dtype(spec["dtype"]))
-  out.reshape(-1)[:packed.size] = packed
-  return out
+  return storage_from_bits(bits, spec)
 
 
 def from_storage(arr: np.ndarray, spec: dict) -> np.ndarray:
   """An artifact output as onnx gives it: storage-only bit patterns become ml_dtypes arrays."""
-  dt = _tgc_dtype(str(spec.get("tgc_dtype", "")))
-  if dt is None or not dt.storage_only: return arr
-  from tgc.ir import lowp
-  shape = tuple(spec["shape"])
-  raw = np.asarray(arr).reshape(-1)[:int(spec.get("nbytes", arr.nbytes)) // max(1, arr.dtype.itemsize)]
-  bits = lowp.unpack(raw, dt, shape)
+  dt = storage_type(spec)
+  if dt is None: return arr
   target = _ml_dtype(dt)
-  return bits.astype(np.dtype(f"u{target.itemsize}")).view(target).reshape(shape)
+  return bits_from_storage(arr, spec).astype(np.dtype(f"u{target.itemsize}")).view(target)
 
 
 # ---------------------------------------------------------------- compiled artifacts
@@ -143,8 +126,7 @@ class _Compiled:
 
   def __init__(self, folder: str, report, runtime, seconds: float):
     self.folder, self.report, self.runtime, self.seconds = folder, report, runtime, seconds
-    import json
-    with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f: self.manifest = json.load(f)
+    self.manifest = runtime.manifest
 
   def close(self) -> None:
     runtime, self.runtime = self.runtime, None
@@ -212,7 +194,6 @@ class TgcRep(BackendRep):
     return tuple(parts), tuple(sorted(shapes.items()))
 
   def _compile(self, values: dict, shapes: dict) -> _Compiled:
-    from tgc.aot.pipeline import compile_model
     key = self._key(values, shapes)
     if key in self._compiled: return self._compiled[key]
     index = self._count
@@ -296,23 +277,18 @@ class TgcBackend(Backend):
   @classmethod
   def supports_device(cls, device: str) -> bool:
     """Whether this build can compile for and run artifacts of the device's target."""
-    from tgc.aot.pipeline import SUPPORTED_TARGETS
     try: target = device_target(device)
     except UserError: return False
-    runtimes = _artifact_runtimes()
-    if target not in runtimes: return False
-    try: found = importlib.util.find_spec(runtimes[target][0]) is not None
+    if target not in ARTIFACT_RUNTIMES: return False
+    try: found = importlib.util.find_spec(ARTIFACT_RUNTIMES[target][0]) is not None
     except (ImportError, ValueError): found = False
     return target in SUPPORTED_TARGETS and found
 
   @classmethod
   def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
     """False when the model uses an operator tgc's importer has no handler for."""
-    from tgc.frontend.onnx.importer import OnnxGraph, _opsets
     model = _as_model(model)
-    probe = OnnxGraph.__new__(OnnxGraph)
-    probe.graph, probe.opsets = model.graph, _opsets(model)
-    return cls.supports_device(device) and not probe.unsupported()
+    return cls.supports_device(device) and not unsupported_nodes(model.graph, opset_versions(model))
 
   @classmethod
   def prepare(cls, model, device: str = "c", **kwargs: Any) -> TgcRep:

@@ -2,10 +2,13 @@
 
 Tensor-API models are rebuilt from their source and evaluated by the numpy interpreter on the un-scheduled graph
 (`frontend.interpreter.evaluate`, the "numpy" device): no scheduler, lowering or renderer is involved. ONNX models
-run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) for large models."""
+run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) for large models and for models
+onnx.reference cannot run."""
 from __future__ import annotations
 import os
 import numpy as np
+from tgc.ir import lowp
+from tgc.frontend import buffers
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.interpreter import evaluate
 from tgc.frontend import realize as _realize
@@ -46,11 +49,12 @@ def _same_file(recorded: str | None, model: str) -> bool:
 
 
 def reference_outputs(spec: models.ModelSpec, feeds: dict[str, np.ndarray], options: dict | None = None
-                      ) -> dict[str, np.ndarray]:
-  """The model's outputs (by original name) on `feeds` (by original input name)."""
+                      ) -> tuple[dict[str, np.ndarray], str]:
+  """The model's outputs (by original name) on `feeds` (by original input name), and which reference computed
+  them ("numpy interpreter", "onnx.reference" or "onnxruntime")."""
   options = options or {}
   if spec.kind == "onnx": return onnx_reference(spec.path, feeds, options)
-  return tensor_reference(spec, feeds)
+  return tensor_reference(spec, feeds), "numpy interpreter"
 
 
 def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -58,12 +62,13 @@ def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> di
   names = [n for n, _ in loaded.inputs]
   _check_names(spec.text, names, feeds)
   for n, t in loaded.inputs:
-    want = (tuple(t.shape), np.dtype(t.dtype.numpy).name)
+    values = lowp.value_numpy(t.dtype) if t.dtype.storage_only else np.dtype(t.dtype.numpy)
+    want = (tuple(t.shape), values.name)
     got = (tuple(feeds[n].shape), feeds[n].dtype.name)
     if want != got:
       raise UserError(f"model {spec.text} takes input {n!r} as {list(want[0])} {want[1]} but the artifact takes "
                       f"{list(got[0])} {got[1]}; is --model the model this artifact was compiled from?")
-  tensors = [Tensor(np.ascontiguousarray(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]
+  tensors = [Tensor(buffers.host_array(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]
   outs = loaded.call(tensors)
   values = evaluate([t.uop for _, t in outs], lambda b: _realize.to_numpy(b))
   return {n: np.asarray(v).reshape(t.shape) for (n, t), v in zip(outs, values)}
@@ -84,20 +89,58 @@ def _const_feeds(options: dict) -> dict[str, np.ndarray]:
   return out
 
 
-def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> dict[str, np.ndarray]:
+def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> tuple[dict[str, np.ndarray], str]:
+  """The outputs of ONNX model `path` and the reference that computed them: onnx.reference; onnxruntime (graph
+  optimizations off) for large models, and for models onnx.reference cannot run (operators of other domains such
+  as com.microsoft, versions it lacks)."""
   import onnx
   try: model = onnx.load(path)
   except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
-  feeds = {**feeds, **_const_feeds(options)}
+  types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+  feeds = {**{k: _onnx_feed(v, types.get(k, 0)) for k, v in feeds.items()}, **_const_feeds(options)}
   output_names = [o.name for o in model.graph.output]
   if _large(path, model):
-    try: return dict(zip(output_names, _onnxruntime_run(model, feeds, output_names)))
+    try: return dict(zip(output_names, _onnxruntime_run(model, feeds, output_names))), "onnxruntime"
     except Exception: pass   # not installed, or an operator it lacks: the reference evaluator runs it
   from onnx.reference import ReferenceEvaluator
-  try: values = ReferenceEvaluator(model).run(None, feeds)
+  try: values = ReferenceEvaluator(model, new_ops=_reference_fixes(model)).run(None, feeds)
   except Exception as error:
-    raise UserError(f"{path}: onnx.reference cannot run the model ({describe(error)})") from error
-  return {n: np.asarray(v) for n, v in zip(output_names, values)}
+    try: return dict(zip(output_names, _onnxruntime_run(model, feeds, output_names))), "onnxruntime"
+    except Exception:
+      raise UserError(f"{path}: onnx.reference cannot run the model ({describe(error)}), nor can onnxruntime "
+                      f"(not installed, or it fails too)") from error
+  return {n: np.asarray(v) for n, v in zip(output_names, values)}, "onnx.reference"
+
+
+def _reference_fixes(model) -> list:
+  """Operator implementations that replace onnx.reference's where it departs from the ONNX specification:
+  BatchNormalization 9-13 with one output is inference ("Output case #2: Y (test mode)"), but onnx.reference
+  computes batch statistics whenever `momentum` is set, and it always fills in momentum's default (0.9)."""
+  from onnx.reference.op_run import OpRun
+  opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+  if not 9 <= opset <= 13: return []
+
+  class BatchNormalization(OpRun):
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None):  # noqa: ARG002
+      if len(self.output) > 1: raise NotImplementedError("BatchNormalization in training mode")
+      shape = (-1,) + (1,) * (x.ndim - 2)
+      eps = 1e-5 if epsilon is None else epsilon
+      y = scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape)
+      return (y.astype(x.dtype),)
+  return [BatchNormalization]
+
+
+def _onnx_feed(value: np.ndarray, elem_type: int) -> np.ndarray:
+  """An input's values as onnx.reference takes them: storage-only types (bfloat16, float8, int4, ...) as ml_dtypes
+  arrays, converted from float32/int8/uint8 values exactly as the artifact's input is (ONNX Cast)."""
+  from tgc.frontend.onnx.dtypes import ONNX_DTYPES
+  import onnx
+  dt = ONNX_DTYPES.get(elem_type)
+  if dt is None or not dt.storage_only or value.dtype != lowp.value_numpy(dt): return value
+  ml = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+  return lowp.encode_array(value, dt).astype(np.dtype(f"u{ml.itemsize}")).view(ml)
 
 
 def _large(path: str, model) -> bool:

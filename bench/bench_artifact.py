@@ -56,7 +56,7 @@ def main():
   ap.add_argument("--skip-resnet", action="store_true")
   args = ap.parse_args()
   import onnxruntime as ort
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   from tgc.frontend import Tensor
   from examples.mnist_cnn import build

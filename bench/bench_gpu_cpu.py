@@ -42,7 +42,7 @@ def worker(target: str, specs: list[str], runs: int, warmup: int, seed: int) -> 
   """In this process: each model compiled for `target`, timed against onnxruntime (alternating runs)."""
   import onnxruntime as ort
   import light_models as lm
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   rows = []
   with tempfile.TemporaryDirectory(prefix="tgc-bench-gpu-cpu-") as work:
     for spec in specs:

@@ -83,7 +83,7 @@ def interleaved(tgc_fn, ort_fn, tgc_runs: int, ort_per_round: int) -> dict:
 def measure(name: str, work: str, compilers: list[str], runs: int, max_seconds: float) -> list[dict]:
   """One row per C compiler: compile once, build the artifact's library with each compiler, check it against
   onnxruntime once, then time both interleaved."""
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = build_model(name)
   path = os.path.join(work, f"{name}.onnx")
@@ -127,7 +127,7 @@ def profile(name: str, work: str, top: int) -> str:
   on the C runtime (scratch buffers of the launch's sizes), summed per kernel; the `top` kernels by total time, with
   GFLOP/s from the kernel's op count, its output shape and its weights' shapes."""
   from tgc.aot import models as aot_models
-  from tgc.aot.pipeline import build_compiled
+  from tgc.aot.compile import build_compiled
   from tgc.runtimes.c import CRuntime
   from tgc.runtimes.timing import kernel_timer
   cm, _ = build_compiled(aot_models.parse_model_spec(os.path.join(work, f"{name}.onnx")), "c")

@@ -147,7 +147,7 @@ def memory_stats(manifest: dict) -> dict:
 def prepare(spec: str, seed: int, site: str, shapes: dict) -> dict:
   """The model written to site/models/<name>.onnx, its tgc artifact in site/tgc/<name>, the inputs and
   onnxruntime's (CPU) outputs."""
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   name, model = load_onnx(spec, seed)
   path = os.path.join(site, "models", f"{name}.onnx")
   with open(path, "wb") as f: f.write(model.SerializeToString())

@@ -10,6 +10,10 @@
   Reshape/Transpose into heads, scaled dot-product attention (MatMul, Mul by 1/sqrt(head dim), Softmax), residual
   Add, LayerNormalization (opset 17; or its ReduceMean/Sub/Pow/Sqrt/Div decomposition), FFN with Gelu written as
   x * 0.5 * (1 + Erf(x / sqrt 2)).
+- `resnet18()`: ResNet-18 (torchvision's layout, BatchNormalization kept as nodes, 1x3x224x224 input).
+- `mlp()`: 784-512-512-10 with Relu (Gemm with transB, as torch exports Linear), batch 1 or 64.
+- `mnist_cnn()`: the example model of examples/mnist_cnn.py (conv 1->8 3x3, BatchNormalization, Relu, MaxPool,
+  conv 8->16, Relu, MaxPool, Flatten, Gemm 784->64, Relu, Gemm 64->10, LogSoftmax) with its own seeded weights.
 
 Weights are He-scaled normals (variance-preserving), so activations stay in a sane range through the depth."""
 from __future__ import annotations
@@ -59,9 +63,10 @@ class _GraphBuilder:
 
 
 # ---------------------------------------------------------------- MobileNetV2
-def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int, groups: int, relu6: bool) -> str:
+def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int, groups: int, relu6: bool,
+             relu: bool = False) -> str:
   fan_in = (cin // groups) * k * k
-  w = b.normal("conv_w", (cout, cin // groups, k, k), np.sqrt((2.0 if relu6 else 1.0) / fan_in))
+  w = b.normal("conv_w", (cout, cin // groups, k, k), np.sqrt((2.0 if relu6 or relu else 1.0) / fan_in))
   y = b.node("Conv", [x, w], "conv", kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=groups)
   scale = b.const("bn_scale", (1.0 + 0.1 * b.rng.standard_normal(cout)).astype(np.float32))
   bias = b.const("bn_bias", (0.05 * b.rng.standard_normal(cout)).astype(np.float32))
@@ -69,7 +74,32 @@ def _conv_bn(b: _GraphBuilder, x: str, cin: int, cout: int, k: int, stride: int,
   var = b.const("bn_var", b.rng.uniform(0.5, 1.5, cout).astype(np.float32))
   y = b.node("BatchNormalization", [y, scale, bias, mean, var], "bn", epsilon=1e-5)
   if relu6: y = b.node("Clip", [y, b.const("zero", np.float32(0)), b.const("six", np.float32(6))], "relu6")
+  if relu: y = b.node("Relu", [y], "relu")
   return y
+
+
+# ---------------------------------------------------------------- ResNet-18
+def resnet18(seed: int = 0, image: int = 224, classes: int = 1000) -> onnx.ModelProto:
+  """ResNet-18 as torchvision defines it and torch.onnx exports it without folding: 7x7 stride-2 stem, max pool, four
+  stages of two basic blocks (3x3 conv, BN, Relu, 3x3 conv, BN, residual Add, Relu; a 1x1 stride-2 conv + BN on the
+  shortcut where the shape changes), global average pool, Gemm to `classes` (input 'image' [1, 3, image, image])."""
+  b = _GraphBuilder(seed)
+  x = _conv_bn(b, "image", 3, 64, 7, 2, 1, False, relu=True)
+  x = b.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  cin = 64
+  for stage, cout in enumerate((64, 128, 256, 512)):
+    for block in range(2):
+      stride = 2 if stage > 0 and block == 0 else 1
+      y = _conv_bn(b, x, cin, cout, 3, stride, 1, False, relu=True)
+      y = _conv_bn(b, y, cout, cout, 3, 1, 1, False)
+      shortcut = _conv_bn(b, x, cin, cout, 1, stride, 1, False) if stride != 1 or cin != cout else x
+      x = b.node("Relu", [b.node("Add", [y, shortcut], "residual")], "relu")
+      cin = cout
+  x = b.node("Flatten", [b.node("GlobalAveragePool", [x], "pool")], "flatten", axis=1)
+  w, bias = b.normal("fc_w", (classes, 512), np.sqrt(1.0 / 512)), b.normal("fc_b", (classes,), 0.05)
+  b.nodes.append(helper.make_node("Gemm", [x, w, bias], ["logits"], name="classifier", transB=1))
+  return b.model("resnet18", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, image, image])],
+                 [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])])
 
 
 def mobilenet_v2(seed: int = 0, image: int = 224, classes: int = 1000,
@@ -147,6 +177,39 @@ def transformer_encoder(seed: int = 0, layers: int = 4, d_model: int = 256, head
   spec = [1, seq, d_model]
   return b.model("transformer_encoder", [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, spec)],
                  [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, spec)])
+
+
+# ---------------------------------------------------------------- MLP and the example CNN
+def mlp(seed: int = 0, batch: int = 1, sizes: tuple[int, ...] = (784, 512, 512, 10)) -> onnx.ModelProto:
+  """Linear layers as torch exports them (Gemm, weight [out, in], transB=1) with Relu between them."""
+  b = _GraphBuilder(seed)
+  x = "x"
+  for i, (din, dout) in enumerate(zip(sizes, sizes[1:])):
+    w, bias = b.normal("fc_w", (dout, din), np.sqrt(2.0 / din)), b.normal("fc_b", (dout,), 0.02)
+    x = b.node("Gemm", [x, w, bias], "fc", transB=1)
+    if i < len(sizes) - 2: x = b.node("Relu", [x], "relu")
+  b.nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
+  return b.model(f"mlp_b{batch}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])])
+
+
+def mnist_cnn(model) -> onnx.ModelProto:
+  """The example CNN (an `examples/mnist_cnn.SmallCNN`) as an ONNX graph with the same weights."""
+  from tgc.frontend.nn import get_state_dict
+  sd = {k: v.numpy() for k, v in get_state_dict(model).items() if v.dtype.name == "float32"}
+  b = _GraphBuilder(0)
+  b.inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in sd.items()]
+  x = b.node("Conv", ["x", "conv1.weight", "conv1.bias"], "conv1", pads=[1, 1, 1, 1])
+  x = b.node("BatchNormalization", [x, "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"], "bn1",
+             epsilon=model.bn1.eps)
+  x = b.node("MaxPool", [b.node("Relu", [x])], "pool1", kernel_shape=[2, 2], strides=[2, 2])
+  x = b.node("Conv", [x, "conv2.weight", "conv2.bias"], "conv2", pads=[1, 1, 1, 1])
+  x = b.node("MaxPool", [b.node("Relu", [x])], "pool2", kernel_shape=[2, 2], strides=[2, 2])
+  x = b.node("Relu", [b.node("Gemm", [b.node("Flatten", [x]), "fc1.weight", "fc1.bias"], "fc1", transB=1)])
+  x = b.node("LogSoftmax", [b.node("Gemm", [x, "fc2.weight", "fc2.bias"], "fc2", transB=1)], axis=-1)
+  b.nodes.append(helper.make_node("Identity", [x], ["y"], name="output"))
+  return b.model("mnist_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 28, 28])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:

@@ -11,12 +11,14 @@ variant other than the main one, the kernels whose source differs from the main 
 target of every variant, the main one first."""
 from __future__ import annotations
 import math
+import re
 from dataclasses import dataclass, field, replace
 import numpy as np
-from tgc.ir import UOp, DType
+from tgc.ir import UOp, DType, dtypes, viz
+from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
-from tgc.codegen.names import symbol
+from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Target
 
 
@@ -36,6 +38,7 @@ class BufferInfo:
 class Call:
   kernel: str
   buffers: list[int]        # indices into CompiledModel.buffers, in kernel argument order
+  nodes: tuple[Origin, ...] = ()   # the model nodes this call computes
 
 
 @dataclass
@@ -54,6 +57,10 @@ class CompiledModel:
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
 
   def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
+
+  def kernel_nodes(self, kernel: str) -> tuple[Origin, ...]:
+    """The model nodes a kernel computes, over all its calls (a kernel identical for two layers serves both)."""
+    return tuple(dict.fromkeys(o for c in self.calls if c.kernel == kernel for o in c.nodes))
   @property
   def inputs(self) -> list[BufferInfo]: return self.of_kind("input")
   @property
@@ -116,9 +123,27 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
                      outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
                      opts_for=None, progress=None) -> CompiledModel:
   """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
-  `opts_for(item)` may return the opts to use (BEAM); `progress(i, n)` is called per kernel.
+  `opts_for(item)` may return the opts to use (BEAM, a tuning file; None: the heuristics; `meta["tuned"]` lists
+  the kernels it gave opts for); `progress(i, n)` is called per kernel.
   `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
   if not isinstance(target, Target): target = Target.make(target)
+  kernels: dict[str, KernelProgram] = {}
+  asts: dict[str, UOp] = {}
+  by_ast: dict[str, str] = {}
+  tuned: list[str] = []
+  own = own_weights(items, {b for _, b, _ in weights})
+  for i, it in enumerate(items):
+    if progress: progress(i, len(items))
+    if it.ast.key not in by_ast:
+      kname = kernel_name(name, len(kernels), it.meta.get("nodes", ()))
+      opts = opts_for(it) if opts_for else None
+      if opts is not None: tuned.append(kname)
+      with viz.section(kname, "kernel"):
+        viz.snapshot("scheduled AST", it.ast)
+        kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
+      asts[kname] = it.ast
+      by_ast[it.ast.key] = kname
+  data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
@@ -128,48 +153,73 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
       index[b] = len(buffers)
       buffers.append(BufferInfo(kind, i, nm, symbol(nm, used, kind[:2]), tuple(b.arg[1]), b.dtype, _nbytes(b)))
   weight_data: dict[str, np.ndarray] = {}
-  for i, (nm, b, data) in enumerate(weights):
+  for nm, b, _ in weights:
+    if b not in data: continue          # folded into another weight: no kernel reads it
+    arr = data[b]
     index[b] = len(buffers)
-    buffers.append(BufferInfo("weight", i, nm, symbol(nm, used, "w"), tuple(b.arg[1]), b.dtype, _nbytes(b)))
-    # storage-only weights are their (packed) storage words, flat; the others take the tensor's shape
-    weight_data[nm] = np.ascontiguousarray(data).reshape(-1 if b.dtype.storage_only else b.arg[1])
-  kernels: dict[str, KernelProgram] = {}
-  asts: dict[str, UOp] = {}
-  by_ast: dict[str, str] = {}
-  calls_bufs: list[list[UOp]] = []
-  calls: list[Call] = []
-  own = _own_weights(items, {b for _, b, _ in weights})
-  for i, it in enumerate(items):
-    if progress: progress(i, len(items))
-    if it.ast.key not in by_ast:
-      kname = f"{symbol(name, None, 'm')}_k{len(kernels)}"
-      opts = opts_for(it) if opts_for else None
-      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
-      asts[kname] = it.ast
-      by_ast[it.ast.key] = kname
-    calls_bufs.append(list(it.bufs))
-  relaid: set[UOp] = set()
-  for it in items:                                 # weights stored in the order their kernel reads them
-    for pos, how in kernels[by_ast[it.ast.key]].relayouts.items():
-      if it.bufs[pos] in relaid: continue
-      relaid.add(it.bufs[pos])
-      b = buffers[index[it.bufs[pos]]]
-      data = how.apply(weight_data[b.name])
-      weight_data[b.name] = data
-      buffers[index[it.bufs[pos]]] = replace(b, shape=(data.size,), nbytes=data.nbytes)
+    shape = tuple(arr.shape) if not b.dtype.storage_only else tuple(b.arg[1])
+    dtype = b.dtype if b.dtype.storage_only or arr.dtype == b.dtype.numpy else dtypes.from_numpy(arr.dtype)
+    buffers.append(BufferInfo("weight", len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
+                              _nbytes(b) if b.dtype.storage_only else arr.nbytes))
+    weight_data[nm] = arr
+  # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
+  calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
   inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
     buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
-  for it, bufs in zip(items, calls_bufs):
-    calls.append(Call(by_ast[it.ast.key], [index[b] for b in bufs]))
+  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
+           for it, bufs in zip(items, calls_bufs)]
   variants, vtargets = _variants(target, kernels, asts, own)
-  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena, {"renderer": str(target)}, variants,
-                       vtargets, {name: (ast, own.get(ast.key, {})) for name, ast in asts.items()})
+  cm = CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
+                     {"renderer": str(target), "tuned": tuned}, variants, vtargets,
+                     {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()})
+  for programs in [kernels, *variants.values()]:
+    for kname, k in programs.items():
+      head = node_comment(kname, cm.kernel_nodes(kname))
+      programs[kname] = replace(k, src=k.src.replace(k.function, head + k.function, 1), function=head + k.function)
+  return cm
 
 
-def _own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
+SHORT_OPS = {"BatchNormalization": "bn", "LayerNormalization": "layernorm", "InstanceNormalization": "instnorm",
+             "GroupNormalization": "groupnorm", "GlobalAveragePool": "gap", "GlobalMaxPool": "gmp",
+             "AveragePool": "avgpool", "ConvTranspose": "convt", "DequantizeLinear": "dequant",
+             "QuantizeLinear": "quant", "DynamicQuantizeLinear": "dynquant", "ReduceMean": "mean", "ReduceSum": "sum",
+             "ReduceMax": "max"}   # op type -> name part
+
+
+def kernel_name(model: str, index: int, nodes: tuple[Origin, ...]) -> str:
+  """`<model>_k<index>_<ops>`: the op types of the nodes the kernel computes, in order, as far as 24 characters go
+  (stable across compiles: the same model gives the same names)."""
+  ops: list[str] = []
+  for o in nodes:
+    op = SHORT_OPS.get(o.op, re.sub(r"[^a-z0-9]", "", o.op.lower()))
+    if op and op not in ops and len("_".join(ops + [op])) <= 24: ops.append(op)
+  return "_".join([symbol(model, None, "m"), f"k{index}"] + ops)
+
+
+def node_comment(kernel: str, nodes: tuple[Origin, ...]) -> str:
+  """The `//` lines that head a kernel in every target's source: the model nodes it computes (model text made
+  `comment_safe`: no line break, line splice or trigraph lets it out of the comment)."""
+  if not nodes: return comment_lines(f"{kernel} computes no model node (a copy)")
+  return comment_lines(f"{kernel} computes: " + ", ".join(str(o) for o in nodes))
+
+
+def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) -> dict[UOp, np.ndarray]:
+  """The data of every weight some kernel reads, stored as its kernel reads it (the kernels' relayouts applied to
+  the original data); weights no kernel reads any more are left out. Storage-only weights are their packed storage
+  words, flat; the others keep the tensor's shape unless relaid (then flat)."""
+  original = {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+  out: dict[UOp, np.ndarray] = {}
+  for it, prg in zip(items, programs):
+    for pos, how in prg.relayouts.items():
+      if it.bufs[pos] not in out: out[it.bufs[pos]] = how.apply({p: original[it.bufs[p]] for p in how.positions})
+  read = {it.bufs[p] for it, prg in zip(items, programs) for p in prg.args}
+  return {b: out.get(b, original[b]) for b in original if b in read}
+
+
+def own_weights(items: list, weights: set[UOp]) -> dict[str, dict[int, int]]:
   """Per kernel (AST key), the argument positions whose buffers are weights that nothing else reads (in every call
   of the kernel), with their element counts: lowering may store those in the order the kernel reads them."""
   uses: dict[UOp, set[tuple[str, int]]] = {}

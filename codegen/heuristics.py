@@ -50,11 +50,12 @@ def _in_reduce(k: Kernel) -> set[UOp]:
   return out
 
 
-def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> list[Opt]:
-  """Opts for kernel `k` on `target`. `constant`: argument positions of buffers that are weights this kernel alone
-  reads (their layout is chosen by lowering, so any access to them can be made contiguous)."""
+def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset(), vector: bool = True) -> list[Opt]:
+  """Opts for kernel `k` on `target` (after the opts `k` has already). `constant`: argument positions of buffers
+  that are weights this kernel alone reads (their layout is chosen by lowering, so any access to them can be made
+  contiguous). `vector=False` (CPUs): keep the kernel's VECTOR choice, choose the rest."""
   if target.has_workgroups: return _gpu_opts(k, target, constant)
-  return _cpu_opts(k, target, constant)
+  return _cpu_opts(k, target, constant, vector)
 
 
 # ---------------------------------------------------------------- CPUs
@@ -90,12 +91,13 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
       n, w = Kernel.size(r), lanes
       while w >= 4 and n % w: w //= 2
       if w < 4: continue
-      share = _gather_share(k, r, constant)
+      opt = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w)
+      split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
+      share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
       # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the most
       # lanes that move as vectors
       key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
-      if best_key is None or key < best_key:
-        best, best_key = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w), key
+      if best_key is None or key < best_key: best, best_key = opt, key
   if best is None or best_key[0]: return None
   return best
 
@@ -127,16 +129,19 @@ def _block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, ve
   return loads / math.prod(block.values())
 
 
-def _register_block(k: Kernel, target: Target, vector: bool) -> Kernel:
-  """Upcast up to two output axes that reduction loads are shared along (`_reuse_axes`) by the amounts that need
-  the fewest loads per accumulation, with at most about the target's vector registers of accumulators."""
+def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list[Opt]]:
+  """Register blocks of kernel `k` (its VECTOR split applied) by loads per accumulation, best first: UPCASTs of up
+  to two output axes that reduction loads are shared along (`_reuse_axes`), with at most about the target's vector
+  registers of accumulators, reading per block what fits in L2. Each is a list of opts to apply in order (the later
+  axis first, so the earlier one's number is unchanged when it is applied)."""
+  vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
   budget = max(4, target.registers - 6) if vector else 12
   hot = sorted(_in_reduce(k), key=lambda n: n.key)
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
   cache = target.cpu.l2_bytes if target.cpu is not None else 1 << 20
   cands = [(i, r) for i, r in _reuse_axes(k) if Kernel.size(r) > 1][:4]
-  best, best_key = [], None
+  scored: dict[tuple, tuple] = {}
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
@@ -145,13 +150,16 @@ def _register_block(k: Kernel, target: Target, vector: bool) -> Kernel:
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = _block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
-          key = (cost, -math.prod(block.values()), a, b)
-          if best_key is None or key < best_key:
-            best_key, best = key, [(ia, na), (ib, nb)] if b != a else [(ia, na)]
-  # the later axis first, so the earlier one's number is unchanged when it is applied
-  for i, n in sorted(best, reverse=True):
-    if n > 1: k = _try(k, Opt("UPCAST", i, n))
-  return k
+          opts = tuple(Opt("UPCAST", i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
+                                                              reverse=True) if n > 1)
+          scored.setdefault(opts, (cost, -math.prod(block.values()), a, b))
+  return [list(o) for o in sorted(scored, key=scored.__getitem__)[:limit]]
+
+
+def _register_block(k: Kernel, target: Target) -> Kernel:
+  """The best register block of `reuse_block_options` applied."""
+  options = reuse_block_options(k, target, limit=1)
+  return k.apply_all(options[0]) if options else k
 
 
 def _divisors_upto(n: int, limit: int) -> list[int]:
@@ -175,13 +183,12 @@ def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
   return k
 
 
-def _cpu_opts(k: Kernel, target: Target, constant: frozenset) -> list[Opt]:
+def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> list[Opt]:
   has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
-  vec = _pick_vector(k, target, constant)
+  vec = _pick_vector(k, target, constant) if vector else None
   if vec is not None: k = _try(k, vec)
-  vector = any(o.op == "VECTOR" for o in k.opts)
   if has_reduce:
-    k = _register_block(k, target, vector)
+    k = _register_block(k, target)
     k = _order_loops(k, constant)
   return k.opts
 

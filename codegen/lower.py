@@ -15,6 +15,7 @@ from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
+from tgc.codegen.unswitch import unswitch_gated_loops
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.precision import half_precision
@@ -43,6 +44,8 @@ class KernelProgram:
   features: tuple[str, ...] = ()        # device features the kernel needs (e.g. "shader-f16", "cl_khr_fp64")
   # weight arguments stored in the order this kernel reads them: position -> how to build the new contents
   relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
+  # the AST's argument positions the kernel's arguments 0, 1, ... stand for (a weight folded into another is dropped)
+  args: tuple[int, ...] = ()
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -194,10 +197,12 @@ def _local_parents(ast: UOp) -> dict[int, int]:
 
 def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
   """Arithmetic ops and bytes loaded/stored by one work-item (C: the whole kernel, its output loops included),
-  counting each vector lane."""
-  loops, n, nbytes, mult = [], 0, 0, 1
+  counting each vector lane. Of an IF ... ELSE ... ENDIF only the first branch counts (the two do the same work)."""
+  loops, n, nbytes, mult, skipping = [], 0, 0, 1, False
   for u in program:
-    if u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
+    if u.op in (Ops.ELSE, Ops.ENDIF): skipping = u.op is Ops.ELSE
+    elif skipping: continue
+    elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(u.src[0].arg); mult *= u.src[0].arg
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
@@ -209,10 +214,15 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
   return n, nbytes
 
 
-def _as_upcast(ast: UOp) -> UOp:
-  """The VECTOR range of `ast` as an UPCAST (or UNROLL) range: its lanes become straight-line copies."""
-  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.UNROLL if _reduced(ast, n) else AxisType.UPCAST))
-         for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
+def _as_loop(ast: UOp, expand_lanes: bool) -> UOp:
+  """The VECTOR range of `ast` for a language without vectors: its lanes become straight-line copies (UPCAST or
+  UNROLL: GPU languages), or a loop (C's plain fallback: small and quick to build; the lanes loop sits inside the
+  other output loops, or is one more reduce loop)."""
+  def kind(r: UOp) -> AxisType:
+    if expand_lanes: return AxisType.UNROLL if _reduced(ast, r) else AxisType.UPCAST
+    return AxisType.REDUCE if _reduced(ast, r) else AxisType.GLOBAL
+  sub = {n: n.replace(arg=n.arg.replace(kind=kind(n))) for n in ast.toposort()
+         if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR}
   return substitute(ast, sub) if sub else ast
 
 
@@ -222,7 +232,7 @@ def _reduced(ast: UOp, r: UOp) -> bool:
 
 def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
-  expanded = expand(ast if vectors else _as_upcast(ast))
+  expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
@@ -230,22 +240,27 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
     grid_kinds = (G, AxisType.LOCAL, AxisType.GROUP)
   else: grid_ast, gsz, lsz, grid_kinds = expanded, _c_sizes(expanded), (1, 1, 1), ()
   grid_ast = renderer.prepare(grid_ast)
-  return linearize(grid_ast, grid_kinds), gsz, lsz
+  program = linearize(grid_ast, grid_kinds)
+  return (program if target.has_workgroups else unswitch_gated_loops(program)), gsz, lsz
 
 
 def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weights: dict[int, int]):
-  """(kernel with its opts applied, weights relaid and shared loads staged; the opts; the relayouts; whether its
-  VECTOR axis becomes vectors)."""
+  """(kernel with its opts applied, constant work folded into its weights and weights relaid, its arguments
+  compacted, shared loads staged; the opts; the relayouts; the AST positions of its arguments; whether its VECTOR
+  axis becomes vectors)."""
   k = Kernel(ast)
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   order = GPU_ORDER if target.has_workgroups else None
   relaid_ast, relayouts = relayout(k.ast, weights, order) if weights else (k.ast, {})
+  nargs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
+  relaid_ast, args = _compact_args(relaid_ast, nargs)
+  if target.has_threads: relaid_ast = task_loop(relaid_ast)
   k = Kernel(stage(relaid_ast, target), k.opts)
   if target.precision == "f16": k = Kernel(half_precision(k.ast), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
-  return k, opts, relayouts, vectors
+  return k, opts, relayouts, args, vectors
 
 
 def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
@@ -253,17 +268,18 @@ def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
   """The linearized program `lower` renders, with its global and local sizes (for analyses of a kernel)."""
   target = as_target(target)
   renderer = get_renderer(target)
-  k, _, _, vectors = _optimized(ast, target, renderer, opts, weights or {})
+  k, _, _, _, vectors = _optimized(ast, target, renderer, opts, weights or {})
   return _program(k.ast, target, renderer, vectors)
 
 
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
           name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
   """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
-  store them in the order the kernel reads them (`KernelProgram.relayouts` says how)."""
+  fold constant work into them and store them in the order the kernel reads them (`KernelProgram.relayouts` says
+  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`)."""
   target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   renderer = get_renderer(target)
-  k, opts, relayouts, vectors = _optimized(ast, target, renderer, opts, weights or {})
+  k, opts, relayouts, args, vectors = _optimized(ast, target, renderer, opts, weights or {})
   program, gsz, lsz = _program(k.ast, target, renderer, vectors)
   name = name or _default_name(ast, gsz)
   rendered = renderer.render_kernel(name, program, lsz)
@@ -273,17 +289,37 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
     function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
     prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
   src = "\n".join(prefix + [function])
-  nbufs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)
-  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, nbufs, tuple(opts), ops * work_items,
-                       rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features, relayouts)
+  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(args), tuple(opts), ops * work_items,
+                       rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features, relayouts, args)
+
+
+def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:
+  """Arguments numbered 0, 1, ... over the positions the AST still uses, and those positions."""
+  used = sorted({n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL})
+  if used == list(range(nbufs)): return ast, tuple(used)
+  sub = {n: n.replace(arg=(used.index(n.arg[0]), n.arg[1])) for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}
+  return substitute(ast, sub), tuple(used)
+
+
+MIN_TASKS = 16      # outer loops are folded into the task loop until it has this many iterations
+
+
+def task_loop(ast: UOp) -> UOp:
+  """A CPU kernel's outermost output loops folded into one (the task loop threads split) until it has MIN_TASKS
+  iterations or no output loop is left."""
+  globs = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G}, key=lambda r: r.arg.id)
+  n = 1
+  while n < len(globs) and math.prod(g.src[0].arg for g in globs[:n]) < MIN_TASKS: n += 1
+  return ast if n < 2 else _fold(ast, globs[:n], globs[0].arg.id)[0]
 
 
 def _c_sizes(ast: UOp):
+  """C: the launch size is the task loop's iterations (1 without output loops)."""
   g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G},
                                     key=lambda r: r.arg.id)]
-  return (math.prod(g), 1, 1)
+  return (g[0] if g else 1, 1, 1)
 
 
 def _default_name(ast: UOp, gsz) -> str:

@@ -25,6 +25,18 @@ def symbol(name: str, used: set[str] | None = None, prefix: str = "t") -> str:
 
 
 def comment_safe(text: str) -> str:
-  """Printable ASCII without comment terminators or line breaks."""
+  """Printable ASCII without comment terminators, line breaks, backslashes (a line splice), trigraphs or double
+  quotes (tools that skim C for string literals): safe in a /* */ or // comment of every target language."""
   out = "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
-  return out.replace("*/", "*_/").replace("/*", "/_*").replace("\\", "/")
+  out = out.replace("*/", "*_/").replace("/*", "/_*").replace("\\", "/").replace('"', "'")
+  return re.sub(r"\?(?=\?)", "?_", out)
+
+
+def comment_lines(text: str, indent: str = "", width: int = 118) -> str:
+  """`text` made `comment_safe` as `//` lines of at most `width` characters (wrapped at spaces), each ending in a
+  newline."""
+  lines, line = [], f"{indent}//"
+  for word in comment_safe(text).split(" "):
+    if len(line) + 1 + len(word) > width and line.strip() != "//": lines.append(line); line = f"{indent}//  "
+    line += " " + word
+  return "".join(x + "\n" for x in lines + [line])

@@ -5,7 +5,7 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, substitute
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
@@ -15,7 +15,8 @@ INDEX = dtypes.index
 
 @dataclass(frozen=True)
 class ScheduleItem:
-  """One kernel: `ast` reads/writes DEFINE_GLOBAL(i) which binds to `bufs[i]` (outputs first)."""
+  """One kernel: `ast` reads/writes DEFINE_GLOBAL(i) which binds to `bufs[i]` (outputs first). `meta["nodes"]`: the
+  model nodes (provenance Origins) the kernel computes, sources first."""
   ast: UOp
   bufs: tuple[UOp, ...]          # BUFFER nodes of the lazy graph (outputs are new BUFFERs)
   outputs: int = 1
@@ -142,6 +143,15 @@ class _KernelBuilder:
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
+    self.origins: dict[provenance.Origin, None] = {}    # the model nodes this kernel computes, sources first
+    self.const_memo: dict[UOp, bool] = {}
+
+  def constant(self, n: UOp) -> bool:
+    """Whether `n` is computed from constants alone (no buffer, no realized value)."""
+    if n not in self.const_memo:
+      self.const_memo[n] = n.op is Ops.CONST or (n.op is not Ops.BUFFER and n not in self.realized and bool(n.src)
+                                                 and all(self.constant(s) for s in n.src))
+    return self.const_memo[n]
 
   def buffer_arg(self, buf: UOp, mutable: bool = False) -> UOp:
     if buf not in self.bufs: self.bufs.append(buf)
@@ -160,7 +170,11 @@ class _KernelBuilder:
 
   def value(self, n: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
     key = (n, idx, valid)
-    if key not in self.memo: self.memo[key] = self._value(n, idx, valid, top)
+    if key not in self.memo:
+      self.memo[key] = self._value(n, idx, valid, top)
+      # values computed from constants alone are shared by every node that builds the same one: they name no node
+      if n.op is not Ops.BUFFER and (top or n not in self.realized) and not self.constant(n):
+        if (o := provenance.origin_of(n)) is not None: self.origins.setdefault(o)
     return self.memo[key]
 
   def _value(self, n: UOp, idx: tuple, valid: UOp | None, top: bool) -> UOp:
@@ -183,9 +197,7 @@ class _KernelBuilder:
       loops = tuple(ranges[a] for a in sorted(ranges) if ranges[a].op is Ops.RANGE)
       return UOp(Ops.REDUCE, n.dtype, (body,) + loops, op) if loops else body   # reducing one element is the element
     src = n.src[0]
-    if n.op is Ops.RESHAPE:
-      flat = _flat_index(idx, n.shape)
-      return self.value(src, _unflatten(flat, src.shape), valid)
+    if n.op is Ops.RESHAPE: return self.value(src, _reshaped_index(idx, n.shape, src.shape), valid)
     if n.op is Ops.PERMUTE:
       inner = [None] * len(idx)
       for i, o in enumerate(n.arg): inner[o] = idx[i]
@@ -231,6 +243,27 @@ def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
   out = []
   for s, st in zip(shape, _strides(shape)):
     out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s)
+  return tuple(out)
+
+
+def _reshaped_index(idx: tuple[UOp, ...], shape: tuple[int, ...], src_shape: tuple[int, ...]) -> tuple[UOp, ...]:
+  """The index into `src_shape` of element `idx` of its reshape to `shape`. Dims are matched in runs of equal
+  product (size-1 dims aside): a dim kept as it is keeps its index, and only dims really merged or split become
+  division and remainder (so a reshape that adds or drops dims of size 1 costs no index arithmetic)."""
+  out = [UOp.const(INDEX, 0)] * len(src_shape)
+  dst = [i for i, s in enumerate(shape) if s != 1]
+  srcd = [i for i, s in enumerate(src_shape) if s != 1]
+  a = b = 0
+  while a < len(dst) or b < len(srcd):
+    ga, gb = [dst[a]] if a < len(dst) else [], [srcd[b]] if b < len(srcd) else []
+    pa, pb = (shape[ga[0]] if ga else 1), (src_shape[gb[0]] if gb else 1)
+    while pa != pb:
+      if pa < pb: a += 1; ga.append(dst[a]); pa *= shape[dst[a]]
+      else: b += 1; gb.append(srcd[b]); pb *= src_shape[srcd[b]]
+    a, b = a + 1, b + 1
+    if len(ga) == 1 and len(gb) == 1: out[gb[0]] = idx[ga[0]]; continue
+    flat = _flat_index(tuple(idx[i] for i in ga), tuple(shape[i] for i in ga))
+    for i, v in zip(gb, _unflatten(flat, tuple(src_shape[i] for i in gb))): out[i] = v
   return tuple(out)
 
 
@@ -298,6 +331,7 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
   """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes;
   `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default).
   Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  viz.snapshot("graph to schedule", *roots)
   realize = find_realize_points(roots)
   if max_buffers is not None: _limit_buffers(roots, realize, max_buffers)
   realized: dict[UOp, UOp] = {}
@@ -328,29 +362,42 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
     store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
   ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
   ast, bufs = _drop_unused_buffers(ast, kb.bufs)
-  return ScheduleItem(ast, bufs)
+  return ScheduleItem(ast, bufs, meta={"nodes": tuple(kb.origins)})
 
 
 def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
                   ) -> dict[UOp, tuple[int, ...]]:
-  """Intermediates of shape (N, C, H, W) that a convolution reads (a reduction over C) or a window op reads (an
-  output channel indexing C, a reduction over H or W: depthwise convolutions, pooling) are stored channels last,
-  (N, H, W, C): those kernels then vectorize along contiguous channels. Outputs keep their layout."""
+  """Intermediates shaped like (N, C, H, W) (dims of size 1 aside: a convolution's reduce keeps its reduced dims)
+  that a convolution reads (a reduction over C) or a window op reads (an output channel indexing C, a window sliding
+  over H or W: depthwise convolutions, pooling) are stored channels last, (N, H, W, C): those kernels then vectorize
+  along contiguous channels. Outputs keep their layout."""
   by_buffer = {b: n for n, b in realized.items()}
   picked: dict[UOp, tuple[int, ...]] = {}
   for it in built.values():
     if it is None: continue
     for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or len(n.shape) != 4 or not n.dtype.is_float: continue
-      if n.dtype.storage_only or n.shape[2] * n.shape[3] == 1 or n.shape[1] == 1: continue
-      if _channel_access(ld.src[1], n.shape): picked[n] = (0, 2, 3, 1)
+      if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
+      dims = _image_dims(n.shape)
+      if dims is not None and _channel_access(ld.src[1], n.shape, dims):
+        c, w = dims[0], dims[2]
+        picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
+          tuple(d for d in range(len(n.shape)) if d > w)
   return picked
 
 
-def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
-  """Whether a load of a (N, C, H, W) buffer at `idx` reduces over C, or indexes C by an output axis while it
-  reduces over H or W (the terms of the flat index sorted into dims by their strides)."""
+def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+  """The (channel, height, width) dims of an image-like shape: three or four dims bigger than 1 ((C, H, W) or
+  (N, C, H, W)); None for anything else."""
+  big = [i for i, s in enumerate(shape) if s > 1]
+  if len(big) == 3: return (big[0], big[1], big[2])
+  if len(big) == 4: return (big[1], big[2], big[3])
+  return None
+
+
+def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> bool:
+  """Whether a load of an image-like buffer at `idx` reduces over its channels, or indexes them by an output axis
+  while a window slides over its height or width (the terms of the flat index sorted into dims by their strides)."""
   strides = _strides(shape)
   terms, _ = split_terms(idx)
   dims: dict[int, list[UOp]] = {}
@@ -359,6 +406,7 @@ def _channel_access(idx: UOp, shape: tuple[int, ...]) -> bool:
     d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)    # the largest stride <= k
     if d is None or k % strides[d]: continue
     dims.setdefault(d, []).append(t)
-  channel = [r.arg.kind for r in dims.get(1, [])]
-  spatial = [r.arg.kind for d in (2, 3) for r in dims.get(d, [])]
-  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and AxisType.REDUCE in spatial)
+  channel = {r.arg.kind for r in dims.get(image[0], [])}
+  # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
+  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])
+  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)

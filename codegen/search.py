@@ -1,76 +1,203 @@
-"""BEAM search over opt actions, timed on the real target. The timer is passed in by the caller (a runtime lives
-above codegen). Results are cached on disk keyed by (kernel AST key, target, device name)."""
+"""BEAM search over opt actions, timed on the real target. A runtime lives above codegen, so the caller passes the
+timing in: `measure(programs, stop_after)` -> seconds per program (it may build them all at once and stop timing a
+program once it is slower than `stop_after`).
+
+The search starts from the hand-coded choice and varies what it decided, one decision per stage, keeping the `width`
+fastest after each stage:
+  1. the VECTOR axis and its lanes (or none), each with the heuristics' register blocking and loop order,
+  2. the register block: which output axes are upcast and by how much (up to the target's vector registers),
+  3. the loop order (which reduce loop is innermost, which output loop outermost) and unrolling the reduce loop.
+On GPU targets the stages are the LOCAL split (work-group shape), the GROUP split of a reduction and the upcasts.
+The heuristics' opts are always a candidate, so a search never returns something slower than the heuristics it
+measured. Results are cached on disk keyed by (kernel AST key, target, device); `Tuning` holds the same mapping as a
+file a team can ship with a model."""
 from __future__ import annotations
+import hashlib
 import json
 import math
 import os
 import sys
+import time
+from dataclasses import dataclass, field
 from typing import Callable
-from tgc.ir import Ops, UOp
+from tgc.ir import Ops, UOp, AxisType
 from tgc.ir.config import config
 from tgc.codegen.opts import Kernel, Opt, OptError, OPT_KINDS
 from tgc.codegen.lower import lower, KernelProgram
+from tgc.codegen.heuristics import hand_coded_opts, reuse_block_options, GR
 from tgc.codegen.target import Target, as_target
 
-_AMOUNTS = {"UPCAST": (2, 3, 4, 8, 16), "UNROLL": (2, 4, 8), "LOCAL": (2, 4, 8, 16, 32), "GROUP": (8, 16, 32, 64)}
+Measure = Callable[[list[KernelProgram], float], list[float]]
+G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
+_LOCAL = (2, 4, 8, 16, 32, 64, 128, 256)
+_GROUP = (8, 16, 32, 64, 128, 256)
+_UNROLL = (2, 4)
+EARLY_EXIT = 2.0      # a candidate this many times slower than the best so far is not timed further
 
 
+@dataclass
+class SearchResult:
+  opts: list[Opt]
+  seconds: float                       # the best time measured
+  baseline: float                      # the heuristics' time
+  candidates: int                      # programs measured
+  cached: bool = False
 
-def candidate_opts(k: Kernel, target: Target) -> list[Opt]:
-  """Every single opt that applies to `k` on `target` (C has no work-groups: no LOCAL or GROUP)."""
-  target, out = as_target(target), []
-  for op, amounts in _AMOUNTS.items():
-    if not target.has_workgroups and op in ("LOCAL", "GROUP"): continue
-    for axis in range(len(k.axes(OPT_KINDS[op][0]))):
-      for amt in amounts:
-        opt = Opt(op, axis, amt)
-        try: k.apply(opt)
-        except OptError: continue
-        out.append(opt)
+
+def _try(k: Kernel, opts) -> Kernel | None:
+  try: return k.apply_all(opts)
+  except OptError: return None
+
+
+def _key(opts) -> tuple: return tuple(opts)
+
+
+# ---------------------------------------------------------------- candidate generation (CPU)
+def _vector_options(k: Kernel, target: Target) -> list[list[Opt]]:
+  """Every VECTOR split worth trying: each output or reduce axis, lanes from the register width down to 4."""
+  out: list[list[Opt]] = [[]]
+  lanes = target.vector_lanes(4)
+  for i, r in enumerate(k.axes(GR)):
+    w = lanes
+    while w >= 4:
+      if Kernel.size(r) % w == 0: out.append([Opt("VECTOR", i, w)])
+      w //= 2
   return out
 
 
-def _cache_path(ast: UOp, target: Target, device: str) -> str:
-  import hashlib
+def _order_options(k: Kernel) -> list[list[Opt]]:
+  """Loop orders: each reduce loop innermost, each output loop outermost, and unrolling the innermost reduce loop."""
+  glob, red = k.axes(G), k.axes(R)
+  out: list[list[Opt]] = [[]]
+  out += [[Opt("SWAP", len(glob) + i, len(glob) + len(red) - 1)] for i in range(len(red) - 1)]
+  out += [[Opt("SWAP", 0, i)] for i in range(1, len(glob))]
+  out += [[Opt("UNROLL", len(red) - 1, n)] for n in _UNROLL if red and Kernel.size(red[-1]) % n == 0]
+  return out
+
+
+def _gpu_options(k: Kernel, stage: int) -> list[list[Opt]]:
+  glob, red = k.axes(G), k.axes(R)
+  if stage == 0:
+    return [[]] + [[Opt("LOCAL", i, n)] for i, r in enumerate(glob) for n in _LOCAL if Kernel.size(r) % n == 0]
+  if stage == 1:
+    return [[]] + [[Opt("GROUP", i, n)] for i, r in enumerate(red) for n in _GROUP if Kernel.size(r) % n == 0]
+  return [[]] + [[Opt("UPCAST", i, n)] for i, r in enumerate(glob) for n in (2, 4) if Kernel.size(r) % n == 0]
+
+
+def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int) -> list[list[Opt]]:
+  """Opt lists that differ from `base` in one decision of stage `stage` (see the module docstring)."""
+  k = Kernel(ast)
+  if target.has_workgroups:
+    keep = [o for o in base if o.op not in (("LOCAL",), ("GROUP",), ("UPCAST",))[stage]]
+    kk = _try(k, keep)
+    return [keep + o for o in _gpu_options(kk, stage)] if kk is not None else []
+  vec = [o for o in base if o.op == "VECTOR"]
+  block = [o for o in base if o.op == "UPCAST"]
+  if stage == 0:
+    out = []
+    for v in _vector_options(k, target):
+      kv = _try(k, v)
+      if kv is not None: out.append(hand_coded_opts(kv, target, vector=False))
+    return out
+  kv = _try(k, vec)
+  if kv is None: return []
+  if stage == 1: return [vec + b for b in reuse_block_options(kv, target)]
+  kb = _try(kv, block)
+  return [vec + block + o for o in _order_options(kb)] if kb is not None else []
+
+
+# ---------------------------------------------------------------- the search
+def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2, device: str = "",
+                progress: Callable[[str], None] | None = None, weights: dict[int, int] | None = None,
+                deadline: float | None = None) -> SearchResult:
+  """The fastest opts found for `ast` on `target` (see the module docstring). `measure` times programs;
+  `deadline` (time.monotonic) stops the search early with the best so far."""
+  target = as_target(target)
+  path = cache_path(ast, target, device)
+  if os.path.exists(path):
+    with open(path) as f: cached = json.load(f)
+    return SearchResult([Opt(*o) for o in cached["opts"]], cached["seconds"], cached["baseline"], 0, True)
+  say = progress or ((lambda m: print(m, file=sys.stderr)) if config.debug >= 2 else (lambda m: None))
+  timed: dict[tuple, float] = {}
+
+  def run(cands: list[list[Opt]]) -> None:
+    fresh, programs = [], []
+    for c in dict.fromkeys(_key(c) for c in cands):
+      if c in timed: continue
+      try: programs.append(lower(ast, target, list(c), name=f"tg_cand{len(timed) + len(fresh)}", weights=weights))
+      except (OptError, ValueError): timed[c] = math.inf; continue
+      fresh.append(c)
+    if not fresh: return
+    best = min((t for t in timed.values()), default=math.inf)
+    for c, t in zip(fresh, measure(programs, best * EARLY_EXIT)): timed[c] = t
+
+  base = hand_coded_opts(Kernel(ast), target, frozenset(weights or ()))
+  run([base])
+  baseline = timed[_key(base)]
+  beam = [_key(base)]
+  for stage in range(3):
+    if deadline is not None and time.monotonic() > deadline: break
+    cands = [c for b in beam for c in _stage_candidates(ast, target, list(b), stage)]
+    run(cands)
+    beam = sorted(dict.fromkeys(beam + [_key(c) for c in cands if _key(c) in timed]), key=timed.__getitem__)[:width]
+    say(f"beam stage {stage + 1}: {len(timed)} candidates, best {timed[beam[0]] * 1e6:.1f} us "
+        f"({baseline / timed[beam[0]]:.2f}x the heuristics) {list(beam[0])}")
+  best = min(timed, key=lambda c: (timed[c], c != _key(base)))    # ties keep the heuristics' choice
+  result = SearchResult(list(best), timed[best], baseline, len(timed))
+  _write_json(path, {"opts": [[o.op, o.axis, o.amount] for o in result.opts], "seconds": result.seconds,
+                     "baseline": result.baseline})
+  return result
+
+
+def cache_path(ast: UOp, target: Target, device: str) -> str:
   h = hashlib.sha256(f"{ast.key}|{target}|{device}".encode()).hexdigest()
   return os.path.join(config.cache_dir, "beam", h[:2], h + ".json")
 
 
-def beam_search(ast: UOp, target: Target, timer: Callable[[KernelProgram], float], width: int,
-                device: str = "", max_steps: int = 6, progress: Callable[[str], None] | None = None) -> list[Opt]:
-  """Best opts found by a beam of `width`: each step extends every kept opt list by one opt, times the new
-  kernels with `timer(program) -> seconds`, keeps the fastest `width`; stops when a step improves nothing."""
-  target = as_target(target)
-  path = _cache_path(ast, target, device)
-  if os.path.exists(path):
-    with open(path) as f: return [Opt(*o) for o in json.load(f)]
-  say = progress or ((lambda m: print(m, file=sys.stderr)) if config.debug >= 1 else (lambda m: None))
-  timed: dict[tuple, float] = {}
-
-  def time_opts(opts: tuple) -> float:
-    if opts not in timed:
-      try: timed[opts] = timer(lower(ast, target, list(opts)))
-      except Exception: timed[opts] = math.inf      # an opt list the target cannot compile or run
-    return timed[opts]
-
-  beam = [((), time_opts(()))]
-  for step in range(max_steps):
-    cands = []
-    for opts, _ in beam:
-      k = Kernel(ast).apply_all(opts)
-      cands += [opts + (o,) for o in candidate_opts(k, target)]
-    if not cands: break
-    scored = sorted(((c, time_opts(c)) for c in dict.fromkeys(cands)), key=lambda x: x[1])
-    best_before = beam[0][1]
-    beam = sorted(beam + scored[:width], key=lambda x: x[1])[:width]
-    say(f"beam step {step + 1}: {len(scored)} candidates, best {beam[0][1] * 1e6:.1f} us {list(beam[0][0])}")
-    if beam[0][1] >= best_before: break
-  result = list(beam[0][0])
+def _write_json(path: str, obj) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w") as f: json.dump([[o.op, o.axis, o.amount] for o in result], f)
+  with open(tmp, "w") as f: json.dump(obj, f, sort_keys=True)
   os.replace(tmp, path)
-  return result
 
 
 def has_reduce(ast: UOp) -> bool: return any(n.op is Ops.REDUCE for n in ast.toposort())
+
+
+# ---------------------------------------------------------------- tuning files
+TUNING_FORMAT = 1
+
+
+@dataclass
+class Tuning:
+  """Searched opts by kernel: (kernel AST key, target, device) -> opts, as `tgc tune` writes them and
+  `tgc compile --tuning` reads them."""
+  entries: dict[tuple[str, str, str], list[Opt]] = field(default_factory=dict)
+
+  def get(self, ast: UOp, target: Target, device: str) -> list[Opt] | None:
+    return self.entries.get((ast.key, str(target), device))
+
+  def put(self, ast: UOp, target: Target, device: str, opts: list[Opt]) -> None:
+    self.entries[(ast.key, str(target), device)] = list(opts)
+
+  def to_json(self) -> str:
+    rows = [{"kernel": k, "target": t, "device": d, "opts": [[o.op, o.axis, o.amount] for o in opts]}
+            for (k, t, d), opts in sorted(self.entries.items())]
+    return json.dumps({"format": TUNING_FORMAT, "entries": rows}, indent=1, sort_keys=True) + "\n"
+
+  @staticmethod
+  def from_json(text: str, where: str = "tuning file") -> Tuning:
+    try: data = json.loads(text)
+    except ValueError as error: raise ValueError(f"{where}: not JSON ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != TUNING_FORMAT or not isinstance(data.get("entries"), list):
+      raise ValueError(f"{where}: not a tgc tuning file (format {TUNING_FORMAT})")
+    out = Tuning()
+    for i, row in enumerate(data["entries"]):
+      try:
+        opts = [Opt(str(op), int(axis), int(amount)) for op, axis, amount in row["opts"]]
+        if any(o.op not in OPT_KINDS for o in opts): raise ValueError("unknown opt")
+        out.entries[(str(row["kernel"]), str(row["target"]), str(row["device"]))] = opts
+      except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: entry {i} is malformed ({error})") from None
+    return out
+

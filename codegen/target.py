@@ -30,12 +30,13 @@ class CPU:
   fma: bool
   fp16: bool                     # native half-precision arithmetic
   march: str                     # the -march value gcc and clang take for this level
+  tune: tuple[str, ...] = ()     # more flags the kernels need to run at full speed
   l1d_bytes: int = 32 * 1024
   l2_bytes: int = 512 * 1024
   requested: str = ""            # what --cpu asked for ("native" or the level itself)
 
   @property
-  def cc_flags(self) -> tuple[str, ...]: return (f"-march={self.march}",)
+  def cc_flags(self) -> tuple[str, ...]: return (f"-march={self.march}",) + self.tune
 
   def describe(self) -> dict:
     """The manifest's record of the CPU the kernels were generated for."""
@@ -46,7 +47,8 @@ class CPU:
 CPU_LEVELS: dict[str, CPU] = {
   "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2"),
   "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3"),
-  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4"),
+  # the generic tuning of x86-64-v4 splits 512-bit vectors in two (half speed): the kernels' vectors are 512 bits
+  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", ("-mprefer-vector-width=512",)),
   "armv8-a": CPU("armv8-a", "aarch64", 16, 32, True, False, "armv8-a"),
   "armv8.2-a": CPU("armv8.2-a", "aarch64", 16, 32, True, True, "armv8.2-a+fp16"),
 }
@@ -184,3 +186,13 @@ def as_target(t) -> Target:
   keeps 64-bit types unnarrowed)."""
   if isinstance(t, Target): return t
   return Target.make(str(t), artifact=False)
+
+
+class TargetLimitError(ValueError):
+  """A model needs what the target does not offer (WGSL: no float64, 64-bit integers only as 32-bit words, buffer
+  and work-group limits; Metal: no float64): the user's to know, not a bug. `target` names the target; the message
+  starts with it ("webgpu: ...") and `detail` is the rest."""
+
+  def __init__(self, target: str, detail: str):
+    self.target, self.detail = target, detail
+    super().__init__(f"{target}: {detail}")

@@ -97,11 +97,16 @@ def _alu(ctx: VectorCtx, x: UOp) -> UOp | None:
       return ctx.vec(x)
     return None
   out = x.dtype.vec(ctx.lanes)
-  if x.op in ctx.native and x.dtype.itemsize == 4 and all(s.dtype.scalar.itemsize == 4 for s in x.src):
+  if x.op in ctx.native and all(_lanes32(d) for d in (x.dtype, *(s.dtype for s in x.src))):
     return UOp(x.op, out, tuple(ctx.vec(s) for s in x.src), x.arg)
   srcs = [ctx.vec(s) for s in x.src]
   return UOp(Ops.VECTORIZE, out, tuple(UOp(x.op, x.dtype, tuple(gep(s, i) for s in srcs), x.arg)
                                        for i in range(ctx.lanes)))
+
+
+def _lanes32(d) -> bool:
+  """Vector ops are on 32-bit lanes; bool lanes are masks of them."""
+  return d.scalar.is_bool or d.scalar.itemsize == 4
 
 
 def _reduce(ctx: VectorCtx, red: UOp) -> UOp | None:

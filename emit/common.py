@@ -13,6 +13,8 @@ import os
 import re
 
 from tgc.ir import DType
+from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.names import comment_lines
 
 PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 INCLUDE = re.compile(r"^\{\{> ([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\}\}\n", re.MULTILINE)
@@ -63,3 +65,16 @@ def write_files(out_dir: str, files: dict[str, bytes]) -> list[str]:
     with open(path, "wb") as f: f.write(files[name])
     paths.append(path)
   return paths
+
+
+def buffer_label(b: BufferInfo) -> str:
+  """How generated source names a buffer in comments: inputs, outputs and weights by their model names."""
+  return b.symbol if b.kind == "arena" else f"{b.kind} {b.name!r}"
+
+
+def call_comment(cm: CompiledModel, n: int, indent: str = "  ") -> str:
+  """`//` lines before call `n` in a host loader: the model nodes it computes and the buffer of each argument."""
+  c = cm.calls[n]
+  nodes = ", ".join(str(o) for o in c.nodes) or "no model node (a copy)"
+  args = ", ".join(f"d{i} = {buffer_label(cm.buffers[b])}" for i, b in enumerate(c.buffers))
+  return comment_lines(f"call {n}: {nodes}; {args}", indent)

@@ -9,7 +9,8 @@ The host part of model.cu sits inside `#if !defined(__CUDACC_RTC__) && !defined(
 (the Python runtime, runtimes/artifact_cuda.py) compiles the same file as kernels only. The launches are generated
 here, one statement per call with each argument cast to the exact parameter type the renderer reports
 (`KernelProgram.params`; a parameter the renderer dropped is not passed), so the compiler checks them. Tensor tables
-and header documentation are the C bundle's; model names reach the sources only through `comment` and `c_string`."""
+and header documentation are the C bundle's; model names reach the sources only through
+`comment_safe` and `c_string`."""
 from __future__ import annotations
 
 from tgc.codegen.compiled import CompiledModel
@@ -18,7 +19,7 @@ from tgc.codegen.target import Target
 from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_params,
                         kernel_parts, write_bundle)
 from tgc.emit.c_literals import c_bytes, c_string
-from tgc.emit.common import fill, read_template, sha256
+from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile")
@@ -59,7 +60,8 @@ def _launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
   if "arena" in uses: lines.append("  unsigned char *a = ctx->arena;")
   if "input" not in uses: lines.append("  (void)inputs;")
   if "output" not in uses: lines.append("  (void)outputs;")
-  for c in cm.calls:
+  for n, c in enumerate(cm.calls):
+    lines.append(call_comment(cm, n).rstrip("\n"))
     grid, block = launch_dims(cm.kernels[c.kernel])
     args = []
     for p in params[c.kernel]:

@@ -7,18 +7,24 @@ from __future__ import annotations
 import importlib.resources
 import json
 
+from tgc.ir import DType, lowp
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.emit.common import numpy_name, sha256, tgc_version
 from tgc.emit.weights import ALIGN, WeightsFile
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SCHEMA = "manifest.schema.json"
 
 
 def _tensor(b: BufferInfo) -> dict:
   return {"name": b.name, "symbol": b.symbol, "shape": list(b.shape), "dtype": numpy_name(b.dtype),
-          "tgc_dtype": b.dtype.name, "nbytes": b.nbytes}
+          "tgc_dtype": b.dtype.name, "npy_dtype": npy_name(b.dtype), "nbytes": b.nbytes}
+
+
+def npy_name(d: DType) -> str:
+  """The numpy dtype name of the values users read and write for an input or output (`npy_dtype`)."""
+  return lowp.value_numpy(d).name if d.storage_only else numpy_name(d)
 
 
 def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, weights_file: str, embedded: bool,
@@ -43,9 +49,12 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
                        "shape": list(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
                       for b in cm.of_kind("arena")],
     "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size),
-                 "ops": k.ops, "args": kernel_args[name]} for name, k in cm.kernels.items()],
-    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers]}
-              for c in cm.calls],
+                 "ops": k.ops, "bytes": k.bytes, "opts": [repr(o) for o in k.opts],
+                 "tuned": name in cm.meta.get("tuned", ()), "args": kernel_args[name],
+                 "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
+                for name, k in cm.kernels.items()],
+    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers],
+               "nodes": list(dict.fromkeys(o.name for o in c.nodes))} for c in cm.calls],
     "files": {name: sha256(data) for name, data in sorted(files.items())},
     "target_info": target_info,
   }

@@ -18,7 +18,7 @@ from tgc.codegen.compiled import CompiledModel
 from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
                         weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
-from tgc.emit.common import fill, read_template
+from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.opencl import _launch, source_strings
 from tgc.emit.weights import WeightsFile
 
@@ -53,7 +53,8 @@ def _host_tables(cm: CompiledModel, plan: list[dict], weights: WeightsFile) -> d
   rows = weight_rows(cm, weights)
   kernels = {name: i for i, name in enumerate(cm.kernels)}
   calls, args = [], []
-  for launch in plan:
+  for n, launch in enumerate(plan):
+    calls.append(call_comment(cm, n).rstrip("\n"))
     groups, threads = (", ".join(map(str, launch[key])) for key in ("threadgroups", "threads"))
     calls.append(f"  {{{kernels[launch['kernel']]}, {len(launch['buffers'])}, {len(args)}, {{{groups}}}, "
                  f"{{{threads}}}}},")

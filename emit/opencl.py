@@ -20,7 +20,7 @@ from tgc.codegen.memory import plan_slots
 from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
                         weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
-from tgc.emit.common import fill, read_template
+from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
@@ -90,10 +90,10 @@ def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: Wei
   rows = weight_rows(cm, weights)
   slots = [f"  {{{b.offset}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */" for b in cm.of_kind("arena")]
   calls, args = [], []
-  for c in cm.calls:
+  for n, c in enumerate(cm.calls):
     glob, loc = _launch(cm.kernels[c.kernel])
-    calls.append(f"  {{{c_string(c.kernel)}, {len(params[c.kernel])}, {len(args)}, {{{', '.join(map(str, glob))}}}, "
-                 f"{{{', '.join(map(str, loc))}}}}},")
+    calls.append(f"{call_comment(cm, n)}  {{{c_string(c.kernel)}, {len(params[c.kernel])}, {len(args)}, "
+                 f"{{{', '.join(map(str, glob))}}}, {{{', '.join(map(str, loc))}}}}},")
     for p in params[c.kernel]:
       if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
       b = cm.buffers[c.buffers[p.index]]

@@ -32,6 +32,7 @@ import numpy as np
 
 from tgc.codegen.compiled import BufferInfo, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
+from tgc.codegen.names import comment_safe
 from tgc.codegen.memory import plan_slots
 from tgc.emit.c import bundle_start, write_bundle
 from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
@@ -131,7 +132,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
       args.append(where[c.buffers[index]])
     clear = [where[c.buffers[index]] for index, _, atomic in k["bindings"] if atomic]
     calls.append({"kernel": kernel_index[c.kernel], "workgroups": _launch(cm.kernels[c.kernel]), "args": args,
-                  "clear": clear})
+                  "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data),
           "header": weights.header[8:].decode("ascii"),
@@ -206,11 +207,6 @@ def _ts_types(plan: dict) -> dict[str, str]:
           "input_names": names, "output_names": out_names}
 
 
-def _comment(text: str) -> str:
-  """`text` safe inside a /* */ or // comment (ASCII, no comment terminator, one line)."""
-  return json.dumps(text, ensure_ascii=True)[1:-1].replace("*/", "*\\/")
-
-
 def _check_narrow_weights(cm: CompiledModel) -> None:
   """64-bit integer weights become 32-bit words on the device: every value must fit."""
   for b in cm.of_kind("weight"):
@@ -227,7 +223,7 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
   sym, weights = bundle_start(cm, "webgpu", "WebGPU", _check_narrow_weights)
   plan = build_plan(cm, weights)
-  values = {"model_comment": _comment(cm.name), "version": tgc_version(), "plan": plan_block(plan),
+  values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
             "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
   files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
            for name in SOURCE_FILES}

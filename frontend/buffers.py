@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools
 import weakref
 import numpy as np
-from tgc.ir import Ops, UOp, DType
+from tgc.ir import Ops, UOp, DType, lowp
 
 _ids = itertools.count()
 _storage: dict[int, object] = {}
@@ -35,9 +35,7 @@ def set_storage(u: UOp, s) -> None: _storage[u.arg[0]] = s
 def nbytes(u: UOp) -> int:
   n = 1
   for s in u.arg[1]: n *= s
-  if u.dtype.storage_only:
-    from tgc.ir.lowp import storage_nbytes
-    return storage_nbytes(u.dtype, n)
+  if u.dtype.storage_only: return lowp.storage_nbytes(u.dtype, n)
   return n * u.dtype.itemsize
 
 

@@ -4,21 +4,14 @@ convolution (any number of spatial dims), transposed convolution, pooling and ga
 Everything here is built from the lazy Tensor's primitives (elementwise, reduce, reshape/permute/expand/pad/
 shrink/flip, cast), so the scheduler fuses each composition into as few kernels as it can; nothing runs here.
 Sliding windows (`_pool`) use only movement ops (tinygrad's repeat/reshape/shrink trick), so a convolution is
-one multiply-sum reduce kernel with no im2col buffer."""
+one multiply-sum reduce kernel with no im2col buffer.
+
+The functions take Tensors and build new ones with the class of their arguments (`type(x)`), so this module does
+not import `frontend.tensor`: the Tensor imports it for its composed methods (`t[idx]`, `t.conv2d(...)`, ...)."""
 from __future__ import annotations
-import math
 from typing import Sequence
 from tgc.ir import dtypes, promote
-
-# `Tensor` is imported lazily: frontend.tensor imports this module on demand, never at import time.
-
-
-def _tensor_cls():
-  from tgc.frontend.tensor import Tensor
-  return Tensor
-
-
-def _ceildiv(a: int, b: int) -> int: return -(-a // b)
+from tgc.frontend.shapes import broadcast_shape, ceildiv, lowest
 
 
 def _tuple(value, n: int, name: str) -> tuple[int, ...]:
@@ -32,12 +25,6 @@ def _tuple(value, n: int, name: str) -> tuple[int, ...]:
 def _dim(dim: int, ndim: int, op: str) -> int:
   if not -ndim <= dim < ndim: raise ValueError(f"{op}: dim {dim} out of range for {ndim} dims")
   return dim % ndim
-
-
-def _lowest(dt):
-  if dt.is_float: return -math.inf
-  if dt.is_bool: return False
-  return 0 if dt.is_unsigned else -(1 << (8 * dt.itemsize - 1))
 
 
 # ---------------------------------------------------------------- padding modes
@@ -67,7 +54,7 @@ def _pad_axis(t, axis: int, before: int, after: int, mode: str):
   if n == 0: raise ValueError(f"pad: mode {mode!r} cannot pad axis {axis} of size 0 in {t.shape}")
   if mode in ("wrap", "circular"):
     # tile the axis enough times, then cut the window [-before, n + after) of the periodic extension
-    reps_before, reps_after = _ceildiv(before, n), _ceildiv(after, n)
+    reps_before, reps_after = ceildiv(before, n), ceildiv(after, n)
     tiled = t.repeat(tuple(1 + reps_before + reps_after if i == axis else 1 for i in range(t.ndim)))
     start = reps_before * n - before
     return _slice_axis(tiled, axis, start, start + before + n + after)
@@ -93,7 +80,7 @@ def _strided(t, axis: int, step: int):
   """Every `step`-th element of `axis` starting at 0 (step >= 1): pad to a multiple, split, keep index 0."""
   if step == 1: return t
   n = t.shape[axis]
-  count = _ceildiv(n, step)
+  count = ceildiv(n, step)
   x = t.pad(tuple((0, count * step - n) if i == axis else (0, 0) for i in range(t.ndim)))
   x = x.reshape(t.shape[:axis] + (count, step) + t.shape[axis + 1:])
   x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
@@ -110,12 +97,13 @@ def _slice(t, axis: int, sl: slice):
   return _strided(_slice_axis(t, axis, last, start + 1).flip(axis), axis, -step)
 
 
-def _normalize_index(idx, device: str) -> tuple:
+def _normalize_index(idx, t) -> tuple:
+  """The index as a tuple: lists become integer Tensors on `t`'s device, other integer-like values ints."""
   if not isinstance(idx, tuple): idx = (idx,)
-  Tensor = _tensor_cls()
+  Tensor = type(t)
   out = []
   for i in idx:
-    if isinstance(i, list): i = Tensor(i, device=device, dtype=dtypes.int32)
+    if isinstance(i, list): i = Tensor(i, device=t.device, dtype=dtypes.int32)
     if hasattr(i, "__index__") and not isinstance(i, (Tensor, bool)) and not isinstance(i, slice): i = int(i)
     out.append(i)
   return tuple(out)
@@ -126,8 +114,8 @@ def getitem(t, idx):
   integer Tensors (advanced indexing, broadcast together; the result dims go where numpy puts them).
   Integer Tensor indices are selected with an `arange == index` mask and a sum; negative ones count from
   the end; out-of-range ones give 0 (a lazy graph cannot raise on data)."""
-  Tensor = _tensor_cls()
-  idx = _normalize_index(idx, t.device)
+  Tensor = type(t)
+  idx = _normalize_index(idx, t)
   for i in idx:
     if isinstance(i, Tensor) and (i.dtype.is_bool or i.dtype.is_float):
       raise TypeError(f"getitem: index tensors must be integer, got {i.dtype.name} (boolean masks have a "
@@ -172,7 +160,6 @@ def getitem(t, idx):
 
 
 def _advanced_index(x, tensor_axes, advanced_positions):
-  from tgc.frontend.tensor import broadcast_shape
   bshape: tuple[int, ...] = ()
   for _, i in tensor_axes: bshape = broadcast_shape(bshape, i.shape, "getitem")
   axes = [a for a, _ in tensor_axes]
@@ -186,7 +173,7 @@ def _advanced_index(x, tensor_axes, advanced_positions):
     i = i.cast(dtypes.int32) if i.dtype.itemsize > 4 or i.dtype.is_unsigned else i
     i = (i < 0).where(i + n, i)._broadcast_to(bshape)
     ar_shape = (1,) * len(bshape) + tuple(n if jj == j else 1 for jj in range(len(axes))) + (1,) * len(rest)
-    ar = _arange(n, i.device).reshape(ar_shape)
+    ar = _arange(x, n).reshape(ar_shape)
     m = i.reshape(bshape + (1,) * (len(axes) + len(rest))) == ar
     mask = m if mask is None else mask.logical_and(m)
   out = _masked_sum(xp, mask, tuple(range(len(bshape), len(bshape) + len(axes))))
@@ -200,9 +187,9 @@ def _advanced_index(x, tensor_axes, advanced_positions):
   return out
 
 
-def _arange(n: int, device: str):
-  Tensor = _tensor_cls()
-  return Tensor.arange(n, device=device)
+def _arange(like, n: int):
+  """0..n-1 as int32 on the device of the Tensor `like`."""
+  return type(like).arange(n, device=like.device)
 
 
 def _masked_sum(x, mask, axes):
@@ -288,7 +275,7 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
     # repeat each axis k times with period i*f+d: row j, column m reads x[(j*d + m) mod i] (no wrap is reached)
     fs = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(outs, stride, ins, dilation, kernel)]
     periods = [i * f + d for i, f, d in zip(ins, fs, dilation)]
-    x = x.repeat((1,) * nl + tuple(_ceildiv(k * p, i) for k, p, i in zip(kernel, periods, ins)))
+    x = x.repeat((1,) * nl + tuple(ceildiv(k * p, i) for k, p, i in zip(kernel, periods, ins)))
     x = x.shrink(tuple([None] * nl + [(0, k * p) for k, p in zip(kernel, periods)]))
     x = x.reshape(lead + tuple(v for k, p in zip(kernel, periods) for v in (k, p)))
     # stride: keep columns 0, s, 2s, ... of the first o*s
@@ -331,8 +318,7 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1)
   """Convolution (cross-correlation, as torch) over N spatial dims, N = weight.ndim - 2: x (batch, cin, *in),
   weight (cout, cin/groups, *kernel) -> (batch, cout, *out), out = floor((in + pads - dilation*(k-1) - 1)
   / stride) + 1."""
-  Tensor = _tensor_cls()
-  if not isinstance(weight, Tensor): weight = Tensor(weight, x.device)
+  if not isinstance(weight, type(x)): weight = type(x)(weight, x.device)
   nd = weight.ndim - 2
   if nd < 1 or x.ndim != nd + 2:
     raise ValueError(f"conv: input {x.shape} and weight {weight.shape} need ranks N+2 (N >= 1 spatial dims)")
@@ -372,16 +358,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
 
 def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups: int = 1):
   """Transposed convolution over N spatial dims, as torch: x (batch, cin, *in), weight (cin, cout/groups,
-  *kernel) -> (batch, cout, *out), out = (in-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1.
-  Inserts stride-1 zeros between input elements, flips the kernel, swaps in/out channels per group and
-  runs a plain convolution with padding dilation*(k-1) - padding."""
-  Tensor = _tensor_cls()
-  if not isinstance(weight, Tensor): weight = Tensor(weight, x.device)
+  *kernel) -> (batch, cout, *out), out = (in-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1."""
+  if not isinstance(weight, type(x)): weight = type(x)(weight, x.device)
   nd = weight.ndim - 2
   if nd < 1 or x.ndim != nd + 2:
     raise ValueError(f"conv_transpose: input {x.shape} and weight {weight.shape} need ranks N+2")
-  cin, cout_g = weight.shape[:2]
-  kernel = weight.shape[2:]
+  cin = weight.shape[0]
   if groups < 1 or x.shape[1] != cin or cin % groups:
     raise ValueError(f"conv_transpose: input {x.shape} and weight {weight.shape} do not match with "
                      f"groups={groups} (need input channels == weight.shape[0], divisible by groups)")
@@ -391,6 +373,19 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
   if any(op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
     raise ValueError(f"conv_transpose: output_padding {output_padding} must be smaller than stride {stride} or "
                      f"dilation {dilation}")
+  crops = [(p, p - op) for p, op in zip(padding, output_padding)]
+  return conv_transpose_cropped(x, weight, bias, stride, crops, dilation, groups)
+
+
+def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequence[tuple[int, int]],
+                           dilation: Sequence[int], groups: int):
+  """Transposed convolution with the output cropped by (before, after) per spatial axis, a negative `after`
+  extending it at the end (ONNX ConvTranspose's pads, output_padding and output_shape come to this):
+  out = stride*(in-1) + (k-1)*dilation + 1 - before - after. Inserts stride-1 zeros between input elements, flips
+  the kernel, swaps in/out channels per group and runs a plain convolution."""
+  nd = weight.ndim - 2
+  cin, cout_g = weight.shape[:2]
+  kernel = weight.shape[2:]
   # weight (groups*cin_g, cout_g, *k) -> (groups*cout_g, cin_g, *k), spatially flipped
   cin_g = cin // groups
   w = weight.reshape((groups, cin_g, cout_g) + kernel).transpose(1, 2)
@@ -402,8 +397,8 @@ def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, 
     x = x.pad(((0, 0), (0, 0)) + tuple(p for s in stride for p in ((0, 0), (0, s - 1))))
     x = x.reshape(x.shape[:2] + tuple(i * s for i, s in zip(ins, stride)))
     x = x.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(ins, stride)))
-  pads = [((k - 1) * d - p, (k - 1) * d - p + op) for k, d, p, op in zip(kernel, dilation, padding, output_padding)]
-  return conv(x, w, bias, 1, pads, dilation, groups)
+  pads = [((k - 1) * d - b, (k - 1) * d - e) for k, d, (b, e) in zip(kernel, dilation, crops)]
+  return conv(x, w, bias, 1, pads, tuple(dilation), groups)
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups: int = 1):
@@ -431,7 +426,7 @@ def _pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode: bool, op: 
       raise ValueError(f"{op}: input {x.shape} (padded by {padding}) is smaller than the window {kernel} "
                        f"with dilation {dilation}")
     if ceil_mode:
-      o = _ceildiv(i + 2 * p - span, s) + 1
+      o = ceildiv(i + 2 * p - span, s) + 1
       if (o - 1) * s >= i + p: o -= 1     # torch: the last window must start inside the input or left padding
     else: o = (i + 2 * p - span) // s + 1
     pads.append((p, (o - 1) * s + span - i - p))
@@ -441,7 +436,7 @@ def _pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode: bool, op: 
 def max_pool2d(x, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode: bool = False):
   """torch.nn.functional.max_pool2d over the last two axes (padding counts as -inf)."""
   kernel, stride, dilation, pads, _ = _pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
-  xp = x.pad(((0, 0),) * (x.ndim - 2) + tuple(pads), value=_lowest(x.dtype))
+  xp = x.pad(((0, 0),) * (x.ndim - 2) + tuple(pads), value=lowest(x.dtype))
   return _pool(xp, kernel, stride, dilation).max((-2, -1))
 
 
@@ -454,7 +449,7 @@ def avg_pool2d(x, kernel_size=2, stride=None, padding=0, ceil_mode: bool = False
   sums = _pool(xf.pad(lead + tuple(pads)), kernel, stride, dilation).sum((-2, -1))
   extra = [a - p for (_, a), p in zip(pads, padding)]
   if count_include_pad and all(e <= 0 for e in extra): return sums * (1.0 / (kernel[0] * kernel[1]))
-  Tensor = _tensor_cls()
+  Tensor = type(x)
   if count_include_pad:
     # the counted region is the input plus the user padding; the ceil_mode overhang counts nothing
     ones = Tensor.ones(*(s + 2 * p for s, p in zip(x.shape[-2:], padding)), device=x.device)
@@ -469,8 +464,7 @@ def gather(x, dim: int, index):
   """torch.gather: out[i][j][k] = x[i][index[i][j][k]][k] for dim=1 (index has x's rank; its sizes may be
   smaller than x's outside `dim`). Selected with an `arange == index` mask summed over `dim`; negative indices
   count from the end."""
-  Tensor = _tensor_cls()
-  if not isinstance(index, Tensor): index = Tensor(index, x.device, dtypes.int32)
+  if not isinstance(index, type(x)): index = type(x)(index, x.device, dtypes.int32)
   if index.dtype.is_float or index.dtype.is_bool:
     raise TypeError(f"gather: index must be integer, got {index.dtype.name}")
   out_shape = index.shape
@@ -484,5 +478,5 @@ def gather(x, dim: int, index):
   xs = xs.unsqueeze(-1).transpose(-1, dim)
   index = index.cast(dtypes.int32) if index.dtype.itemsize > 4 or index.dtype.is_unsigned else index
   index = (index < 0).where(index + n, index)
-  mask = index.unsqueeze(-1) == _arange(n, x.device).reshape((1,) * index.ndim + (n,))
+  mask = index.unsqueeze(-1) == _arange(x, n).reshape((1,) * index.ndim + (n,))
   return _masked_sum(xs, mask, (-1,)).reshape(out_shape)

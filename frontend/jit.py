@@ -3,17 +3,23 @@ with the new input buffers and builds no graph) and `trace` (the capture directl
 A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/output specs and weights."""
 from __future__ import annotations
 import math
+import time
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir import Ops, GroupOp, UOp, DType, lowp, substitute
+from tgc.ir import Ops, GroupOp, UOp, DType, lowp, provenance, substitute
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
-from tgc.frontend.tensor import Tensor
+from tgc.frontend.limits import SizeLimits, TensorTooLarge
+from tgc.frontend.tensor import Tensor, canonical_device
 
 
 class JitError(RuntimeError):
   """Misuse of jit/trace."""
+
+
+class NothingTracedError(JitError):
+  """The function given to jit/trace computed no Tensor ("didn't JIT anything!")."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class Capture:
   inputs: list[tuple[TensorSpec, UOp]]
   outputs: list[tuple[TensorSpec, UOp]]
   weights: dict[UOp, np.ndarray] = field(default_factory=dict)
+  seconds: dict[str, float] = field(default_factory=dict)     # time of each phase of `trace` (build, fold, schedule)
 
   def intermediates(self) -> list[UOp]:
     fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights)
@@ -106,7 +113,7 @@ class TinyJit:
       ret = self.fn(*args, **kwargs)
       Tensor.realize_all(*_flatten_tensors(ret))
     finally: _realize.capture_hooks.remove(hook)
-    if not captured: raise JitError("didn't JIT anything!")
+    if not captured: raise NothingTracedError("didn't JIT anything!")
     self.items, self.ret = captured, ret
     self.input_bufs = [t.uop for t in ins]
     self.specs = [(t.shape, t.dtype, t.device) for t in ins]
@@ -139,24 +146,42 @@ jit = TinyJit
 PORTABLE_MAX_BUFFERS = 8    # WebGPU's default storage-buffer limit, the smallest of all targets
 
 
+class TensorTooLargeError(JitError):
+  """trace met a tensor over its `SizeLimits`; the message names it."""
+
+
+def placeholder(shape: tuple[int, ...], dtype: DType, device: str | None = None) -> Tensor:
+  """An input for `trace`: a buffer with a shape and dtype but no data (tracing never reads input values)."""
+  device = canonical_device(device)
+  return Tensor(buffers.new_buffer(device, tuple(shape), dtype), device)
+
+
 def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
-          output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS) -> Capture:
+          output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS,
+          limits: SizeLimits | None = None) -> Capture:
   """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
   do not depend on an input are evaluated now (constant folding) and become weights. Kernels bind at most
-  `max_buffers` buffers, so the capture fits every target."""
+  `max_buffers` buffers, so the capture fits every target. Inputs may be `placeholder`s. With `limits`, every
+  input, output and tensor the capture would hold in a buffer is checked before anything is folded or
+  scheduled (TensorTooLargeError)."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
-    t.realize()
+  in_names = input_names or [f"input_{i}" for i in range(len(example_inputs))]
+  for name, t in zip(in_names, example_inputs): _check_size(limits, f"input {name!r}", t.uop)
+  for t in example_inputs: t.realize()
   ids = [buffers.buffer_id(t.uop) for t in example_inputs]
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
-  ret = fn(*example_inputs)
+  start = time.perf_counter()
+  with provenance.call_sites(): ret = fn(*example_inputs)
   outs = _flatten_tensors(ret)
-  if not outs: raise JitError("didn't JIT anything! (the function returned no Tensor)")
-  in_names = input_names or [f"input_{i}" for i in range(len(input_bufs))]
+  if not outs: raise NothingTracedError("didn't JIT anything! (the function returned no Tensor)")
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
-  roots = _fold_constants([t.uop for t in outs], set(input_bufs))
+  for name, t in zip(out_names, outs): _check_size(limits, f"output {name!r}", t.uop)
+  built = time.perf_counter()
+  roots = _fold_constants([t.uop for t in outs], set(input_bufs), limits)
+  folded = time.perf_counter()
   placeholders: list[UOp] = []
 
   def new_buffer(shape, dtype):
@@ -170,14 +195,18 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
       more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
       items += more
+  for it in items:
+    for b in it.bufs: _check_size(limits, "an intermediate tensor", b)
   written = {it.bufs[0] for it in items}
   weights = {}
   for it in items:
     for b in it.bufs:
       if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
+  seconds = {"build": built - start, "fold": folded - built, "schedule": time.perf_counter() - folded}
   return Capture(items,
                  [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(in_names, example_inputs, input_bufs)],
-                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights)
+                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights,
+                 seconds)
 
 
 def _read(b: UOp) -> np.ndarray:
@@ -193,11 +222,21 @@ def _grows(n: UOp) -> bool:
   return bool(sources) and lowp.storage_nbytes(n.dtype, math.prod(n.shape)) > source_bytes
 
 
-def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
+def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
+  """`limits` on the tensor of node `u` (and, for a reduce, on its length), as a TensorTooLargeError."""
+  if limits is None: return
+  try:
+    limits.check(what, u.shape, u.dtype)
+    if u.op is Ops.REDUCE_AXIS: limits.check_reduction(u.src[0].shape, u.arg[1])
+  except TensorTooLarge as error: raise TensorTooLargeError(str(error)) from None
+
+
+def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None) -> list[UOp]:
   """Replace what depends on no input by its value: kernel-sized subgraphs (realize points) and the constant
   arithmetic feeding input-dependent ops (a BatchNorm's scale and shift: computed once here, not per element in a
   kernel) become BUFFERs holding their values, unless a value is bigger than the buffers it comes from (`_grows`);
-  one-element values and weights become CONSTs (no buffer, no load)."""
+  one-element values and weights become CONSTs (no buffer, no load). With `limits`, every tensor that will be
+  held in a buffer (folded or computed by a kernel) and every reduction is checked first."""
   depends: dict[UOp, bool] = {}
   users: dict[UOp, list[UOp]] = {}
   for r in roots:
@@ -206,6 +245,8 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
       depends[n] = n in inputs or any(depends[s] for s in n.src)
       for s in n.src: users.setdefault(s, []).append(n)
   realize = find_realize_points(roots)
+  for n in depends:
+    if n in realize or n.op is Ops.REDUCE_AXIS: _check_size(limits, "an intermediate tensor", n)
   rootset = set(roots)
 
   def arithmetic(n: UOp) -> bool:
@@ -219,6 +260,7 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
             ((n in realize and n.op is not Ops.CONST) or boundary(n))]
   scalars = [n for n in depends if n.op is Ops.BUFFER and n not in inputs and math.prod(n.arg[1]) == 1 and
              not n.dtype.storage_only and n not in rootset]
+  for n in points: _check_size(limits, "an intermediate tensor", n)
   if not points and not scalars: return roots
   vals = evaluate(points + scalars, lambda b: _read(b) if b.dtype.storage_only else _read(b).reshape(b.arg[1]))
   mapping = {}

@@ -2,12 +2,12 @@
 primitives (elementwise, REDUCE_AXIS, movement, CAST/BITCAST, CONST, BUFFER); nothing runs until `realize()`."""
 from __future__ import annotations
 import math
-from typing import Sequence
 import numpy as np
 from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
-from tgc.frontend import buffers, realize as _realize
+from tgc.frontend import buffers, functional, realize as _realize, shapes
+from tgc.frontend.shapes import broadcast_shape
 
 _DEVICES = ("numpy", "c", "opencl", "webgpu", "cuda", "metal")
 MATMUL_PANEL = 16       # matmul repacks large right-hand operands into panels this many columns wide
@@ -18,12 +18,6 @@ def canonical_device(device: str | None) -> str:
   d = (device or config.device).lower()
   if d not in _DEVICES: raise ValueError(f"unknown device {device!r}; known: {', '.join(_DEVICES)}")
   return d
-
-
-def _prod(xs) -> int:
-  out = 1
-  for x in xs: out *= x
-  return out
 
 
 class Tensor:
@@ -61,7 +55,7 @@ class Tensor:
   def dtype(self) -> DType: return self.uop.dtype
   @property
   def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return _prod(self.shape)
+  def numel(self) -> int: return shapes.prod(self.shape)
   def __len__(self): return self.shape[0]
   def __repr__(self): return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
   def _new(self, u: UOp) -> Tensor: return Tensor(u, self.device)
@@ -155,7 +149,7 @@ class Tensor:
   @staticmethod
   def kaiming_uniform(*shape, a: float = 0.01, device=None) -> Tensor:
     shape = _shape_arg(shape)
-    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(_prod(shape[1:]) or 1)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(shapes.prod(shape[1:]) or 1)
     return Tensor.uniform(*shape, low=-bound, high=bound, device=device)
 
   # ---------------------------------------------------------------- elementwise primitives
@@ -413,7 +407,7 @@ class Tensor:
     kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if not axes: out = self
     elif any(self.shape[a] == 0 for a in axes):
-      identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: _lowest(self.dtype)}[op]
+      identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: shapes.lowest(self.dtype)}[op]
       out = Tensor.full(kept, identity, self.dtype, self.device)
     else: out = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -439,12 +433,12 @@ class Tensor:
     return -((-self).max(axis, keepdim))
   def mean(self, axis=None, keepdim=False) -> Tensor:
     x = self._float()
-    n = _prod(self.shape[a] for a in self._axes(axis))
+    n = shapes.prod(self.shape[a] for a in self._axes(axis))
     s = x.sum(axis, keepdim)
     return s * (1.0 / n) if n else s * math.nan
   def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
     x = self._float()
-    n = _prod(self.shape[a] for a in self._axes(axis))
+    n = shapes.prod(self.shape[a] for a in self._axes(axis))
     d = x - x.mean(axis, keepdim=True)
     return (d * d).sum(axis, keepdim) / max(n - correction, 0)
   def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
@@ -484,10 +478,10 @@ class Tensor:
     shape = _shape_arg(shape)
     if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {shape}")
     if -1 in shape:
-      known = _prod(s for s in shape if s != -1)
+      known = shapes.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if any(s < 0 for s in shape) or _prod(shape) != self.numel():
+    if any(s < 0 for s in shape) or shapes.prod(shape) != self.numel():
       raise ValueError(f"reshape: cannot reshape {self.shape} to {shape}")
     if shape == self.shape: return self
     return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
@@ -511,7 +505,6 @@ class Tensor:
     """padding: ((before, after), ...) per axis, or a flat torch-style tuple for the last axes."""
     pads = _pad_arg(padding, self.ndim)
     if mode != "constant":
-      from tgc.frontend import functional
       return functional.pad_mode(self, pads, mode)
     if any(b < 0 or a < 0 for b, a in pads):
       x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)))
@@ -545,7 +538,7 @@ class Tensor:
   def flatten(self, start_dim=0, end_dim=-1) -> Tensor:
     if self.ndim == 0: return self.reshape(1)
     s, e = start_dim % self.ndim, end_dim % self.ndim
-    return self.reshape(self.shape[:s] + (_prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+    return self.reshape(self.shape[:s] + (shapes.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
   def squeeze(self, dim=None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     dims = self._axes(dim)
@@ -555,18 +548,14 @@ class Tensor:
     return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
   def __getitem__(self, idx) -> Tensor:
-    from tgc.frontend import functional
     return functional.getitem(self, idx)
 
   def cat(self, *others, dim=0) -> Tensor:
-    from tgc.frontend import functional
     return functional.cat([self, *others], dim)
   @staticmethod
   def stack(tensors, dim=0) -> Tensor:
-    from tgc.frontend import functional
     return functional.stack(list(tensors), dim)
   def split(self, sizes, dim=0) -> list[Tensor]:
-    from tgc.frontend import functional
     return functional.split(self, sizes, dim)
   def chunk(self, n, dim=0) -> list[Tensor]:
     size = math.ceil(self.shape[dim] / n) if self.shape[dim] else 1
@@ -610,19 +599,14 @@ class Tensor:
 
   # ---------------------------------------------------------------- nn compositions (frontend/functional.py)
   def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
-    from tgc.frontend import functional
     return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
   def conv_transpose2d(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
-    from tgc.frontend import functional
     return functional.conv_transpose2d(self, weight, bias, stride, padding, output_padding, dilation, groups)
   def max_pool2d(self, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
-    from tgc.frontend import functional
     return functional.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode)
   def avg_pool2d(self, kernel_size=2, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:
-    from tgc.frontend import functional
     return functional.avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
   def gather(self, dim: int, index: Tensor) -> Tensor:
-    from tgc.frontend import functional
     return functional.gather(self, dim, index)
   def layernorm(self, axis=-1, eps=1e-5) -> Tensor:
     x = self._float()
@@ -648,12 +632,6 @@ def _as_bool(y, like: Tensor) -> Tensor:
   return Tensor(UOp.const(dtypes.bool, bool(y)), like.device)
 
 
-def _lowest(dt: DType):
-  if dt.is_float: return -math.inf
-  if dt.is_bool: return False
-  return -(1 << (8 * dt.itemsize - 1)) if not dt.is_unsigned else 0
-
-
 def _shape_arg(shape) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
   return tuple(int(s) for s in shape)
@@ -669,12 +647,3 @@ def _pad_arg(padding, ndim: int) -> tuple[tuple[int, int], ...]:
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
   return tuple(pairs)
 
-
-def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str = "op") -> tuple[int, ...]:
-  n = max(len(a), len(b))
-  a2, b2 = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-  out = []
-  for x, y in zip(a2, b2):
-    if x != y and x != 1 and y != 1: raise ValueError(f"{op}: shapes {tuple(a)} and {tuple(b)} cannot broadcast")
-    out.append(y if x == 1 else x)
-  return tuple(out)

@@ -6,6 +6,8 @@
   CC           the C compiler kernels and artifacts are built with (default clang when installed, else cc)
   BEAM         beam width for kernel search (0: hand-coded heuristics)
   NOOPT        1: no opt actions at all (plain loops), for debugging
+  VIZ          1: every tgc command that compiles a model or reads an artifact also writes the `tgc viz` page
+               (OUT.viz.html beside the artifact folder OUT, else viz.html in the current folder)
 """
 from __future__ import annotations
 import os
@@ -20,6 +22,7 @@ class Config:
   cache_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), ".cache", "tgc"))
   beam: int = 0
   noopt: bool = False
+  viz: bool = False
   # clang's SLP vectorizer turns the upcast straight-line code into vector ops; gcc 12 leaves it scalar (~4x slower)
   cc: str = field(default_factory=lambda: "clang" if shutil.which("clang") else "cc")
 
@@ -32,6 +35,7 @@ class Config:
     c.cc = env.get("CC") or c.cc
     c.beam = int(env.get("BEAM", "0") or 0)
     c.noopt = env.get("NOOPT", "0") not in ("", "0")
+    c.viz = env.get("VIZ", "0") not in ("", "0")
     return c
 
 

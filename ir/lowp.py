@@ -236,6 +236,14 @@ def unpack(storage: np.ndarray, dtype: DType, shape) -> np.ndarray:
   return raw[:n].reshape(shape)
 
 
+def value_numpy(dtype: DType) -> np.dtype:
+  """The numpy dtype that holds every value of a storage-only dtype exactly (what users read and write for it):
+  float32 for the float types, int8 for int4/int2, uint8 for uint4/uint2."""
+  _check(dtype)
+  if dtype in INT_RANGES: return np.dtype(np.uint8 if dtype.is_unsigned else np.int8)
+  return np.dtype(np.float32)
+
+
 def encode_array(values: np.ndarray, dtype: DType, saturate: bool = True) -> np.ndarray:
   """numpy values (floats, or ints for integer types) -> uint32 bit patterns, as `encode` computes them."""
   src = dtypes.float32 if dtype.is_float or np.asarray(values).dtype.kind == 'f' else dtypes.int32

@@ -35,6 +35,9 @@ class Ops(Enum):
   DEFINE_ACC = auto()     # an accumulator; src = (identity,), arg = accumulator number
   ASSIGN = auto()         # acc = value; src = (DEFINE_ACC, value)
   ENDRANGE = auto()       # closes the loop of src[0]
+  IF = auto()             # runs what follows (up to ELSE or ENDIF) when src[0] holds
+  ELSE = auto()           # what follows runs when the condition of the open IF does not hold
+  ENDIF = auto()          # closes the open IF
 
 
 class GroupOp:

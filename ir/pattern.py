@@ -4,11 +4,13 @@ import ast
 import functools
 import itertools
 import linecache
+import os
 from collections import Counter
 from typing import Any, Callable, Iterator
 from tgc.ir.dtype import DType
 from tgc.ir.ops import Ops, GroupOp
 from tgc.ir.uop import UOp
+from tgc.ir import provenance, viz
 
 
 class UPat:
@@ -99,6 +101,12 @@ def _entry_starts(fname: str) -> dict[int, int]:
   return out
 
 
+def _table_name(rules: list[tuple[UPat, Callable]]) -> str:
+  """A rule table's default name: the stem of the file its first rule function is in."""
+  code = getattr(rules[0][1], "__code__", None) if rules else None
+  return os.path.splitext(os.path.basename(code.co_filename))[0] if code is not None else "rules"
+
+
 def _wants_ctx(fn: Callable) -> bool:
   """Whether a rule function takes a `ctx` parameter (a local variable of that name doesn't count)."""
   code = getattr(fn, "__code__", None)
@@ -108,17 +116,19 @@ def _wants_ctx(fn: Callable) -> bool:
 
 class PatternMatcher:
   """A table of (UPat, fn) rules. fn gets the named matches as keyword args (and `ctx` if it asks for it) and
-  returns a replacement UOp or None (no change)."""
+  returns a replacement UOp or None (no change). `name` names the table in rewrite traces (default: the file its
+  first rule is in, e.g. "symbolic")."""
 
-  def __init__(self, rules: list[tuple[UPat, Callable]]):
+  def __init__(self, rules: list[tuple[UPat, Callable]], name: str | None = None):
     self.rules = [(p, f, _rule_name(f), _wants_ctx(f)) for p, f in rules]
+    self.name = name or _table_name(rules)
     self.by_op: dict[Ops, list] = {}
     generic = [r for r in self.rules if r[0].ops is None]
     for op in Ops:
       self.by_op[op] = [r for r in self.rules if r[0].ops is not None and op in r[0].ops] + generic
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
-    pm = PatternMatcher([])
+    pm = PatternMatcher([], f"{self.name}+{other.name}")
     pm.rules = self.rules + other.rules
     for op in Ops:
       pm.by_op[op] = self.by_op[op] + other.by_op[op]
@@ -142,9 +152,18 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, limit: int = 200_000,
   """Rewrite `root` bottom-up to a fixed point: sources first, then the node itself until no rule applies.
   Raises RewriteLoopError naming the rule when the rules keep firing without converging: a rewrite that leads
   back to a node it started from, or more than `limit` successive rewrites of one node (and of what it became).
-  The limit is per chain of rewrites, not per graph, so a large graph with many legitimate rewrites is fine."""
+  The limit is per chain of rewrites, not per graph, so a large graph with many legitimate rewrites is fine.
+  While `viz.recording` is on, the call is recorded (rules fired, graph before and after)."""
+  recorder = viz.active()
+  if recorder is None or not recorder.collecting: return _rewrite(root, pm, ctx, limit, trace, Counter())
+  with recorder.rewrite(pm.name, root) as record:
+    record.after = _rewrite(root, pm, ctx, limit, trace, record.rules)
+    return record.after
+
+
+def _rewrite(root: UOp, pm: PatternMatcher, ctx, limit: int, trace: Counter | None, fired: Counter) -> UOp:
+  """graph_rewrite's work; `fired` counts the rules that fired."""
   done: dict[UOp, UOp] = {}
-  fired: Counter = Counter()
   active: set[UOp] = set()     # nodes whose rewrite is in progress (a result that leads back to one is a loop)
   # (node, stage, rule that built the node [stage 0] or (rebuilt node, its replacement) [stage 2], rewrites so far)
   stack: list[tuple] = [(root, 0, None, 0)]
@@ -177,6 +196,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, limit: int = 200_000,
       stack.append((new, 0, name, depth + 1))
     else:
       nn, new = extra
+      provenance.inherit(done[new], n)
       done[n] = done[nn] = done[new]   # nn too: another node rebuilt into nn reuses the result
       active.discard(n)
   return done[root]

@@ -167,6 +167,9 @@ symbolic = PatternMatcher([
   (x.maximum(y), lambda x, y: x if x.vmin >= y.vmax else None),
   # where(c, a, a) -> a
   (UPat(Ops.WHERE, src=(UPat.var(), x, x)), lambda x: x),
+  # where(c, load(buf, i, c), 0) -> load(buf, i, c): a load gated by c is 0 where c is false already
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.LOAD, name="ld"), UPat.cvar("z"))),
+   lambda c, ld, z: ld if len(ld.src) == 3 and ld.src[2] is c and z.arg == 0 and not z.dtype.is_bool else None),
   # where(True, a, b) -> a, where(False, a, b) -> b
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), x, y)), lambda c, x, y: x if c.arg else y),
   # a and True -> a; a and False -> False

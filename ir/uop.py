@@ -6,6 +6,7 @@ import weakref
 from typing import Any
 from tgc.ir.dtype import DType, dtypes
 from tgc.ir.ops import Ops, GroupOp
+from tgc.ir import provenance
 
 _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -31,6 +32,7 @@ class UOp:
     object.__setattr__(self, "arg", arg)
     for a in ("_key", "_shape", "_bounds"): object.__setattr__(self, a, None)
     _cache[ck] = self
+    provenance.record(self)
     return self
 
   def __setattr__(self, *_): raise AttributeError("UOp is immutable")
@@ -42,7 +44,10 @@ class UOp:
   def __bool__(self): raise TypeError("UOp has no truth value; compare with .eq()/.lt()")
 
   def replace(self, **kw) -> UOp:
-    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+    """This node with some fields changed; the result keeps this node's provenance."""
+    out = UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+    provenance.inherit(out, self)
+    return out
 
   @property
   def key(self) -> str:

@@ -1,10 +1,14 @@
-"""What every artifact runner shares (`runtimes/artifact_<target>.py`): reading an artifact folder's manifest.json
-and its files against the manifest's sha256, checking the caller's inputs against the manifest, and the interface
-validation and benchmarks use: `run(inputs)` -> outputs by name, `time(inputs, runs, warmup)` -> seconds per run,
-`close`, a context manager. A runner subclasses `Artifact` and supplies `_execute` and `close`.
+"""Artifact folders from Python, read once: `ArtifactFolder` is a folder's manifest.json (parsed, its format version
+checked) and its files, each checked against the manifest's sha256 at most once; `Artifact` is what every artifact
+runner (`runtimes/artifact_<target>.py`) subclasses: the folder, inputs checked by name, dtype and shape, and the
+interface `tgc run/validate/bench` and the ONNX backend use: `run(inputs)` -> outputs by name, `time(inputs, runs,
+warmup)` -> seconds per run, `close`, a context manager. A runner supplies `_execute` and `close`.
 
-Problems with the artifact or the caller's data raise `ArtifactError` (a ValueError) with one line naming the
-culprit (file, input, status)."""
+Inputs and outputs are the storage arrays the artifact's API takes and fills; with `values=True` they are what
+users hold instead (storage-only types as their values, `runtimes.io_arrays`), converted and checked once.
+
+Problems with the artifact or the caller's data raise `ArtifactError` (a ValueError; `runtimes.base`) with one line
+naming the culprit (file, input, status); `UnknownInput` and `MissingInput` say which input."""
 from __future__ import annotations
 import hashlib
 import json
@@ -13,11 +17,16 @@ import time as _time
 
 import numpy as np
 
-FORMAT_VERSION = 1
+from tgc.runtimes.base import ArtifactError, MissingInput, UnknownInput
+from tgc.runtimes.io_arrays import from_storage, to_storage
 
+FORMAT_VERSION = 2        # the manifest format this tgc reads (emit.manifest writes it; a test checks they agree)
+MANIFEST = "manifest.json"
+SOURCE_SUFFIXES = (".c", ".h", ".cl", ".cu", ".metal", ".m", ".mm", ".swift", ".js", ".ts", ".wgsl", ".html")
+_HASH_CHUNK = 1 << 20
 
-class ArtifactError(ValueError):
-  """A problem with an artifact folder or with the data given to it."""
+__all__ = ["ArtifactError", "MissingInput", "UnknownInput", "ArtifactFolder", "Artifact", "FORMAT_VERSION",
+           "MANIFEST", "is_artifact", "read_file", "checked_weights", "check_input_names", "time_runs"]
 
 
 def read_file(path: str) -> bytes:
@@ -28,29 +37,112 @@ def read_file(path: str) -> bytes:
     raise ArtifactError(f"{path}: cannot read ({error.strerror})") from None
 
 
-def load_manifest(folder: str, target: str, what: str) -> dict:
-  """The manifest of an artifact folder, checked for its format version and target (`what`: 'a C artifact')."""
-  path = os.path.join(folder, "manifest.json")
-  if not os.path.isfile(path): raise ArtifactError(f"{folder}: not an artifact folder (no manifest.json)")
+def _file_sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(_HASH_CHUNK), b""): digest.update(chunk)
+  return digest.hexdigest()
+
+
+def is_artifact(folder: str) -> bool:
+  """A folder with a manifest.json that is a JSON object with a format_version."""
   try:
-    manifest = json.loads(read_file(path))
-  except ValueError as error:
-    raise ArtifactError(f"{path}: invalid JSON ({error})") from None
-  if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-    got = manifest.get("format_version") if isinstance(manifest, dict) else None
-    raise ArtifactError(f"{path}: format_version {got!r} is not supported (expected {FORMAT_VERSION})")
-  if manifest.get("target") != target:
-    raise ArtifactError(f"{path}: target {manifest.get('target')!r} is not {what}")
-  return manifest
+    with open(os.path.join(folder, MANIFEST), "rb") as f: manifest = json.loads(f.read())
+  except (OSError, ValueError): return False
+  return isinstance(manifest, dict) and "format_version" in manifest
 
 
-def checked_file(folder: str, manifest: dict, name: str) -> bytes:
-  """The bytes of a file of the folder, which must match the manifest's sha256."""
-  path = os.path.join(folder, name)
-  data = read_file(path)
-  if hashlib.sha256(data).hexdigest() != manifest["files"].get(name):
-    raise ArtifactError(f"{path}: does not match manifest.json (sha256); the artifact was modified")
-  return data
+class ArtifactFolder:
+  """An artifact folder and its manifest, read once (`ArtifactFolder.read`). `folder` is the path as given, so
+  messages name it as the user wrote it. Files are checked against the manifest's sha256 by `verify` (all of them)
+  or `checked` (one, returning its bytes); a file is hashed at most once per ArtifactFolder."""
+
+  def __init__(self, folder: str, manifest: dict):
+    self.folder, self.manifest = folder, manifest
+    self._verified: set[str] = set()
+
+  @classmethod
+  def read(cls, folder: str) -> ArtifactFolder:
+    """The folder's manifest, parsed and its format version checked; ArtifactError naming the folder or file."""
+    if not os.path.lexists(folder): raise ArtifactError(f"artifact folder not found: {folder}")
+    if not os.path.isdir(folder): raise ArtifactError(f"{folder} is not a folder (expected a tgc artifact folder)")
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isfile(path): raise ArtifactError(f"{folder} is not a tgc artifact (no {MANIFEST})")
+    try:
+      with open(path, "rb") as f: manifest = json.loads(f.read())
+    except ValueError as error: raise ArtifactError(f"{path} is not valid JSON ({error})") from error
+    except OSError as error: raise ArtifactError(f"cannot read {path}: {error.strerror}") from error
+    if not isinstance(manifest, dict) or "format_version" not in manifest:
+      raise ArtifactError(f"{folder} is not a tgc artifact ({MANIFEST} has no format_version)")
+    if manifest["format_version"] != FORMAT_VERSION:
+      raise ArtifactError(f"{path}: format_version {manifest['format_version']} is not the one this tgc reads "
+                          f"({FORMAT_VERSION}); compile the model again")
+    return cls(folder, manifest)
+
+  # ---- what the manifest says
+  @property
+  def target(self) -> str: return str(self.manifest.get("target", ""))
+  @property
+  def name(self) -> str:
+    model = self.manifest.get("model")
+    return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
+  @property
+  def inputs(self) -> list[dict]: return list(self.manifest.get("inputs", []))
+  @property
+  def outputs(self) -> list[dict]: return list(self.manifest.get("outputs", []))
+  @property
+  def weights_bytes(self) -> int:
+    return sum(int(t.get("nbytes", 0)) for t in self.manifest.get("weights", {}).get("tensors", []))
+  @property
+  def source(self) -> dict | None:
+    """The model the artifact was compiled from, as recorded for `tgc validate` (None when not recorded)."""
+    source = self.manifest.get("source")
+    return source if isinstance(source, dict) else None
+
+  def path(self, name: str) -> str: return os.path.join(self.folder, name)
+
+  def code_bytes(self) -> int:
+    """Bytes of generated source (the files the manifest lists with a source-code suffix)."""
+    return sum(os.path.getsize(self.path(name)) for name in self.manifest.get("files", {})
+               if name.lower().endswith(SOURCE_SUFFIXES))
+
+  # ---- files checked against the manifest
+  def verify(self) -> None:
+    """Every file the manifest lists is there, whole and unchanged (sha256); the weights file is checked first so
+    a truncated one is reported as such."""
+    weights = self.manifest.get("weights", {})
+    wfile = weights.get("file")
+    if wfile and not weights.get("embedded"):
+      path = self.path(wfile)
+      if not os.path.isfile(path): raise ArtifactError(f"weights file {path} is missing")
+      size, want = os.path.getsize(path), int(weights.get("nbytes", -1))
+      if 0 <= size < want: raise ArtifactError(f"weights file {path} is truncated ({size} of {want} bytes)")
+      if want >= 0 and size != want:
+        raise ArtifactError(f"weights file {path} has {size} bytes, the manifest says {want}")
+    for name in sorted(self.manifest.get("files", {})):
+      path = self.path(name)
+      if not os.path.isfile(path): raise ArtifactError(f"{path} is missing (listed in {MANIFEST})")
+      if name not in self._verified: self._check_digest(name, _file_sha256(path))
+
+  def checked(self, name: str) -> bytes:
+    """The bytes of a file the manifest lists, checked against its sha256 unless `verify` or an earlier call did."""
+    data = read_file(self.path(name))
+    if name not in self._verified: self._check_digest(name, hashlib.sha256(data).hexdigest())
+    return data
+
+  def weights(self, weights_path: str | None = None) -> bytes:
+    """The weights file of a device bundle (`weights_path`, or the folder's own), checked as the bundle's own
+    loader checks it (`checked_weights`); the folder's own file, once verified, is not hashed again."""
+    own = self.manifest["weights"]["file"]
+    if weights_path is None and own in self._verified: return read_file(self.path(own))
+    return checked_weights(os.path.abspath(self.folder), self.manifest, weights_path)
+
+  def _check_digest(self, name: str, digest: str) -> None:
+    if digest != self.manifest.get("files", {}).get(name):
+      what = "weights file" if name == self.manifest.get("weights", {}).get("file") else "file"
+      raise ArtifactError(f"{what} {self.path(name)} differs from the one compiled (sha256 mismatch with "
+                          f"{MANIFEST})")
+    self._verified.add(name)
 
 
 def checked_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
@@ -71,6 +163,16 @@ def checked_weights(folder: str, manifest: dict, weights_path: str | None = None
   return data
 
 
+def check_input_names(specs: list[dict], inputs: dict) -> None:
+  """UnknownInput for a name the model does not take, then MissingInput for one it takes that is not given."""
+  if not isinstance(inputs, dict): raise ArtifactError(f"inputs must be a dict name -> array, not {type(inputs)}")
+  names = [t["name"] for t in specs]
+  for name in inputs:
+    if name not in names: raise UnknownInput(name, names)
+  for name in names:
+    if name not in inputs: raise MissingInput(name)
+
+
 def time_runs(run_once, runs: int, warmup: int) -> list[float]:
   """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls."""
   for _ in range(warmup): run_once()
@@ -82,36 +184,46 @@ def time_runs(run_once, runs: int, warmup: int) -> list[float]:
   return times
 
 
+class _Values(dict):
+  """Inputs by name as users hold them (`run(..., values=True)`): `Artifact._prepare` converts them to storage."""
+
+
+def _as_values(inputs):
+  return _Values(inputs) if isinstance(inputs, dict) else inputs
+
+
 class Artifact:
   """A loaded artifact of target TARGET (KIND names it in errors: 'a C artifact'). Subclasses call `_open`
-  first, then set up their device state; `_execute(prepared)` runs once on what `_prepare` made of the inputs
-  and returns the outputs; `ready` says whether the artifact is open."""
+  first (with a folder path, or an `ArtifactFolder` already read and verified), then set up their device state;
+  `_execute(prepared)` runs once on what `_prepare` made of the inputs and returns the outputs; `ready` says whether
+  the artifact is open."""
   TARGET = ""
   KIND = ""
 
-  def _open(self, folder: str) -> None:
-    self.folder = os.path.abspath(folder)
-    self.manifest: dict = load_manifest(self.folder, self.TARGET, self.KIND)
+  def _open(self, folder: str | ArtifactFolder) -> None:
+    self.files = folder if isinstance(folder, ArtifactFolder) else ArtifactFolder.read(os.path.abspath(folder))
+    self.folder = os.path.abspath(self.files.folder)
+    self.manifest: dict = self.files.manifest
+    if self.manifest.get("target") != self.TARGET:
+      raise ArtifactError(f"{self.files.path(MANIFEST)}: target {self.manifest.get('target')!r} is not {self.KIND}")
     self.inputs: list[dict] = self.manifest["inputs"]
     self.outputs: list[dict] = self.manifest["outputs"]
 
-  def _checked(self, name: str) -> bytes: return checked_file(self.folder, self.manifest, name)
+  def _checked(self, name: str) -> bytes: return self.files.checked(name)
 
   @property
   def ready(self) -> bool: raise NotImplementedError
 
   def _check_inputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The inputs in manifest order as C-contiguous arrays, each checked for name, dtype and shape."""
-    if not isinstance(inputs, dict): raise ArtifactError(f"inputs must be a dict name -> array, not {type(inputs)}")
-    names = [t["name"] for t in self.inputs]
-    for name in inputs:
-      if name not in names:
-        raise ArtifactError(f"unknown input {name!r}; the model's inputs are {', '.join(repr(n) for n in names)}")
+    """The inputs in manifest order as C-contiguous storage arrays: names checked, then each array's dtype and
+    shape (values, `_Values`, are converted by `io_arrays.to_storage`, which checks them)."""
+    check_input_names(self.inputs, inputs)
+    if isinstance(inputs, _Values):
+      return [np.require(to_storage(spec["name"], inputs[spec["name"]], spec), requirements="C")
+              for spec in self.inputs]
     out = []
     for spec in self.inputs:
-      name = spec["name"]
-      if name not in inputs: raise ArtifactError(f"missing input {name!r}")
-      arr = np.asarray(inputs[name])
+      name, arr = spec["name"], np.asarray(inputs[spec["name"]])
       want = np.dtype(spec["dtype"])
       if arr.dtype != want:
         got = arr.dtype.name if arr.dtype.isnative else arr.dtype.str
@@ -128,13 +240,17 @@ class Artifact:
 
   def _execute(self, prepared) -> dict[str, np.ndarray]: raise NotImplementedError
 
-  def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run once; returns the outputs by original name, in manifest order."""
-    return self._execute(self._prepare(inputs))
+  def run(self, inputs: dict[str, np.ndarray], *, values: bool = False) -> dict[str, np.ndarray]:
+    """Run once; returns the outputs by original name, in manifest order. With `values`, inputs and outputs are
+    what users hold (storage-only types as their values or, for inputs, raw bit patterns)."""
+    out = self._execute(self._prepare(_as_values(inputs) if values else inputs))
+    if not values: return out
+    return {spec["name"]: from_storage(np.asarray(out[spec["name"]]), spec) for spec in self.outputs}
 
-  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> list[float]:
+  def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2, *,
+           values: bool = False) -> list[float]:
     """Seconds of each of `runs` whole runs (inputs in, the model, outputs out), after `warmup` untimed runs."""
-    prepared = self._prepare(inputs)   # what the runs read must outlive them
+    prepared = self._prepare(_as_values(inputs) if values else inputs)   # what the runs read must outlive them
     return time_runs(lambda: self._execute(prepared), runs, warmup)
 
   def close(self) -> None: raise NotImplementedError

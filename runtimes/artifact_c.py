@@ -1,8 +1,10 @@
 """Running a `c` artifact folder from Python: `CArtifact` reads its manifest.json, builds the folder's own model.c
-(plus weights.S when the weights are embedded) into a shared library with the system C compiler (cached on disk
-by the sha256 of the sources, flags and compiler), and calls the bundle's public C API through ctypes: init
-(from the weights file, or the embedded copy), verify_weights, run, free. Validation and benchmarks use this, so
-they exercise exactly the code a user links.
+(plus weights.S when the weights are embedded, and the bundle's optional thread pool tgc_threads.c) into a shared
+library with the system C compiler (cached on disk by the sha256 of the sources, flags and compiler; by default -O3
+and the flags of the CPU level the kernels were generated for), and calls the bundle's public C API through ctypes:
+init (from the weights file, or the embedded copy), verify_weights, run, free; `threads` > 1 runs the kernels on
+the bundle's pool (`set_parallel`), `profile` builds with -DTG_PROFILE and reads the per-launch times. Validation and
+benchmarks use this, so they exercise exactly the code a user links.
 
 Errors about the artifact or the caller's data raise `ArtifactError` (a ValueError) with one line naming the
 culprit (file, input, status)."""
@@ -11,13 +13,15 @@ import ctypes
 import hashlib
 import os
 import subprocess
+import sys
 import tempfile
+import time
 
 import numpy as np
 from tgc.ir.config import config
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
-from tgc.runtimes.base import cache_root
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
+from tgc.runtimes.base import ToolchainMissing, cache_root
 
 DEFAULT_CFLAGS = ("-O3",)
 ARENA_ALIGN = 64
@@ -29,7 +33,7 @@ def _compiler_id(compiler: str) -> str:
     try:
       out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as error:
-      raise ArtifactError(f"C compiler {compiler!r} is not usable ({error}); install gcc or set CC") from None
+      raise ToolchainMissing(f"C compiler {compiler!r} is not usable ({error}); install gcc or set CC") from None
     _compiler_ids[compiler] = out.strip()
   return _compiler_ids[compiler]
 
@@ -42,8 +46,11 @@ class CArtifact(Artifact):
   CACHE = "artifact_c"          # the folder under tgc's cache root for built libraries
   LIBS: tuple[str, ...] = ("-lm",)
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, compiler: str | None = None,
-               cflags: tuple[str, ...] | None = None, cache_dir: str | None = None):
+  def __init__(self, folder: str | ArtifactFolder, weights_path: str | None = None, *,
+               compiler: str | None = None, cflags: tuple[str, ...] | None = None, cache_dir: str | None = None,
+               threads: int = 1, profile: bool = False):
+    if threads < 1: raise ArtifactError(f"threads must be at least 1, not {threads}")
+    self.threads, self.profiling, self._pool = threads, profile, None
     self._load_library(folder, compiler, cflags, DEFAULT_CFLAGS, cache_dir)
     ctx = self._new_context()
     arena_bytes = int(self._fn("arena_bytes")())
@@ -62,15 +69,20 @@ class CArtifact(Artifact):
       self._fn("free")(ctx)
       raise ArtifactError(f"{source}: {self.strerror(status)} (status {status})")
     self._ctx = ctx
+    if threads > 1:
+      self._pool = self._lib.tgc_pool_create(threads)
+      if not self._pool: raise ArtifactError(f"{self.folder}: cannot start {threads} threads")
+      self._fn("set_parallel")(ctx, ctypes.cast(self._lib.tgc_pool_parallel_for, ctypes.c_void_p), self._pool)
 
   # ---- loading ----
-  def _load_library(self, folder: str, compiler: str | None, cflags: tuple[str, ...] | None,
+  def _load_library(self, folder: str | ArtifactFolder, compiler: str | None, cflags: tuple[str, ...] | None,
                     default_cflags: tuple[str, ...], cache_dir: str | None) -> None:
     """Read the manifest, build (or find in the cache) the folder's library and bind its API."""
     self._ctx = None
     self._open(folder)
     self.compiler = compiler or config.cc
-    self.cflags = tuple(cflags) if cflags is not None else default_cflags
+    cpu = tuple(self.manifest["target_info"].get("cpu", {}).get("cflags", ()))
+    self.cflags = tuple(cflags) if cflags is not None else default_cflags + cpu
     self.cache_dir = cache_dir or os.path.join(cache_root(), self.CACHE)
     self.symbol: str = self.manifest["target_info"]["api_prefix"]
     self.embedded = bool(self.manifest["weights"].get("embedded"))
@@ -87,13 +99,22 @@ class CArtifact(Artifact):
 
   def _sources(self) -> dict[str, bytes]:
     """The C sources, checked against the manifest's sha256."""
-    return {name: self._checked(name) for name in ["model.c", "model.h"] + (["weights.S"] if self.embedded else [])}
+    return {name: self._checked(name) for name in ["model.c", "model.h"] + (["weights.S"] if self.embedded else []) +
+            (["tgc_threads.c", "tgc_threads.h"] if "tgc_threads.c" in self.manifest["files"] else [])}
+
+  def _compiled(self) -> list[str]:
+    """The sources given to the compiler, and the flags only this runner adds."""
+    return [n for n in ("model.c", "weights.S", "tgc_threads.c") if n in self._sources()]
+
+  def _extra_flags(self) -> tuple[str, ...]:
+    return (("-pthread",) if "tgc_threads.c" in self.manifest["files"] else ()) + \
+      (("-DTG_PROFILE",) if getattr(self, "profiling", False) else ())
 
   def _build(self) -> str:
     """The shared library of this folder's sources; built once per content (embedded weights: identified by the
     manifest's sha256, so a cached library needs no weights file)."""
     files = self._sources()
-    flags = ("-std=c99", *self.cflags, "-shared", "-fPIC")
+    flags = ("-std=c99", *self.cflags, *self._extra_flags(), "-shared", "-fPIC")
     material = hashlib.sha256()
     for part in [self.compiler, _compiler_id(self.compiler), " ".join(flags), " ".join(self.LIBS)]:
       material.update(part.encode() + b"\0")
@@ -101,17 +122,16 @@ class CArtifact(Artifact):
     if self.embedded: material.update(b"weights\0" + self.manifest["weights"]["sha256"].encode())
     path = os.path.join(self.cache_dir, f"{material.hexdigest()}.so")
     if os.path.exists(path): return path
-    if self.embedded:
-      weights = os.path.join(self.folder, self.manifest["weights"]["file"])
-      if hashlib.sha256(read_file(weights)).hexdigest() != self.manifest["weights"]["sha256"]:
-        raise ArtifactError(f"{weights}: does not match manifest.json (sha256); the artifact was modified")
+    if self.embedded: self._checked(self.manifest["weights"]["file"])   # the library is built from it
     os.makedirs(self.cache_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".artifact.", suffix=".so.tmp")
     os.close(fd)
     try:
-      sources = ["model.c"] + (["weights.S"] if self.embedded else [])
+      sources = self._compiled()
       command = [self.compiler, *flags, *sources, "-o", tmp, *self.LIBS]
+      start = time.perf_counter()
       result = subprocess.run(command, cwd=self.folder, capture_output=True, text=True)
+      if config.debug >= 1: print(f"tgc: {self.folder}: cc {time.perf_counter() - start:.2f} s", file=sys.stderr)
       if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
         first = next((line for line in detail if "error" in line), detail[0] if detail else "").strip()
@@ -129,12 +149,18 @@ class CArtifact(Artifact):
   def _fn(self, name: str):
     return getattr(self._lib, f"{self.symbol}_{name}")
 
+  def _bind_pool(self) -> None:
+    self._lib.tgc_pool_create.restype, self._lib.tgc_pool_create.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    self._lib.tgc_pool_destroy.restype, self._lib.tgc_pool_destroy.argtypes = None, [ctypes.c_void_p]
+
   def _signatures(self) -> dict[str, tuple]:
     """The API functions to bind: name -> (restype, argtypes)."""
     p, size, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     sigs = {"ctx_size": (size, []), "arena_bytes": (size, []), "init": (i, [p, ctypes.c_char_p, p]),
             "verify_weights": (i, [p]), "run": (i, [p, p, p]), "free": (None, [p]), "strerror": (ctypes.c_char_p, [i])}
     if self.embedded: sigs["init_embedded"] = (i, [p, p])
+    if "tgc_threads.c" in self.manifest["files"]:
+      sigs.update({"set_parallel": (None, [p, p, p]), "profile": (size, [p, p, size]), "profile_reset": (None, [p])})
     return sigs
 
   def _bind(self) -> None:
@@ -144,6 +170,7 @@ class CArtifact(Artifact):
       except AttributeError:
         raise ArtifactError(f"{self.library_path}: the library has no function {self.symbol}_{name}") from None
       fn.restype, fn.argtypes = res, args
+    if "tgc_threads.c" in self.manifest["files"]: self._bind_pool()
 
   def strerror(self, status: int) -> str: return self._fn("strerror")(status).decode()
 
@@ -155,18 +182,38 @@ class CArtifact(Artifact):
 
   def _prepare(self, inputs: dict[str, np.ndarray]):
     ins = super()._prepare(inputs)
-    outs = [np.empty(tuple(t["shape"]), dtype=np.dtype(t["dtype"])) for t in self.outputs]
-    in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
-    out_ptrs = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
-    return ins, outs, in_ptrs, out_ptrs
+    if not hasattr(self, "_run_fn"):     # what every run needs, made once (small models run in microseconds)
+      self._run_fn = self._fn("run")
+      self._out_specs = [(tuple(t["shape"]), np.dtype(t["dtype"])) for t in self.outputs]
+      self._in_ptrs = (ctypes.c_void_p * max(len(ins), 1))()
+      self._out_ptrs = (ctypes.c_void_p * len(self._out_specs))()
+    outs = [np.empty(shape, dtype) for shape, dtype in self._out_specs]
+    for i, a in enumerate(ins): self._in_ptrs[i] = a.__array_interface__["data"][0]
+    for i, a in enumerate(outs): self._out_ptrs[i] = a.__array_interface__["data"][0]
+    return ins, outs, self._in_ptrs, self._out_ptrs
 
   def _execute(self, prepared) -> dict[str, np.ndarray]:
     _, outs, in_ptrs, out_ptrs = prepared
-    status = self._fn("run")(self._ctx, in_ptrs, out_ptrs)
+    status = self._run_fn(self._ctx, in_ptrs, out_ptrs)
     if status != 0: raise ArtifactError(f"{self.folder}: run failed: {self._describe(status)}")
     return {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+  def profile(self) -> list[float]:
+    """Seconds per kernel launch (manifest call order) summed over the runs since the last `profile_reset`; needs
+    `profile=True` (the library built with -DTG_PROFILE)."""
+    if not self.profiling: raise ArtifactError(f"{self.folder}: not built for profiling (profile=True)")
+    n = len(self.manifest["calls"])
+    out = (ctypes.c_double * max(n, 1))()
+    self._fn("profile")(self._ctx, out, n)
+    return list(out)[:n]
+
+  def profile_reset(self) -> None:
+    if self.profiling: self._fn("profile_reset")(self._ctx)
 
   def close(self) -> None:
     if self.ready:
       self._fn("free")(self._ctx)
       self._ctx = None
+    if getattr(self, "_pool", None):
+      self._lib.tgc_pool_destroy(self._pool)
+      self._pool = None

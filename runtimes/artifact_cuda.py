@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, checked_weights
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
 from tgc.runtimes.base import Buffer, RuntimeUnavailable, cache_root
 
 KERNEL_SOURCE = "model.cu"
@@ -82,11 +82,12 @@ class CUDAArtifact(Artifact):
   TARGET = "cuda"
   KIND = "a CUDA artifact"
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, cache_dir: str | None = None):
+  def __init__(self, folder: str | ArtifactFolder, weights_path: str | None = None, *, runtime=None,
+               cache_dir: str | None = None):
     self._buffers: dict = {}
     self._open(folder)
     self.source = self._checked(KERNEL_SOURCE).decode("utf-8")
-    self.weights = checked_weights(self.folder, self.manifest, weights_path)
+    self.weights = self.files.weights(weights_path)
     self.launches = launch_plan(self.manifest, os.path.join(self.folder, "manifest.json"))
     self.cache_dir = cache_dir or os.path.join(cache_root(), "artifact_cuda")
     if runtime is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, checked_weights
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
 from tgc.runtimes.base import get_runtime
 
 KINDS = ("input", "output", "weight", "arena")
@@ -100,13 +100,13 @@ class MetalArtifact(Artifact):
   TARGET = "metal"
   KIND = "a Metal artifact"
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, backend: Any = None):
+  def __init__(self, folder: str | ArtifactFolder, weights_path: str | None = None, *, backend: Any = None):
     self._ready = False
     self._open(folder)
     source = self._checked(self.manifest["target_info"].get("kernel_source", "model.metal"))
     self.plan = read_launches(self.manifest)
     self.backend = backend if backend is not None else MetalBackend()
-    weights = checked_weights(self.folder, self.manifest, weights_path)
+    weights = self.files.weights(weights_path)
     kernels = [k["name"] for k in self.manifest["kernels"]]
     self.backend.compile(source.decode("utf-8"), kernels)
     for launch in self.plan:

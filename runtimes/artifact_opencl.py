@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.artifact import ArtifactError, ArtifactFolder
 from tgc.runtimes.artifact_c import CArtifact
 from tgc.runtimes.base import RuntimeUnavailable
 
@@ -29,8 +29,9 @@ class OpenCLArtifact(CArtifact):
   CACHE = "artifact_opencl"
   LIBS = ("-lOpenCL",)
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, device_index: int = DEFAULT_DEVICE,
-               compiler: str | None = None, cflags: tuple[str, ...] | None = None, cache_dir: str | None = None):
+  def __init__(self, folder: str | ArtifactFolder, weights_path: str | None = None, *,
+               device_index: int = DEFAULT_DEVICE, compiler: str | None = None, cflags: tuple[str, ...] | None = None,
+               cache_dir: str | None = None):
     self._load_library(folder, compiler, cflags, DEFAULT_CFLAGS, cache_dir)
     ctx = self._new_context()
     source = self._weights_path(weights_path)

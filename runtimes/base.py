@@ -1,4 +1,5 @@
-"""The runtime interface every Python runtime implements (Buffer, Program, Runtime), its errors, and
+"""The runtime interface every Python runtime implements (Buffer, Program, Runtime), its errors and those of the
+artifact runners (`ArtifactError` and its kinds), and
 `get_runtime`, which builds one cached instance per runtime name and is the one place that reads the environment.
 
 Conventions shared by all runtimes:
@@ -26,7 +27,6 @@ RUNTIME_CLASSES: dict[str, str] = {
 }
 
 
-
 class RuntimeUnavailable(RuntimeError):
   """The runtime cannot run on this machine; the message is one line naming the missing piece."""
 
@@ -45,6 +45,31 @@ class CompileError(RuntimeError):
 
 class LaunchError(RuntimeError):
   """A compiled kernel could not be launched (bad arguments or launch dimensions)."""
+
+
+class ArtifactError(ValueError):
+  """A problem with an artifact folder or with the data given to it; one line naming the culprit (file, input,
+  status)."""
+
+
+class UnknownInput(ArtifactError):
+  """Inputs name one the model does not have (`name`; the model's inputs: `known`)."""
+
+  def __init__(self, name: str, known: list[str]):
+    self.name, self.known = name, list(known)
+    super().__init__(f"unknown input {name!r}; the model's inputs are: {', '.join(map(repr, known)) or 'none'}")
+
+
+class MissingInput(ArtifactError):
+  """Inputs leave out one the model takes (`name`)."""
+
+  def __init__(self, name: str):
+    self.name = name
+    super().__init__(f"missing input {name!r}")
+
+
+class ToolchainMissing(ArtifactError):
+  """A tool this machine lacks (the C compiler) is needed to load the artifact; the message names it."""
 
 
 def as_bytes(src: Any) -> np.ndarray:

@@ -1,8 +1,9 @@
 """The C runtime: compiles one-kernel C translation units with the system compiler into shared objects (cached
 on disk by content), loads them with ctypes and runs them on 64-byte aligned numpy host buffers.
 
-Kernel convention: `void name(T* restrict data0, const T* restrict data1, ...)`, every argument a pointer, in the
-order the buffers are passed; the kernel contains its own loops, so launch sizes are ignored.
+Kernel convention: `void name(T* restrict data0, const T* restrict data1, ..., int tg_lo, int tg_hi)`: a pointer per
+buffer, in the order the buffers are passed, then the range of its task loop (its outermost output loop) to run; a
+launch runs all of it, [0, global_size[0]).
 """
 from __future__ import annotations
 import ctypes
@@ -67,8 +68,9 @@ class CProgram(Program):
                wait: bool = False) -> float | None:
     self.check_buffers(bufs)
     pointers = [buf.pointer for buf in bufs]  # type: ignore[attr-defined]
+    tasks = (ctypes.c_int(0), ctypes.c_int(int(global_size[0])))
     start = time.perf_counter()
-    self.function(*pointers)
+    self.function(*pointers, *tasks)
     elapsed = time.perf_counter() - start
     return elapsed if wait else None
 
@@ -119,6 +121,14 @@ class CRuntime(Runtime):
         self._build(src, name, path)
       self.programs[(key, name)] = CProgram(self, name, ctypes.CDLL(path), path)
     return self.programs[(key, name)]
+
+  def compile_many(self, programs) -> list[CProgram]:
+    """Several KernelPrograms (distinct names) built as one translation unit: one compiler call."""
+    prefix: list[str] = []
+    for p in programs: prefix += [line for line in p.prefix if line not in prefix]
+    src = "\n".join(prefix + [p.function for p in programs])
+    first = self.compile(src, programs[0].name)
+    return [first] + [CProgram(self, p.name, first.library, first.path) for p in programs[1:]]
 
   def _build(self, src: str, name: str, path: str) -> None:
     """Compile `src` to a temporary file next to `path`, then atomically move it into place, so concurrent

@@ -1,6 +1,6 @@
 """Compile every kernel of the ONNX node suite and of the light models for CUDA and Metal on a machine without
 either: each model is imported and traced once, lowered for target "cuda" and for target "metal"
-(`codegen.compiled.compile_schedule`, as `aot.pipeline.build_compiled` does), and every kernel is compiled with
+(`codegen.compiled.compile_schedule`, as `aot.compile.build_compiled` does), and every kernel is compiled with
 NVRTC for sm_80 and sm_90 and checked with clang++ against the `metal_stdlib` shim of tests/metal_shim (syntax,
 types, address spaces). On the stratified sample of the node cases the compiled models also run on the CPU, kernel
 by kernel in call order, through the Metal shim (and optionally the CUDA shim, tests/cuda_cpu.py) and their outputs
@@ -102,7 +102,7 @@ def capture_model(model, input_shapes: dict | None = None, consts: dict | None =
 
 
 def compile_for(name: str, target: str, loaded, capture):
-  """The CompiledModel of a capture for `target`: `aot.pipeline.build_compiled` after its load and trace."""
+  """The CompiledModel of a capture for `target`: `aot.compile.build_compiled` after its load and trace."""
   from tgc.aot import models
   from tgc.codegen.compiled import compile_schedule
   return compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
@@ -230,9 +230,10 @@ def run_compiled_on_cpu(cm, capture, feeds: dict, target: str) -> list[np.ndarra
 
 
 # ---------------------------------------------------------------- one job: a node case or a light model
-def check_model(name: str, kind: str, op: str, loaded, capture, cpu_targets: tuple = (), feeds=None, want=None
-                ) -> dict:
-  """Lower for every target, compile every kernel, and (for `cpu_targets`) run on the CPU against `want`."""
+def check_model(name: str, kind: str, op: str, loaded, capture, cpu_targets: tuple = (), feeds=None, want=None,
+                defined=None) -> dict:
+  """Lower for every target, compile every kernel, and (for `cpu_targets`) run on the CPU against `want` (only the
+  elements `defined` marks, where ONNX leaves some undefined: conformance.defined_elements)."""
   from conformance import compare_outputs
   result: dict = {"name": name, "kind": kind, "op": op, "import_error": "", "targets": {}, "cpu_runs": {}}
   symbol = NODE_MODEL_NAME if kind == "node" else name
@@ -260,7 +261,7 @@ def check_model(name: str, kind: str, op: str, loaded, capture, cpu_targets: tup
     signal.alarm(CPU_RUN_LIMIT_S)
     try:
       got = run_compiled_on_cpu(compiled[target], capture, feeds, target)
-      status, detail = compare_outputs(got, want)
+      status, detail = compare_outputs(got, want, defined=defined)
     except _Timeout: status, detail = "error", f"timed out after {CPU_RUN_LIMIT_S} s"
     except Exception as error: status, detail = "error", f"{type(error).__name__}: {first_error_line(str(error))}"
     finally: signal.alarm(0)
@@ -280,7 +281,8 @@ def check_case(case, cpu_targets: tuple = ()) -> dict:
     return {"name": case.name, "kind": "node", "op": op, "targets": {}, "cpu_runs": {},
             "import_error": what + first_error_line(str(error))}
   feeds = {n: a for n, a in by_name.items() if n not in needed}
-  return check_model(case.name, "node", op, loaded, capture, cpu_targets, feeds, want)
+  return check_model(case.name, "node", op, loaded, capture, cpu_targets, feeds, want,
+                     conformance.defined_elements(case, by_name))
 
 
 def check_light(name: str) -> dict:
@@ -423,7 +425,7 @@ def report(summary: dict, seconds: float, workers: int, versions: dict, sample: 
            "Every kernel of the ONNX node conformance cases (`onnx.backend.test.case.node`, imported as "
            "`tests/onnx/conformance.py` `run_case_compiled` does: shape-setting inputs as constants) and of the light "
            "models (`onnx/backend/test/data/light`, seeded random weights) lowered for target `cuda` and for target "
-           "`metal` (`codegen.compiled.compile_schedule`, what `aot.pipeline.build_compiled` runs), then:", "",
+           "`metal` (`codegen.compiled.compile_schedule`, what `aot.compile.build_compiled` runs), then:", "",
            f"- CUDA: compiled with NVRTC {versions.get('nvrtc', '?')} for {', '.join(ARCHS)} (cubins; no GPU or "
            "driver involved).",
            "- Metal: `clang++ -fsyntax-only` against the `metal_stdlib` shim in `tests/metal_shim` (syntax, types, "

@@ -2,7 +2,8 @@
 # Idempotent set-up of a fresh Debian 12 machine (run as root) for tgc's tests: installs the Debian packages the
 # tests need only when missing (OpenCL on PoCL, C toolchains incl. aarch64 cross-compiler and qemu, software
 # Vulkan for WebGPU, Chromium for WebGPU artifacts), then installs tgc itself in editable mode with its dev and cuda
-# extras.
+# extras: the dependencies at the known-good versions of constraints.txt, or with TGC_LATEST=1 in the environment
+# at their newest releases (what a plain `pip install` on a fresh machine would get today).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,5 +39,11 @@ PYTHON="$(command -v python || command -v python3)" || { echo "setup.sh: no pyth
 # Debian's own python refuses system-wide pip installs (PEP 668); this machine is dedicated to the tests.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 cd "$REPO_ROOT"
-# the cuda extra (cuda-python + NVRTC wheels) installs without a GPU: CUDA kernels are compiled in the tests everywhere
-"$PYTHON" -m pip install -q -e '.[dev,cuda]'
+# the cuda extra (cuda-python + NVRTC wheels) installs without a GPU: CUDA kernels are compiled in the tests everywhere;
+# the ray extra lets the tests start a local Ray cluster for --beam-cluster
+if [[ "${TGC_LATEST:-0}" == 1 ]]; then
+  echo "setup.sh: TGC_LATEST=1: installing the newest release of every dependency (not constraints.txt)"
+  "$PYTHON" -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,cuda,ray]'
+else
+  "$PYTHON" -m pip install -q -c constraints.txt -e '.[dev,cuda,ray]'
+fi

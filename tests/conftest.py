@@ -52,24 +52,32 @@ def tgc_cache_dir() -> str:
   return os.environ["TGC_CACHE_DIR"]
 
 
+def shared_runtime(name: str):
+  """The shared runtime `name` (`runtimes.get_runtime`); the test is skipped, naming the missing piece (a compiler,
+  package, platform or device), when it cannot run here."""
+  from tgc.runtimes import RuntimeUnavailable, get_runtime
+  try:
+    return get_runtime(name)
+  except RuntimeUnavailable as error:
+    pytest.skip(str(error))
+
+
 @pytest.fixture(scope="session")
 def c_runtime():
   """The shared C runtime; skipped when no C compiler is usable."""
-  from tgc.runtimes import RuntimeUnavailable, get_runtime
-  try:
-    return get_runtime("c")
-  except RuntimeUnavailable as error:
-    pytest.skip(str(error))
+  return shared_runtime("c")
 
 
 @pytest.fixture(scope="session")
 def opencl_runtime():
   """The shared OpenCL runtime; skipped only when pyopencl or an OpenCL platform/device is missing."""
-  from tgc.runtimes import RuntimeUnavailable, get_runtime
-  try:
-    return get_runtime("opencl")
-  except RuntimeUnavailable as error:
-    pytest.skip(str(error))
+  return shared_runtime("opencl")
+
+
+@pytest.fixture(scope="session")
+def webgpu_runtime():
+  """The shared WebGPU runtime; skipped when wgpu or an adapter is missing."""
+  return shared_runtime("webgpu")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ import numpy as np
 from cpu_kernels import MAX_GROUP_THREADS, CPUShim, launch
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metal_shim")
-# the check command (TOOLCHAINS.md) plus: float math silently promoted to double is an error (Metal has no double)
+# clang++ checks a kernel's syntax and types against the metal_stdlib shim (no Apple toolchain needed); float math
+# silently promoted to double is an error (Metal has no double)
 SYNTAX_FLAGS = ("--target=arm64-apple-macos13", "-std=c++17", "-fsyntax-only", "-nostdinc++", "-Wno-unknown-attributes",
                 "-Werror=double-promotion")
 RUN_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DTG_METAL_RUN", "-Wno-unknown-attributes",

@@ -1,7 +1,8 @@
-"""The layer rules of DESIGN.md, read from the source: allowed imports between the tgc layers (every import
+"""The layer rules of docs/ARCHITECTURE.md, read from the source: allowed imports between the tgc layers (every import
 statement, including ones inside functions, relative ones and importlib calls with a literal name; layers are
-imported as `tgc.<layer>`, never by their bare folder name), a module docstring in every file and no line longer
-than 120 characters."""
+imported as `tgc.<layer>`, never by their bare folder name), no import cycles among tgc's modules (the same import
+statements, function-level ones included, so a cycle cannot hide inside a function), a module docstring in every
+file and no line longer than 120 characters."""
 from __future__ import annotations
 import ast
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINE = 120
 
-# DESIGN.md, "Allowed imports": package -> the tgc packages it may import (itself always allowed)
+# docs/ARCHITECTURE.md, the table of layers: package -> the tgc packages it may import (itself always allowed)
 ALLOWED: dict[str, set[str]] = {
   "ir": set(),
   "codegen": {"ir"},
@@ -36,29 +37,43 @@ def module_of(path: Path, root: Path = ROOT) -> list[str]:
   return parts if parts[:1] == ["tgc"] else ["tgc"] + parts
 
 
-def imported_modules(source: str, module: list[str], is_package: bool) -> list[tuple[int, str]]:
-  """(line, absolute dotted name) of every module the source imports. Relative imports are resolved against
-  `module`; one that climbs above the top-level package resolves to '..' + the rest (always a violation)."""
-  out: list[tuple[int, str]] = []
+def import_statements(source: str, module: list[str], is_package: bool) -> list[tuple[int, str, list[str], bool]]:
+  """(line, absolute dotted module, the names imported from it, whether it is a bare `from . import x`) of every
+  import statement and importlib call with a literal name: `import a.b` -> ('a.b', []), `from a import b, c` ->
+  ('a', ['b', 'c']). Relative imports are resolved against `module`; one that climbs above the top-level package
+  resolves to '..' + the rest (always a violation)."""
+  out: list[tuple[int, str, list[str], bool]] = []
   for node in ast.walk(ast.parse(source)):
     if isinstance(node, ast.Import):
-      out.extend((node.lineno, a.name) for a in node.names)
+      out.extend((node.lineno, a.name, [], False) for a in node.names)
     elif isinstance(node, ast.ImportFrom):
-      if node.level == 0:   # `from tgc import aot` imports the module tgc.aot
-        out.append((node.lineno, node.module or ""))
-        out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "tgc")
+      members = [a.name for a in node.names]
+      if node.level == 0:
+        out.append((node.lineno, node.module or "", members, False))
         continue
       base = module if is_package else module[:-1]
       up = node.level - 1
       if up > len(base) - 1:
-        out.append((node.lineno, ".." + (node.module or "")))
+        out.append((node.lineno, ".." + (node.module or ""), members, False))
         continue
       anchor = base[:len(base) - up]
-      names = [node.module] if node.module else [a.name for a in node.names]
-      out.extend((node.lineno, ".".join(anchor + [n])) for n in names)
+      out.append((node.lineno, ".".join(anchor + ([node.module] if node.module else [])), members, not node.module))
     elif isinstance(node, ast.Call) and _is_dynamic_import(node.func) and node.args:
       arg = node.args[0]
-      if isinstance(arg, ast.Constant) and isinstance(arg.value, str): out.append((node.lineno, arg.value))
+      if isinstance(arg, ast.Constant) and isinstance(arg.value, str): out.append((node.lineno, arg.value, [], False))
+  return out
+
+
+def imported_modules(source: str, module: list[str], is_package: bool) -> list[tuple[int, str]]:
+  """(line, absolute dotted name) of every module the source imports (`from tgc import aot` imports tgc.aot, `from
+  . import x` the sibling module x)."""
+  out: list[tuple[int, str]] = []
+  for line, name, members, bare in import_statements(source, module, is_package):
+    if bare:
+      out.extend((line, f"{name}.{m}") for m in members)
+      continue
+    out.append((line, name))
+    if name == "tgc": out.extend((line, f"tgc.{m}") for m in members)
   return out
 
 
@@ -80,6 +95,86 @@ def violations(source: str, module: list[str], is_package: bool) -> list[str]:
   return bad
 
 
+def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+  """module -> the tgc modules its import statements load, function-level ones included. `from P import name` loads
+  the module P.name when there is one, else P itself; the parent packages Python initializes on the way to a module
+  are not counted (a package importing its own submodules is no cycle)."""
+  modules = {".".join(module_of(p, root)): p for p in files}
+
+  def known(name: str) -> str | None:
+    parts = name.split(".")
+    while parts and ".".join(parts) not in modules: parts.pop()
+    return ".".join(parts) if parts else None
+
+  graph: dict[str, set[str]] = {}
+  for name, path in modules.items():
+    targets: set[str] = set()
+    for _, imported, members, _ in import_statements(path.read_text(), name.split("."), path.name == "__init__.py"):
+      submodules = [f"{imported}.{m}" for m in members if f"{imported}.{m}" in modules]
+      if len(submodules) < len(members) or not members: targets.add(known(imported))
+      targets.update(submodules)
+    graph[name] = {t for t in targets if t is not None and t != name}
+  return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """One cycle (a list of modules whose last imports the first) for every group of modules that import each other
+  (strongly connected components of more than one module), found without recursion."""
+  index: dict[str, int] = {}
+  low: dict[str, int] = {}
+  stack: list[str] = []
+  on_stack: set[str] = set()
+  groups: list[list[str]] = []
+  for start in sorted(graph):
+    if start in index: continue
+    work = [(start, iter(sorted(graph[start])))]
+    index[start] = low[start] = len(index)
+    stack.append(start)
+    on_stack.add(start)
+    while work:
+      node, children = work[-1]
+      child = next(children, None)
+      if child is not None:
+        if child not in index:
+          index[child] = low[child] = len(index)
+          stack.append(child)
+          on_stack.add(child)
+          work.append((child, iter(sorted(graph.get(child, ())))))
+        elif child in on_stack: low[node] = min(low[node], index[child])
+        continue
+      work.pop()
+      if work: low[work[-1][0]] = min(low[work[-1][0]], low[node])
+      if low[node] == index[node]:
+        group = []
+        while True:
+          member = stack.pop()
+          on_stack.discard(member)
+          group.append(member)
+          if member == node: break
+        if len(group) > 1: groups.append(sorted(group))
+  return [_cycle_through(group, graph) for group in groups]
+
+
+def _cycle_through(group: list[str], graph: dict[str, set[str]]) -> list[str]:
+  """A shortest cycle from the group's first module back to itself, inside the group (breadth-first)."""
+  members, first = set(group), group[0]
+  parent: dict[str, str] = {}
+  frontier = [first]
+  while frontier:
+    following = []
+    for node in frontier:
+      for child in sorted(graph[node] & members):
+        if child == first:
+          path = [node]
+          while path[-1] != first: path.append(parent[path[-1]])
+          return path[::-1]
+        if child not in parent:
+          parent[child] = node
+          following.append(child)
+    frontier = following
+  return group
+
+
 FILES = source_files()
 
 
@@ -96,6 +191,12 @@ def test_scan_sees_the_packages():
 def test_allowed_imports(path: Path):
   bad = violations(path.read_text(), module_of(path), path.name == "__init__.py")
   assert not bad, f"{_id(path)}: " + "; ".join(bad)
+
+
+def test_no_import_cycles():
+  cycles = import_cycles(import_graph(FILES))
+  shown = "; ".join(" -> ".join(cycle + cycle[:1]) for cycle in cycles)
+  assert not cycles, f"modules that import each other (directly or through others): {shown}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=_id)
@@ -149,3 +250,25 @@ def test_module_of(tmp_path):
   assert module_of(f, tmp_path) == ["tgc", "codegen", "render", "c"]
   assert module_of(tmp_path / "codegen" / "__init__.py", tmp_path) == ["tgc", "codegen"]
   assert module_of(tmp_path / "tgc" / "__init__.py", tmp_path) == ["tgc"]
+
+
+def test_cycle_finder():
+  graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}, "f": {"d"}}
+  assert import_cycles(graph) == [["a", "b", "c"], ["e", "e2"]]
+  assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_graph(tmp_path):
+  (tmp_path / "frontend" / "onnx").mkdir(parents=True)
+  files = {"frontend/__init__.py": "from tgc.frontend.tensor import Tensor",
+           "frontend/tensor.py": "from tgc.frontend import buffers\ndef f():\n  from tgc.frontend import functional",
+           "frontend/buffers.py": "import numpy", "frontend/functional.py": "from tgc.frontend import Tensor",
+           "frontend/onnx/__init__.py": "from . import importer", "frontend/onnx/importer.py": "from .registry import X",
+           "frontend/onnx/registry.py": ""}
+  for name, text in files.items(): (tmp_path / name).write_text(text)
+  graph = import_graph([tmp_path / name for name in files], tmp_path)
+  assert graph["tgc.frontend.tensor"] == {"tgc.frontend.buffers", "tgc.frontend.functional"}
+  assert graph["tgc.frontend.functional"] == {"tgc.frontend"}
+  assert graph["tgc.frontend.onnx"] == {"tgc.frontend.onnx.importer"}
+  assert graph["tgc.frontend.onnx.importer"] == {"tgc.frontend.onnx.registry"}
+  assert import_cycles(graph) == [["tgc.frontend", "tgc.frontend.tensor", "tgc.frontend.functional"]]

@@ -27,5 +27,28 @@ def test_wheel_installs_only_the_tgc_package(tmp_path):
   for layer in ("ir", "codegen", "codegen/render", "frontend", "frontend/onnx", "emit", "runtimes", "aot"):
     assert f"tgc/{layer}/__init__.py" in names
   assert "tgc/templates/c/model.c.tmpl" in names and "tgc/emit/manifest.schema.json" in names
+  assert "tgc/templates/viz/page.html.tmpl" in names
   entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
   assert "tgc = tgc.aot.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def _dist(requirement: str) -> str:
+  """The normalized distribution name of a requirement ('pytest-xdist>=3' -> 'pytest-xdist')."""
+  import re
+  return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0]).lower()
+
+
+def test_constraints_pin_every_dependency():
+  """constraints.txt (what scripts/setup.sh installs with) pins one exact version of every dependency and extra in
+  pyproject.toml, and of nothing twice."""
+  import tomllib
+  project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+  wanted = {_dist(r) for r in project["dependencies"]}
+  for extra in project["optional-dependencies"].values(): wanted |= {_dist(r) for r in extra}
+  lines = [ln.strip() for ln in (ROOT / "constraints.txt").read_text().splitlines()]
+  pins = [ln for ln in lines if ln and not ln.startswith("#")]
+  assert all(ln.count("==") == 1 for ln in pins), [ln for ln in pins if ln.count("==") != 1]
+  names = [_dist(ln) for ln in pins]
+  assert len(names) == len(set(names))
+  assert wanted - set(names) == set()
+  assert "-c constraints.txt" in (ROOT / "scripts" / "setup.sh").read_text()

@@ -4,10 +4,13 @@ Vectors are GCC/Clang vector extensions (`float __attribute__((vector_size(32)))
 or NEON for them as the -march flags allow), used only under `#if TG_SIMD`, which the prelude defines unless
 `TG_NO_SIMD` is set or the compiler is neither GCC nor Clang; `lower` renders the same kernel with its vector axis
 expanded into scalars for the `#else` branch, which is plain C99. The prelude also lets both compilers fuse
-multiplies and adds (FMA). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
-Vector loads and stores go through may_alias types of 4-byte alignment (any element address is fine); comparisons
-give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit lanes are vector ops (`vectorize` does the
-rest lane by lane)."""
+multiplies and adds (FMA), and keeps gcc quiet about the ABI of vector arguments wider than the -march flags allow
+(only static helpers take them). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
+Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [tg_lo, tg_hi) of its outermost
+output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
+without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
+(any element address is fine); comparisons give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit
+lanes are vector ops (`vectorize` does the rest lane by lane); exp2 on vectors is a polynomial (`_exp2_helper`)."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.render.cstyle import CStyleRenderer
@@ -54,8 +57,10 @@ SIMD_PRELUDE = """#ifndef TG_KERNEL
 #endif
 #if defined(__clang__)
 #pragma clang fp contract(fast)
+#pragma clang diagnostic ignored "-Wpsabi"
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif"""
 _VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32"}
 _VEC_C = {"f32": "float", "i32": "int", "u32": "unsigned int"}
@@ -121,7 +126,7 @@ class CRenderer(CStyleRenderer):
     return f"(({vector_type(d)}){{{', '.join(lanes)}}})"
 
   def render_vector_load(self, buf: str, idx: str, d: DType) -> str:
-    return f"(*(const {vector_type(d)}u *)({buf} + ({idx})))"
+    return f"(({vector_type(d)})*(const {vector_type(d)}u *)({buf} + ({idx})))"
 
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
     return f"*({vector_type(d)}u *)({buf} + ({idx})) = {val};"
@@ -161,6 +166,16 @@ class CRenderer(CStyleRenderer):
 
   def render_load(self, buf, idx, d):
     return f"tg_h2f({buf}[{idx}])" if d == dtypes.float16 else f"{buf}[{idx}]"
+
+  def kernel_signature(self, name, args, local_size):
+    return f"{self.kernel_prefix}void {name}({', '.join(args + ['int tg_lo', 'int tg_hi'])})"
+
+  def render_for(self, name: str, end: str, task: bool = False) -> str:
+    if task: return f"for (int {name} = tg_lo; {name} < tg_hi; {name}++) {{"
+    return super().render_for(name, end)
+
+  def kernel_preamble(self, task):
+    return [] if task is not None else ["  if (tg_lo >= tg_hi) return;"]
 
   def render_store(self, buf, idx, val, d):
     if d == dtypes.float16: return f"{buf}[{idx}] = tg_f2h({val});"

@@ -78,7 +78,9 @@ class CStyleRenderer:
   def render_decl(self, name: str, d: DType, expr: str, mutable: bool = False) -> str:
     """A new variable; `mutable` for accumulators, which are assigned again later."""
     return f"{self.type_name(d)} {name} = {expr};"
-  def render_for(self, name: str, end: str) -> str: return f"for (int {name} = 0; {name} < {end}; {name}++) {{"
+  def render_for(self, name: str, end: str, task: bool = False) -> str:
+    """A loop; `task`: the outermost output loop of a CPU kernel, which a thread runs part of."""
+    return f"for (int {name} = 0; {name} < {end}; {name}++) {{"
   def render_grid_decl(self, name: str, r: UOp, size: str) -> str:
     return f"int {name} = {self.grid_index(r)}; /* {size} */"
   def render_local(self, name: str, d: DType, size: int) -> str | None:
@@ -180,6 +182,7 @@ class CStyleRenderer:
 
     bufs = _buffers(program)
     args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs]
+    task = task_range(program)
     for b in bufs: names[b] = f"data{b.arg[0]}"
     # workgroup memory is declared at the kernel's outermost scope (OpenCL and Metal require it), before anything else
     program = [u for u in program if u.op is Ops.DEFINE_LOCAL] + [u for u in program if u.op is not Ops.DEFINE_LOCAL]
@@ -201,10 +204,21 @@ class CStyleRenderer:
         if kind in _GRID and self.target.has_workgroups:
           lines.append(f"{pad}{self.render_grid_decl(nm, u, r(u.src[0]))}")
         else:
-          lines.append(f"{pad}{self.render_for(nm, r(u.src[0]))}")
+          lines.append(f"{pad}{self.render_for(nm, r(u.src[0]), task=u is task)}")
           depth += 1
         continue
       if u.op is Ops.ENDRANGE:
+        depth -= 1
+        lines.append("  " * depth + "}")
+        continue
+      if u.op is Ops.IF:
+        lines.append(f"{pad}if ({r(u.src[0])}) {{")
+        depth += 1
+        continue
+      if u.op is Ops.ELSE:
+        lines.append("  " * (depth - 1) + "} else {")
+        continue
+      if u.op is Ops.ENDIF:
         depth -= 1
         lines.append("  " * depth + "}")
         continue
@@ -252,7 +266,11 @@ class CStyleRenderer:
       depth -= 1
       lines.append("  " * depth + "}")
     sig = self.kernel_signature(name, args, local_size)
-    return "\n".join([sig + " {"] + lines + ["}", ""])
+    return "\n".join([sig + " {"] + self.kernel_preamble(task) + lines + ["}", ""])
+
+  def kernel_preamble(self, task: UOp | None) -> list[str]:
+    """Statements before the body (C: marks the task bounds used when the kernel has no output loop)."""
+    return []
 
 
 _RANGE_NAMES = {AxisType.GLOBAL: "gidx", AxisType.LOCAL: "lidx", AxisType.GROUP: "lidx"}
@@ -272,6 +290,9 @@ def store_gate(u: UOp) -> UOp | None:
 def shared_bytes(program: list[UOp]) -> int:
   """Workgroup memory the kernel declares, in bytes."""
   return sum(u.dtype.itemsize * u.arg[1] for u in program if u.op is Ops.DEFINE_LOCAL)
+def task_range(program: list[UOp]) -> UOp | None:
+  """The outermost output loop of a CPU kernel (the loop threads split), if it has one."""
+  return next((u for u in program if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL), None)
 
 
 def _buffers(program: list[UOp]) -> list[UOp]:

@@ -359,7 +359,7 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
   def render_decl(self, name: str, d: DType, expr: str, mutable: bool = False) -> str:
     return f"{'var' if mutable else 'let'} {name}: {self.type_name(d)} = {expr};"
 
-  def render_for(self, name: str, end: str) -> str:
+  def render_for(self, name: str, end: str, task: bool = False) -> str:
     return f"for (var {name}: i32 = 0i; {name} < {end}; {name}++) {{"
 
   def grid_index(self, r: UOp) -> str:

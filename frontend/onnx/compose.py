@@ -7,31 +7,16 @@ Everything is built from lazy Tensor ops; nothing here computes on tensor data."
 from __future__ import annotations
 import math
 from typing import Sequence
+import numpy as np
 from tgc.ir import DType, dtypes
+from tgc.frontend import functional
+from tgc.frontend.shapes import highest, lowest, prod
 from tgc.frontend.tensor import Tensor
-
-
-def prod(xs) -> int:
-  out = 1
-  for x in xs: out *= int(x)
-  return out
 
 
 def scalar(value, dtype: DType, device: str) -> Tensor:
   """A 0-d constant."""
   return Tensor.full((), value, dtype, device)
-
-
-def lowest(dt: DType):
-  if dt.is_float: return -math.inf
-  if dt.is_bool: return False
-  return 0 if dt.is_unsigned else -(1 << (8 * dt.itemsize - 1))
-
-
-def highest(dt: DType):
-  if dt.is_float: return math.inf
-  if dt.is_bool: return True
-  return (1 << (8 * dt.itemsize - (0 if dt.is_unsigned else 1))) - 1
 
 
 def move_axis(x: Tensor, src: int, dst: int) -> Tensor:
@@ -51,8 +36,9 @@ def normalize_index(idx: Tensor, n: int) -> Tensor:
   return (idx < 0).where(idx + n, idx)
 
 
-def arange(n: int, device: str) -> Tensor:
-  return Tensor.arange(n, dtype=dtypes.int32, device=device)
+def arange(n: int, device: str, dtype: DType = dtypes.int32) -> Tensor:
+  """0..n-1 (int32 unless `dtype` says otherwise) on `device`."""
+  return Tensor.arange(n, dtype=dtype, device=device)
 
 
 # ---------------------------------------------------------------- comparisons
@@ -184,8 +170,6 @@ def take(x: Tensor, axis: int, idx: Tensor) -> Tensor:
 
 def take_const(x: Tensor, axis: int, indices) -> Tensor:
   """np.take with indices known at compile time: slices and a concatenation, no masks."""
-  import numpy as np
-  from tgc.frontend import functional
   axis %= x.ndim
   n = x.shape[axis]
   idx = np.asarray(indices).astype(np.int64)

@@ -1,6 +1,6 @@
 """Tensor compositions behind the ONNX neural-network operators: padding rules, N-d pooling (with argmax
-indices), transposed convolution with asymmetric pads, selection by data-dependent indices, per-axis
-interpolation tables for Resize, top-k, cumulative sums, einsum and a discrete Fourier transform.
+indices), selection by data-dependent indices, per-axis interpolation tables for Resize, top-k, cumulative sums,
+einsum and a discrete Fourier transform (transposed convolution is `functional.conv_transpose_cropped`).
 
 Everything that touches tensor data is a lazy Tensor op. The only numpy here builds compile-time tables that
 depend on shapes and attributes alone (Resize's interpolation weights), which become constant tensors."""
@@ -11,29 +11,8 @@ import numpy as np
 from tgc.ir import dtypes, promote
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
-
-
-def prod(xs) -> int:
-  out = 1
-  for x in xs: out *= int(x)
-  return out
-
-
-def lowest(dt):
-  """The smallest value of a dtype (what max pooling pads with)."""
-  if dt.is_float: return -math.inf
-  if dt.is_bool: return False
-  return 0 if dt.is_unsigned else -(1 << (8 * dt.itemsize - 1))
-
-
-def arange(n: int, device: str, dtype=dtypes.int32) -> Tensor:
-  return Tensor.arange(n, dtype=dtype, device=device)
-
-
-def move_axis(x: Tensor, src: int, dst: int) -> Tensor:
-  order = list(range(x.ndim))
-  order.insert(dst % x.ndim, order.pop(src % x.ndim))
-  return x.permute(order)
+from tgc.frontend.shapes import lowest, prod
+from tgc.frontend.onnx.compose import arange, move_axis
 
 
 # ---------------------------------------------------------------- padding rules
@@ -143,27 +122,6 @@ def max_pool_with_indices(x: Tensor, kernel, strides, dilations, pads, ceil_mode
   index = pick.where(flat_windows, 0).sum(-1, dtype=dtypes.int32).cast(dtypes.int64)
   base = arange(n * c, x.device, dtypes.int64).reshape((n, c) + (1,) * nd) * spatial
   return vals.max(-1), index + base
-
-
-# ---------------------------------------------------------------- transposed convolution
-def conv_transpose(x: Tensor, w: Tensor, bias, strides, pads, dilations, group: int) -> Tensor:
-  """ONNX ConvTranspose: x (N, Cin, *in), w (Cin, Cout/group, *k); `pads` (before, after) per axis, where a
-  negative `after` extends the output at the end (output_padding, output_shape).
-  out = stride*(in-1) + (k-1)*dilation + 1 - before - after."""
-  nd = w.ndim - 2
-  cin, cout_g = w.shape[:2]
-  kernel = w.shape[2:]
-  cin_g = cin // group
-  wt = w.reshape((group, cin_g, cout_g) + kernel).transpose(1, 2)
-  wt = wt.flip(tuple(range(3, 3 + nd))).reshape((group * cout_g, cin_g) + kernel)
-  if any(s > 1 for s in strides):
-    ins = x.shape[2:]
-    x = x.reshape(x.shape[:2] + tuple(v for i in ins for v in (i, 1)))
-    x = x.pad(((0, 0), (0, 0)) + tuple(p for s in strides for p in ((0, 0), (0, s - 1))))
-    x = x.reshape(x.shape[:2] + tuple(i * s for i, s in zip(ins, strides)))
-    x = x.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(ins, strides)))
-  conv_pads = [((k - 1) * d - b, (k - 1) * d - e) for k, d, (b, e) in zip(kernel, dilations, pads)]
-  return functional.conv(x, wt, bias, 1, conv_pads, tuple(dilations), group)
 
 
 # ---------------------------------------------------------------- selection by index

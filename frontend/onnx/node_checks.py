@@ -15,6 +15,7 @@ from typing import NamedTuple
 import onnx
 from onnx import TensorProto
 from tgc.ir import DType, dtypes
+from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.registry import OnnxError
 
 FLAG_ATTRIBUTES = frozenset({
@@ -68,7 +69,6 @@ def signature(op_type: str, domain: str, opset: int) -> Signature | None:
 
 @functools.lru_cache(maxsize=1)
 def _type_names() -> dict[DType, str]:
-  from tgc.frontend.onnx.importer import ONNX_DTYPES     # at call time: the importer imports this module
   return {v: TensorProto.DataType.Name(k).lower() for k, v in ONNX_DTYPES.items()}
 
 

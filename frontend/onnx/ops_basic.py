@@ -9,10 +9,11 @@ import math
 from functools import reduce
 import numpy as np
 from tgc.ir import dtypes
-from tgc.frontend.tensor import Tensor, broadcast_shape
+from tgc.frontend.shapes import broadcast_shape, prod
+from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
-from tgc.frontend.onnx.importer import onnx_dtype, array_to_tensor, host_values, array_dtype
+from tgc.frontend.onnx.dtypes import onnx_dtype, array_to_tensor, host_values, array_dtype
 from tgc.frontend.onnx import compose as C
 
 
@@ -24,19 +25,35 @@ def _ints(ctx: NodeContext, i: int) -> list[int]:
   return [int(v) for v in np.asarray(ctx.const_value(i)).reshape(-1)]
 
 
+# ---------------------------------------------------------------- elementwise, one Tensor op each
+def _unary(name: str, fn):
+  onnx_op(name)(lambda ctx: fn(_x(ctx)))
+
+
+def _binary(name: str, fn):
+  onnx_op(name)(lambda ctx: fn(ctx.inputs[0], ctx.inputs[1]))
+
+
+_binary("Add", lambda a, b: a + b)
+_binary("Sub", lambda a, b: a - b)
+_binary("Mul", lambda a, b: a * b)
+_binary("BitwiseAnd", lambda a, b: a.bitwise_and(b))
+_binary("BitwiseOr", lambda a, b: a.bitwise_or(b))
+_binary("BitwiseXor", lambda a, b: a.bitwise_xor(b))
+_unary("BitwiseNot", lambda x: x.bitwise_not())
+_binary("Equal", lambda a, b: a == b)
+_binary("Less", lambda a, b: a < b)
+_binary("LessOrEqual", C.less_equal)
+_binary("Greater", lambda a, b: a > b)
+_binary("GreaterOrEqual", C.greater_equal)
+_unary("Not", lambda x: x.logical_not())
+_binary("And", lambda a, b: a.logical_and(b))
+_binary("Or", lambda a, b: a.logical_or(b))
+_binary("Xor", lambda a, b: a.logical_xor(b))
+_unary("IsNaN", lambda x: x.isnan())
+
+
 # ---------------------------------------------------------------- binary arithmetic
-@onnx_op("Add")
-def _add(ctx): return ctx.inputs[0] + ctx.inputs[1]
-
-
-@onnx_op("Sub")
-def _sub(ctx): return ctx.inputs[0] - ctx.inputs[1]
-
-
-@onnx_op("Mul")
-def _mul(ctx): return ctx.inputs[0] * ctx.inputs[1]
-
-
 @onnx_op("Div")
 def _div(ctx):
   a, b = ctx.inputs[0], ctx.inputs[1]
@@ -80,22 +97,6 @@ def _bitshift(ctx):
   return out_of_range.where(fill, a.rshift(safe))
 
 
-@onnx_op("BitwiseAnd")
-def _bitwise_and(ctx): return ctx.inputs[0].bitwise_and(ctx.inputs[1])
-
-
-@onnx_op("BitwiseOr")
-def _bitwise_or(ctx): return ctx.inputs[0].bitwise_or(ctx.inputs[1])
-
-
-@onnx_op("BitwiseXor")
-def _bitwise_xor(ctx): return ctx.inputs[0].bitwise_xor(ctx.inputs[1])
-
-
-@onnx_op("BitwiseNot")
-def _bitwise_not(ctx): return _x(ctx).bitwise_not()
-
-
 @onnx_op("Max", "Min", "Sum", "Mean")
 def _variadic(ctx):
   xs = [t for t in ctx.inputs if t is not None]
@@ -106,43 +107,7 @@ def _variadic(ctx):
   return (s / len(xs)).cast(s.dtype) if s.dtype.is_float else s.idiv(len(xs))
 
 
-# ---------------------------------------------------------------- comparisons and logic
-@onnx_op("Equal")
-def _equal(ctx): return ctx.inputs[0] == ctx.inputs[1]
-
-
-@onnx_op("Less")
-def _less(ctx): return ctx.inputs[0] < ctx.inputs[1]
-
-
-@onnx_op("LessOrEqual")
-def _less_equal(ctx): return C.less_equal(ctx.inputs[0], ctx.inputs[1])
-
-
-@onnx_op("Greater")
-def _greater(ctx): return ctx.inputs[0] > ctx.inputs[1]
-
-
-@onnx_op("GreaterOrEqual")
-def _greater_equal(ctx): return C.greater_equal(ctx.inputs[0], ctx.inputs[1])
-
-
-@onnx_op("Not")
-def _not(ctx): return _x(ctx).logical_not()
-
-
-@onnx_op("And")
-def _and(ctx): return ctx.inputs[0].logical_and(ctx.inputs[1])
-
-
-@onnx_op("Or")
-def _or(ctx): return ctx.inputs[0].logical_or(ctx.inputs[1])
-
-
-@onnx_op("Xor")
-def _xor(ctx): return ctx.inputs[0].logical_xor(ctx.inputs[1])
-
-
+# ---------------------------------------------------------------- selection and value tests
 @onnx_op("Where")
 def _where(ctx):
   cond, x, y = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
@@ -153,10 +118,6 @@ def _where(ctx):
       shape = broadcast_shape(broadcast_shape(cond.shape, x.shape, "Where"), y.shape, "Where")
       return (x if c.all() else y)._broadcast_to(shape)
   return cond.cast(dtypes.bool).where(x, y)
-
-
-@onnx_op("IsNaN")
-def _isnan(ctx): return _x(ctx).isnan()
 
 
 @onnx_op("IsInf")
@@ -170,10 +131,6 @@ def _isinf(ctx):
 
 
 # ---------------------------------------------------------------- unary math
-def _unary(name: str, fn):
-  onnx_op(name)(lambda ctx: fn(_x(ctx)))
-
-
 _unary("Neg", lambda x: -x)
 _unary("Abs", lambda x: x.abs())
 _unary("Sign", lambda x: x.sign())
@@ -360,7 +317,7 @@ def _logsumexp(v, axes, keep):
 
 
 def _mean(v, axes, keep):
-  n = C.prod(v.shape[a] for a in axes)
+  n = prod(v.shape[a] for a in axes)
   if v.dtype.is_float: return (v.sum(axes, keepdim=keep) * (1.0 / n)) if n else v.sum(axes, keepdim=keep) * math.nan
   return v.sum(axes, keepdim=keep, dtype=dtypes.int64).idiv(max(n, 1))
 
@@ -457,7 +414,7 @@ def _flatten(ctx):
   if not -x.ndim <= axis <= x.ndim:
     raise ctx.fail(f"attribute axis {axis} is out of range for a rank-{x.ndim} input (allowed: {-x.ndim}..{x.ndim})")
   if axis < 0: axis += x.ndim
-  return x.reshape(C.prod(x.shape[:axis]), C.prod(x.shape[axis:]))
+  return x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:]))
 
 
 @onnx_op("Transpose")

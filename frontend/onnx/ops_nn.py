@@ -14,8 +14,8 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
-from tgc.frontend.onnx.compose_nn import prod
-from tgc.frontend.onnx.importer import ONNX_DTYPES
+from tgc.frontend.shapes import prod
+from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 
 # ---------------------------------------------------------------- attribute and input helpers
 def _str(ctx: NodeContext, name: str, default: str) -> str:
@@ -124,7 +124,7 @@ def conv_transpose(ctx: NodeContext):
     targets = out_shape or [n - b_ - e for n, (b_, e) in zip(natural, pads)]
   # the end pad that gives the target size; output_padding and a larger output_shape extend the end
   pads = [(b_, n - op - b_ - t) for n, op, b_, t in zip(natural, out_pad, begins, targets)]
-  return nn.conv_transpose(x, w, b, strides, pads, dilations, group).cast(x.dtype)
+  return functional.conv_transpose_cropped(x, w, b, strides, pads, dilations, group).cast(x.dtype)
 
 
 # ---------------------------------------------------------------- pooling
@@ -581,11 +581,12 @@ def top_k(ctx: NodeContext):
   return [values, indices]
 
 
-@onnx_op("CumSum")
-def cum_sum(ctx: NodeContext):
+@onnx_op("CumSum", "CumProd")
+def cumulative(ctx: NodeContext):
   x = ctx.input(0)
   axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
-  return nn.cumsum(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
+  scan = nn.cumsum if ctx.op_type == "CumSum" else nn.cumprod
+  return scan(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
 
 
 @onnx_op("Einsum")
@@ -1091,22 +1092,8 @@ def col2im(ctx: NodeContext):
 
 
 # ---------------------------------------------------------------- operators beyond the original table
-# Newer ONNX operators (normalizations, rotary embeddings, attention, ...). Each is registered here only if no
-# handler module imported earlier (ops_basic) has claimed the name, so the two tables never collide.
-def _unclaimed(*names: str):
-  from tgc.frontend.onnx.registry import OPS
-  free = [n for n in names if n not in OPS]
-  return onnx_op(*free) if free else (lambda fn: fn)
-
-
-@_unclaimed("CumProd")
-def cum_prod(ctx: NodeContext):
-  x = ctx.input(0)
-  axis = ctx.axis(_const(ctx, 1, "axis").reshape(-1)[0], x.ndim, "axis (input 1)")
-  return nn.cumprod(x, axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
-
-
-@_unclaimed("LpNormalization")
+# Newer ONNX operators (normalizations, rotary embeddings, attention, ...).
+@onnx_op("LpNormalization")
 def lp_normalization(ctx: NodeContext):
   x = ctx.input(0)
   axis, p = ctx.axis(ctx.attr("axis", -1), x.ndim), int(ctx.attr("p", 2))
@@ -1117,7 +1104,7 @@ def lp_normalization(ctx: NodeContext):
   return (norm == 0).where(0.0, xf / norm).cast(x.dtype)
 
 
-@_unclaimed("RMSNormalization")
+@onnx_op("RMSNormalization")
 def rms_normalization(ctx: NodeContext):
   x, scale = ctx.input(0), ctx.input(1)
   axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
@@ -1127,14 +1114,14 @@ def rms_normalization(ctx: NodeContext):
   return (xf * (ms + float(ctx.attr("epsilon", 1e-5))).rsqrt() * scale).cast(x.dtype)
 
 
-@_unclaimed("SwiGLU")
+@onnx_op("SwiGLU")
 def swiglu(ctx: NodeContext):
   a, b = ctx.input(0), ctx.input(1)
   alpha = float(ctx.attr("alpha", 1.0))
   return (a * (a * alpha).sigmoid().cast(a.dtype) * b).cast(a.dtype)
 
 
-@_unclaimed("RotaryEmbedding")
+@onnx_op("RotaryEmbedding")
 def rotary_embedding(ctx: NodeContext):
   x, cos, sin, pos = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
   interleaved = bool(ctx.attr("interleaved", 0))
@@ -1184,7 +1171,7 @@ def _heads_4d(t: Tensor, heads: int) -> Tensor:
   return t.reshape(b, s, heads, hidden // heads).permute(0, 2, 1, 3)
 
 
-@_unclaimed("Attention")
+@onnx_op("Attention")
 def attention(ctx: NodeContext):
   q, k, v, mask, past_k, past_v, nonpad = (ctx.input(i) for i in range(7))
   rank3 = q.ndim == 3
@@ -1247,7 +1234,7 @@ def attention(ctx: NodeContext):
   return _outputs(ctx, [y, present_k, present_v, qk_out.cast(dt)])
 
 
-@_unclaimed("CausalConvWithState")
+@onnx_op("CausalConvWithState")
 def causal_conv_with_state(ctx: NodeContext):
   x, w, bias, past = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
   activation = _str(ctx, "activation", "none")
@@ -1265,7 +1252,7 @@ def causal_conv_with_state(ctx: NodeContext):
   return _outputs(ctx, [y, state])
 
 
-@_unclaimed("LinearAttention")
+@onnx_op("LinearAttention")
 def linear_attention(ctx: NodeContext):
   q, k, v, past, decay, beta = (ctx.input(i) for i in range(6))
   rule = _str(ctx, "update_rule", "gated_delta")
@@ -1311,7 +1298,7 @@ def _bilinear_axis(coord: Tensor, size: int) -> Tensor:
     nn.one_hot(low_i + 1, size).cast(dtypes.float32) * frac.unsqueeze(-1)
 
 
-@_unclaimed("DeformConv")
+@onnx_op("DeformConv")
 def deform_conv(ctx: NodeContext):
   x, w, offset, bias, mask = (ctx.input(i) for i in range(5))
   if x.ndim != 4: raise ctx.fail("only 2-D deformable convolution is supported")
@@ -1345,7 +1332,7 @@ def deform_conv(ctx: NodeContext):
   return y.cast(x.dtype)
 
 
-@_unclaimed("MelWeightMatrix")
+@onnx_op("MelWeightMatrix")
 def mel_weight_matrix(ctx: NodeContext):
   mels, dft_len, rate, lo_hz, hi_hz = (_const(ctx, i, name).reshape(()) for i, name in
                                        enumerate(("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",

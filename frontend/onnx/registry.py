@@ -1,12 +1,24 @@
 """The ONNX operator table: each operator is a function registered under its op type that maps one node onto
-Tensor ops. A handler gets a `NodeContext` and returns a Tensor or a list of Tensors (one per node output)."""
+Tensor ops. A handler gets a `NodeContext` and returns a Tensor or a list of Tensors (one per node output). Also
+`OnnxError`, the one error type of ONNX import."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
 class OnnxError(ValueError):
-  """A model problem: one line naming the culprit (node, op, input, file)."""
+  """A model problem: one line naming the culprit (node, op, input, file). `model` is the model (path, or
+  "<bytes>"/"<ModelProto>") when the message names it; otherwise the message names a node, input or tensor only."""
+
+  def __init__(self, message: str, model: str | None = None):
+    super().__init__(message)
+    self.model = model
+
+
+def first_line(error: BaseException) -> str:
+  """The first non-empty line of an exception's message (its type name when it has none), for OnnxError texts."""
+  lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+  return lines[0] if lines else type(error).__name__
 
 
 @dataclass

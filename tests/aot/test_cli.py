@@ -7,53 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from tgc.aot.cli import cli
 from tgc.aot import reference, models
 
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
-MLP = str(ROOT / "examples" / "tiny_mlp.py") + ":build"
-
-TOY = """
-import numpy as np
-from tgc.frontend import Tensor
-SCALE = {scale}
-
-
-def build():
-  rng = np.random.default_rng(3)
-  w = Tensor(rng.standard_normal((8, 5), dtype=np.float32) * SCALE)
-  def fn(x): return (x @ w).relu()
-  return fn, [Tensor(rng.standard_normal((3, 8), dtype=np.float32))]
-
-
-def broken():
-  raise ValueError("boom in the model")
-"""
-
-
-def tgc(*args: str):
-  result = CliRunner().invoke(cli, [str(a) for a in args])
-  if result.exception is not None and not isinstance(result.exception, SystemExit):
-    raise result.exception
-  return result
-
-
-def user_error(result, *words: str) -> str:
-  """Exit 2 with exactly one line on stderr that contains every word."""
-  assert result.exit_code == 2, (result.exit_code, result.output)
-  lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1, result.stderr
-  for w in words: assert w in lines[0], (w, lines[0])
-  assert "Traceback" not in result.output
-  return lines[0]
+from aot_helpers import MLP, MNIST, tgc, user_error, write_toy_model
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +32,7 @@ def mnist(workdir) -> Path:
 
 @pytest.fixture(scope="module")
 def toy(workdir) -> Path:
-  path = workdir / "toy.py"
-  path.write_text(textwrap.dedent(TOY.format(scale=1.0)))
-  return path
+  return write_toy_model(workdir)
 
 
 # ---------------------------------------------------------------- help
@@ -151,8 +110,7 @@ def test_tiny_mlp_flow(workdir):
 def test_validate_over_tolerance_exits_1(toy, workdir):
   out = workdir / "toy"
   assert tgc("compile", f"{toy}:build", "-o", out).exit_code == 0
-  other = workdir / "toy_scaled.py"
-  other.write_text(textwrap.dedent(TOY.format(scale=1.25)))
+  other = write_toy_model(workdir, scale=1.25, name="toy_scaled.py")
   result = tgc("validate", out, "--model", f"{other}:build")
   assert result.exit_code == 1, result.output
   assert "FAIL" in result.stdout
@@ -216,10 +174,10 @@ def test_validate_needs_the_model(mnist, workdir, toy):
 # ---------------------------------------------------------------- internal errors: exit 3
 def test_internal_error_says_bug(monkeypatch, workdir):
   from tgc.codegen import compiled
-  from tgc.aot import pipeline
+  import tgc.aot.compile as compile_step
 
   def explode(*args, **kwargs): raise ZeroDivisionError("planner divided by zero")
-  monkeypatch.setattr(pipeline, "compile_schedule", explode)
+  monkeypatch.setattr(compile_step, "compile_schedule", explode)
   result = tgc("compile", MLP, "-o", workdir / "bug")
   assert result.exit_code == 3
   assert "bug in tgc" in result.stderr and "ZeroDivisionError" in result.stderr and "report" in result.stderr
@@ -279,7 +237,6 @@ def onnx_model(path: Path, extra_node: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def onnx_file(workdir) -> Path:
-  if not models.has_onnx_importer(): pytest.skip("this build has no ONNX importer (frontend/onnx/importer.py)")
   return onnx_model(workdir / "small.onnx")
 
 
@@ -295,7 +252,8 @@ def test_onnx_compile_run_validate(onnx_file, workdir):
   x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
   np.save(workdir / "ox.npy", x)
   assert tgc("run", out, "-i", f"x={workdir / 'ox.npy'}", "-o", workdir / "onnx.npz").exit_code == 0
-  ref = reference.onnx_reference(str(onnx_file), {"x": x}, {"consts": {"scale": str(workdir / "scale.npy")}})
+  ref, engine = reference.onnx_reference(str(onnx_file), {"x": x}, {"consts": {"scale": str(workdir / "scale.npy")}})
+  assert engine == "onnx.reference"
   with np.load(workdir / "onnx.npz") as outs: np.testing.assert_allclose(outs["y"], ref["y"], rtol=1e-5, atol=1e-5)
   if "source" not in manifest:   # without a recorded source the consts are unknown to the reference
     user_error(tgc("validate", out), "--model")

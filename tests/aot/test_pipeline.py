@@ -4,63 +4,18 @@ and bench work on the artifact itself and every bad input is a UserError naming 
 from __future__ import annotations
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tgc.aot import compile_model, UserError
-from tgc.aot import pipeline, reference, models
+import tgc.aot.compile as compile_step
+from tgc.aot import artifact, reference, models, validate
+from tgc.aot.bench import bench_artifact
+from tgc.runtimes.artifact import is_artifact
 
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = str(ROOT / "examples" / "mnist_cnn.py") + ":build"
-MLP = str(ROOT / "examples" / "tiny_mlp.py") + ":build"
-
-MODEL_SOURCE = """
-import numpy as np
-from tgc.frontend import Tensor
-SCALE = {scale}
-
-
-def build():
-  rng = np.random.default_rng(3)
-  w = Tensor(rng.standard_normal((8, 5), dtype=np.float32) * SCALE)
-  bias = Tensor(np.linspace(-1, 1, 5, dtype=np.float32))
-  def fn(x): return (x @ w + bias).relu() + 1.0
-  return fn, [Tensor(rng.standard_normal((3, 8), dtype=np.float32))]
-
-
-def folded():
-  rng = np.random.default_rng(4)
-  w = Tensor(rng.standard_normal((5, 8), dtype=np.float32))
-  def fn(x): return x @ (w * 2.0).T.contiguous()
-  return fn, [Tensor(rng.standard_normal((3, 8), dtype=np.float32))]
-
-
-def ints():
-  def fn(idx, x): return (idx.cast(x.dtype) * x).sum(axis=1)
-  return fn, {{"idx": Tensor(np.zeros((2, 6), np.int32)), "x": Tensor(np.ones((2, 6), np.float32))}}
-
-
-def broken():
-  raise ValueError("boom in the model")
-
-
-def broken_fn():
-  def fn(x): raise RuntimeError("fn exploded")
-  return fn, [Tensor(np.ones(3, np.float32))]
-
-
-def not_a_pair():
-  return 42
-"""
-
-
-def write_model(folder: Path, scale: float = 1.0, name: str = "toy.py") -> Path:
-  path = folder / name
-  path.write_text(textwrap.dedent(MODEL_SOURCE.format(scale=scale)))
-  return path
+from aot_helpers import MLP, MNIST, write_toy_model
 
 
 def tree(folder: str) -> dict[str, bytes]:
@@ -108,7 +63,7 @@ def test_report_counts(tmp_path):
 
 
 def test_weight_names_from_closures_and_folding(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   names = lambda out: [t["name"] for t in json.loads((out / "manifest.json").read_text())["weights"]["tensors"]]  # noqa
   compile_model(f"{model}:build", "c", str(tmp_path / "a"))
   assert sorted(names(tmp_path / "a")) == ["bias", "w"]
@@ -125,7 +80,7 @@ def test_compile_is_deterministic(tmp_path):
 
 
 def test_failing_model_leaves_nothing(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   for fn, words in (("broken", "boom in the model"), ("broken_fn", "fn exploded"), ("not_a_pair", "(fn, inputs)")):
     with pytest.raises(UserError, match=None) as info:
       compile_model(f"{model}:{fn}", "c", str(tmp_path / "out"))
@@ -156,13 +111,13 @@ def test_output_folder_rules(tmp_path):
     compile_model(MLP, "c", str(plain))
   assert (plain / "notes.txt").read_text() == "mine"
   compile_model(MLP, "c", str(plain), force=True)
-  assert not (plain / "notes.txt").exists() and pipeline.is_artifact(str(plain))
+  assert not (plain / "notes.txt").exists() and is_artifact(str(plain))
   compile_model(MNIST, "c", str(plain))                    # an artifact is replaced without force
   assert json.loads((plain / "manifest.json").read_text())["model"]["name"] == "mnist_cnn"
   empty = tmp_path / "empty"
   empty.mkdir()
   compile_model(MLP, "c", str(empty))                      # an empty folder is fine
-  assert pipeline.is_artifact(str(empty))
+  assert is_artifact(str(empty))
   assert leftovers(tmp_path) == []
 
 
@@ -181,9 +136,9 @@ def test_unknown_target_and_bad_specs(tmp_path):
 
 
 def test_run_matches_numpy_reference(mnist_artifact):
-  art = pipeline.open_artifact(mnist_artifact)
-  feeds = pipeline.random_inputs(art, seed=5)
-  got = pipeline.run_artifact(mnist_artifact, feeds)
+  art = artifact.open_artifact(mnist_artifact)
+  feeds = artifact.random_inputs(art, seed=5)
+  got = artifact.run_artifact(mnist_artifact, feeds)
   ref = reference.tensor_reference(models.parse_model_spec(MNIST), feeds)
   assert list(got) == ["output_0"]
   np.testing.assert_allclose(got["output_0"], ref["output_0"], rtol=1e-4, atol=1e-4)
@@ -192,58 +147,59 @@ def test_run_matches_numpy_reference(mnist_artifact):
 def test_input_checks(mnist_artifact):
   x = np.ones((1, 1, 28, 28), np.float32)
   with pytest.raises(UserError, match="unknown input 'image'.*'input_0'"):
-    pipeline.run_artifact(mnist_artifact, {"image": x})
+    artifact.run_artifact(mnist_artifact, {"image": x})
   with pytest.raises(UserError, match="missing input 'input_0'"):
-    pipeline.run_artifact(mnist_artifact, {})
+    artifact.run_artifact(mnist_artifact, {})
   with pytest.raises(UserError, match=r"input 'input_0' has shape \[1, 28, 28\]; the model takes \[1, 1, 28, 28\]"):
-    pipeline.run_artifact(mnist_artifact, {"input_0": x[0]})
+    artifact.run_artifact(mnist_artifact, {"input_0": x[0]})
   with pytest.raises(UserError, match="input 'input_0' has dtype float64; the model takes float32"):
-    pipeline.run_artifact(mnist_artifact, {"input_0": x.astype(np.float64)})
+    artifact.run_artifact(mnist_artifact, {"input_0": x.astype(np.float64)})
 
 
 def test_validate_and_bench(mnist_artifact):
-  report = pipeline.validate_artifact(mnist_artifact, model=MNIST, seed=3)
+  report = validate.validate_artifact(mnist_artifact, model=MNIST, seed=3)
   assert report.ok and report.reference == "numpy interpreter"
   assert [c.name for c in report.checks] == ["output_0"] and report.checks[0].max_abs < 1e-4
-  bench = pipeline.bench_artifact(mnist_artifact, runs=5, warmup=1)
+  bench = bench_artifact(mnist_artifact, runs=5, warmup=1)
   assert bench.runs == 5 and 0 < bench.median_s <= bench.p90_s
   manifest = json.loads(Path(mnist_artifact, "manifest.json").read_text())
-  assert bench.weights_bytes == sum(t["nbytes"] for t in manifest["weights"]["tensors"]) and bench.code_bytes > 1000 and bench.arena_bytes > 0
+  assert bench.weights_bytes == sum(t["nbytes"] for t in manifest["weights"]["tensors"])
+  assert bench.code_bytes > 1000 and bench.arena_bytes > 0
 
 
 def test_validate_int_inputs_and_dict_names(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   compile_model(f"{model}:ints", "c", str(tmp_path / "out"))
-  report = pipeline.validate_artifact(str(tmp_path / "out"), model=f"{model}:ints")
+  report = validate.validate_artifact(str(tmp_path / "out"), model=f"{model}:ints")
   assert report.ok, report.checks
-  feeds = pipeline.random_inputs(pipeline.open_artifact(str(tmp_path / "out")), 0)
+  feeds = artifact.random_inputs(artifact.open_artifact(str(tmp_path / "out")), 0)
   assert feeds["idx"].dtype == np.int32 and 0 <= feeds["idx"].min() and feeds["idx"].max() < 4
   assert np.all(feeds["x"] != 0)
 
 
 def test_validate_detects_a_different_model(tmp_path):
-  compile_model(f"{write_model(tmp_path)}:build", "c", str(tmp_path / "out"))
-  other = write_model(tmp_path, scale=1.5, name="other.py")
-  report = pipeline.validate_artifact(str(tmp_path / "out"), model=f"{other}:build")
+  compile_model(f"{write_toy_model(tmp_path)}:build", "c", str(tmp_path / "out"))
+  other = write_toy_model(tmp_path, scale=1.5, name="other.py")
+  report = validate.validate_artifact(str(tmp_path / "out"), model=f"{other}:build")
   assert not report.ok and report.checks[0].max_abs > 1e-3
 
 
 def test_model_file_changed_since_compile(tmp_path):
-  model = write_model(tmp_path)
+  model = write_toy_model(tmp_path)
   compile_model(f"{model}:build", "c", str(tmp_path / "out"))
-  if pipeline.open_artifact(str(tmp_path / "out")).source is None:
+  if artifact.open_artifact(str(tmp_path / "out")).source is None:
     pytest.skip("this artifact writer does not record the model source in the manifest")
   model.write_text(model.read_text() + "\n# edited\n")
   with pytest.raises(UserError, match="changed since the artifact was compiled"):
-    pipeline.validate_artifact(str(tmp_path / "out"))
+    validate.validate_artifact(str(tmp_path / "out"))
 
 
 def test_artifact_folder_checks(tmp_path, mnist_artifact):
   with pytest.raises(UserError, match="artifact folder not found"):
-    pipeline.open_artifact(str(tmp_path / "none"))
+    artifact.open_artifact(str(tmp_path / "none"))
   (tmp_path / "plain").mkdir()
   with pytest.raises(UserError, match="is not a tgc artifact"):
-    pipeline.open_artifact(str(tmp_path / "plain"))
+    artifact.open_artifact(str(tmp_path / "plain"))
   import shutil
   copy = tmp_path / "copy"
   shutil.copytree(mnist_artifact, copy)
@@ -252,19 +208,10 @@ def test_artifact_folder_checks(tmp_path, mnist_artifact):
   data = weights.read_bytes()
   weights.write_bytes(data[:len(data) // 2])
   with pytest.raises(UserError, match=f"weights file .*{manifest['weights']['file']} is truncated"):
-    pipeline.validate_artifact(str(copy), model=MNIST)
+    validate.validate_artifact(str(copy), model=MNIST)
   weights.write_bytes(data[:-4] + b"\x00\x00\x80\x7f")
   with pytest.raises(UserError, match="sha256 mismatch"):
-    pipeline.run_artifact(str(copy), {"input_0": np.ones((1, 1, 28, 28), np.float32)})
-
-
-def test_onnx_without_importer(tmp_path):
-  if models.has_onnx_importer():
-    pytest.skip("the ONNX importer exists; ONNX models are covered by its own tests")
-  path = tmp_path / "m.onnx"
-  path.write_bytes(b"")
-  with pytest.raises(UserError, match="ONNX models are not supported"):
-    compile_model(str(path), "c", str(tmp_path / "out"))
+    artifact.run_artifact(str(copy), {"input_0": np.ones((1, 1, 28, 28), np.float32)})
 
 
 def test_embedded_weights_run(tmp_path, mnist_artifact):
@@ -272,12 +219,18 @@ def test_embedded_weights_run(tmp_path, mnist_artifact):
   compile_model(MNIST, "c", str(out), embed_weights=True)
   assert json.loads((out / "manifest.json").read_text())["weights"]["embedded"] is True
   x = {"input_0": np.random.default_rng(1).standard_normal((1, 1, 28, 28)).astype(np.float32)}
-  np.testing.assert_array_equal(pipeline.run_artifact(str(out), x)["output_0"],
-                                pipeline.run_artifact(mnist_artifact, x)["output_0"])
+  np.testing.assert_array_equal(artifact.run_artifact(str(out), x)["output_0"],
+                                artifact.run_artifact(mnist_artifact, x)["output_0"])
 
 
 def test_progress_on_long_compiles(tmp_path, monkeypatch, capsys):
-  monkeypatch.setattr(pipeline, "PROGRESS_AFTER_S", 0.0)
+  monkeypatch.setattr(compile_step, "PROGRESS_AFTER_S", 0.0)
   compile_model(MLP, "c", str(tmp_path / "out"))
   err = capsys.readouterr().err
   assert "tiny_mlp: lowering kernel 1/5" in err and "5 kernels lowered" in err
+
+
+def test_runtimes_read_the_manifest_format_emit_writes():
+  from tgc.emit import manifest
+  from tgc.runtimes import artifact as runtime_artifact
+  assert runtime_artifact.FORMAT_VERSION == manifest.FORMAT_VERSION

@@ -129,7 +129,7 @@ def bench_models(tmp_path_factory): return benchmark_models(tmp_path_factory)
 @pytest.mark.parametrize("model", ["example_cnn", "squeezenet", "mobilenet_v2", "transformer"])
 def test_benchmark_models_have_no_one_item_workgroups(bench_models, model, target):
   from tgc.aot import models
-  from tgc.aot.pipeline import build_compiled
+  from tgc.aot.compile import build_compiled
   if model not in bench_models: pytest.skip("light_squeezenet.onnx is not in this onnx wheel")
   cm, _ = build_compiled(models.parse_model_spec(bench_models[model]), Target.make(target))
   for name, k in cm.kernels.items():

@@ -1,6 +1,6 @@
 """`--precision f16`: float32 arithmetic computed in float16, accumulations in float32 (codegen/precision.py), on
 every GPU language. The shared GPU corpus is lowered with half precision and checked against the numpy interpreter
-within the f16 tolerance (aot.pipeline.F16_TOLERANCE, relative to each output's largest magnitude) on the CUDA and
+within the f16 tolerance (aot.validate.F16_TOLERANCE, relative to each output's largest magnitude) on the CUDA and
 Metal CPU shims and (webgpu run) on lavapipe, whose shader-f16 runs f16 WGSL; NVRTC, Tint and clang's OpenCL C
 front end (cl_khr_fp16: no device here has it) compile the kernels. The f16 results must also differ from float32
 ones: the tolerance is not met by float32 arithmetic in disguise."""
@@ -16,7 +16,7 @@ import metal_check
 import opencl_c
 from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import CASES, Case, programs, run_case
-from tgc.aot.pipeline import F16_TOLERANCE
+from tgc.aot.validate import F16_TOLERANCE
 from tgc.codegen.precision import half_precision
 from tgc.codegen.target import Target
 from tgc.ir import Ops, dtypes

@@ -1,31 +1,97 @@
-"""BEAM search: picks opts by timing, its choice computes the right answer, and the result is cached on disk."""
+"""BEAM search: stages over the heuristics' decisions, never worse than the heuristics it measured, deterministic
+for the same timings, cached on disk; real timing builds candidates in batches and its choice computes the right
+answer; tuning files round-trip and refuse malformed input."""
+import math
+
 import numpy as np
+import pytest
+
 from tgc.frontend import Tensor, buffers
 from tgc.frontend.realize import _alloc, to_numpy
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
-from tgc.codegen.search import beam_search
+from tgc.codegen.opts import Opt
+from tgc.codegen.heuristics import hand_coded_opts
+from tgc.codegen.opts import Kernel
+from tgc.codegen.search import Tuning, beam_search
+from tgc.codegen.target import Target
 from tgc.ir.config import config
 from tgc.runtimes import get_runtime
-from tgc.runtimes.timing import kernel_timer
+from tgc.runtimes.timing import batch_measure
+
+A = np.random.default_rng(0).standard_normal((64, 128), dtype=np.float32)
+B = np.random.default_rng(1).standard_normal((128, 96), dtype=np.float32)
 
 
-def test_beam_finds_valid_opts_and_caches(tmp_path, monkeypatch):
+def matmul_item():
+  items, outs = schedule([(Tensor(A, device="c") @ Tensor(B, device="c")).uop], _alloc("c"))
+  return items, outs
+
+
+def fake_measure(seen: list):
+  """Deterministic timings: fewer accumulators are slower, an UNROLL by 2 is fastest of all."""
+  def measure(programs, stop_after=math.inf):
+    out = []
+    for p in programs:
+      seen.append(tuple(p.opts))
+      acc = math.prod(o.amount for o in p.opts if o.op in ("UPCAST", "VECTOR"))
+      out.append(1.0 / acc - (0.5 if Opt("UNROLL", 0, 2) in p.opts else 0.0) + 1.0)
+    return out
+  return measure
+
+
+def test_search_starts_from_the_heuristics_and_never_loses(tmp_path, monkeypatch):
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+  items, _ = matmul_item()
+  ast = items[-1].ast
+  target = Target.make("c")
+  seen: list = []
+  result = beam_search(ast, target, fake_measure(seen), width=2, device="fake")
+  heuristics = tuple(hand_coded_opts(Kernel(ast), target))
+  assert seen[0] == heuristics and result.baseline == fake_measure([])([lower(ast, target, list(heuristics))])[0]
+  assert result.seconds <= result.baseline and Opt("UNROLL", 0, 2) in result.opts
+  assert result.candidates == len(set(seen)) > 10 and not result.cached
+  again = beam_search(ast, target, fake_measure([]), width=2, device="fake")
+  assert again.cached and again.opts == result.opts
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "fresh"))
+  assert beam_search(ast, target, fake_measure([]), width=2, device="fake").opts == result.opts   # deterministic
+
+
+def test_a_deadline_keeps_the_heuristics(tmp_path, monkeypatch):
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+  items, _ = matmul_item()
+  target = Target.make("c")
+  result = beam_search(items[-1].ast, target, fake_measure([]), device="fake", deadline=0.0)
+  assert result.opts == hand_coded_opts(Kernel(items[-1].ast), target) and result.candidates == 1
+
+
+def test_real_timing_picks_opts_that_compute_the_right_answer(tmp_path, monkeypatch):
   get_runtime("c")   # the runtime singleton keeps the session's cache folder; only the BEAM cache moves
   monkeypatch.setattr(config, "cache_dir", str(tmp_path))
-  a = np.random.default_rng(0).standard_normal((64, 32), dtype=np.float32)
-  b = np.random.default_rng(1).standard_normal((32, 48), dtype=np.float32)
-  items, outs = schedule([(Tensor(a, device="c") @ Tensor(b, device="c")).uop], _alloc("c"))
-  ast, bufs = items[0].ast, items[0].bufs
+  items, outs = matmul_item()
   rt = get_runtime("c")
-  timer = kernel_timer(rt, [buffers.nbytes(x) for x in bufs], runs=1)
-  calls = []
-  counting = lambda prg: calls.append(prg.name) or timer(prg)   # noqa: E731
-  opts = beam_search(ast, "c", counting, width=2, device="test", max_steps=2)
-  assert calls, "the search timed nothing"
-  prg = lower(ast, "c", opts)
-  fn = rt.load(prg)
-  fn(*[buffers.storage(x) for x in bufs])
-  np.testing.assert_allclose(to_numpy(outs[0]), a @ b, rtol=1e-4, atol=1e-4)
-  n = len(calls)
-  assert beam_search(ast, "c", counting, width=2, device="test") == opts and len(calls) == n   # from the cache
+  for it in items[:-1]:
+    p = lower(it.ast, "c")
+    rt.compile(p.src, p.name)(*[buffers.storage(x) for x in it.bufs], global_size=p.global_size)
+  it = items[-1]
+  measure = batch_measure(rt, [buffers.nbytes(x) for x in it.bufs], jobs=2)
+  result = beam_search(it.ast, "c", measure, width=2, device="test")
+  assert math.isfinite(result.seconds) and result.seconds <= result.baseline * 1.5
+  prg = lower(it.ast, "c", result.opts)
+  rt.compile(prg.src, prg.name)(*[buffers.storage(x) for x in it.bufs], global_size=prg.global_size)
+  np.testing.assert_allclose(to_numpy(outs[0]), A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_tuning_files_round_trip_and_refuse_garbage():
+  items, _ = matmul_item()
+  target = Target.make("c", cpu="x86-64-v3")
+  t = Tuning()
+  t.put(items[-1].ast, target, "dev", [Opt("VECTOR", 1, 8), Opt("UPCAST", 0, 4)])
+  back = Tuning.from_json(t.to_json())
+  assert back.get(items[-1].ast, target, "dev") == [Opt("VECTOR", 1, 8), Opt("UPCAST", 0, 4)]
+  assert back.get(items[-1].ast, Target.make("c", cpu="x86-64-v4"), "dev") is None
+  for bad, match in [("{", "not JSON"), ('{"format": 7, "entries": []}', "not a tgc tuning file"),
+                     ('{"format": 1, "entries": [{"kernel": "k"}]}', "entry 0 is malformed"),
+                     ('{"format": 1, "entries": [{"kernel": "k", "target": "c", "device": "d", '
+                      '"opts": [["JUMP", 0, 1]]}]}', "entry 0 is malformed")]:
+    with pytest.raises(ValueError, match=match): Tuning.from_json(bad, "t.json")

@@ -192,9 +192,17 @@ def checked_manifest(folder: str, files: set[str], target: str, case: ModelCase)
   assert set(manifest["files"]) == files - {"manifest.json"}
   for fname, digest in manifest["files"].items():
     with open(os.path.join(folder, fname), "rb") as f: assert hashlib.sha256(f.read()).hexdigest() == digest, fname
-  assert manifest["target"] == target and manifest["format_version"] == 1
+  assert manifest["target"] == target and manifest["format_version"] == 2
   assert [t["name"] for t in manifest["inputs"]] == list(case.inputs)
+  for t in manifest["inputs"] + manifest["outputs"]:
+    assert t["npy_dtype"] == VALUE_DTYPES.get(t["tgc_dtype"], t["dtype"]), t
   return manifest
+
+
+# what the .npy files of a storage-only input or output hold (manifest npy_dtype); other types hold their dtype
+VALUE_DTYPES = {"bfloat16": "float32", "float8e4m3fn": "float32", "float8e4m3fnuz": "float32",
+                "float8e5m2": "float32", "float8e5m2fnuz": "float32", "float4e2m1": "float32", "int4": "int8",
+                "int2": "int8", "uint4": "uint8", "uint2": "uint8"}
 
 
 def assert_same_files(a: str, b: str) -> None:
@@ -221,7 +229,7 @@ def compare_f16(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None
   """Outputs of a --precision f16 artifact: within the f16 tolerance of `tgc validate` (each element within
   F16_TOLERANCE of itself plus of the output's largest magnitude), and rounded as float16 arithmetic rounds (not
   float32-exact)."""
-  from tgc.aot.pipeline import F16_TOLERANCE
+  from tgc.aot.validate import F16_TOLERANCE
   assert list(got) == list(want)
   for name in want:
     w = np.asarray(want[name], np.float64)
@@ -362,3 +370,15 @@ def allocations_around_run(folder: str, sym: str, init_args: str, libs: list[str
   run(["cc", "-std=c99", "-O2", "noalloc.c", "model.c", f"-Wl,{wraps}", "-o", "noalloc", *libs], cwd=folder)
   status, before, after = map(int, run(["./noalloc"], cwd=folder).stdout.split())
   return status, before, after
+
+
+def write_inputs(folder: str, inputs: dict[str, np.ndarray]) -> None:
+  for spec in manifest_of(folder)["inputs"]:
+    np.save(os.path.join(folder, f"{spec['symbol']}.npy"), inputs[spec["name"]])
+
+
+def run_main(folder: str, inputs: dict[str, np.ndarray], runner: tuple[str, ...] = (), args: tuple[str, ...] = ()):
+  write_inputs(folder, inputs)
+  run([*runner, "./main", *args], cwd=folder)
+  return {spec["name"]: np.load(os.path.join(folder, f"{spec['symbol']}.npy"))
+          for spec in manifest_of(folder)["outputs"]}

@@ -19,7 +19,7 @@ import pytest
 
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, HOSTILE_OUTPUTS, HOSTILE_WEIGHTS, allocations_around_run,
                             assert_same_files, cnn_case, compare, copy, emit_folder, hostile_case, make, manifest_of,
-                            mlp_case, require_aarch64, require_tool, run, two_io_case)
+                            mlp_case, require_aarch64, require_tool, run, run_main, two_io_case, write_inputs)
 from tgc.emit import write_artifact
 from tgc.emit.c_literals import c_string
 from tgc.emit.manifest import load_schema, validate_manifest
@@ -49,25 +49,14 @@ def references(bundles):
   return {name: case.reference() for name, (case, _) in bundles.items()}
 
 
-def write_inputs(folder: str, inputs: dict[str, np.ndarray]) -> None:
-  for spec in manifest_of(folder)["inputs"]:
-    np.save(os.path.join(folder, f"{spec['symbol']}.npy"), inputs[spec["name"]])
-
-
-def run_main(folder: str, inputs: dict[str, np.ndarray], runner: tuple[str, ...] = (), args: tuple[str, ...] = ()):
-  write_inputs(folder, inputs)
-  run([*runner, "./main", *args], cwd=folder)
-  return {spec["name"]: np.load(os.path.join(folder, f"{spec['symbol']}.npy"))
-          for spec in manifest_of(folder)["outputs"]}
-
-
 # ---------------------------------------------------------------- files, manifest, weights
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "mlp_embed", "hostile", "hostile_embed"])
 def test_files_and_manifest(bundles, name):
   case, folder = bundles[name]
   embed = name.endswith("_embed")
-  want = {"manifest.json", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
+  want = {"manifest.json", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors", "tgc_threads.h",
+          "tgc_threads.c"}
   assert set(os.listdir(folder)) == want | ({"weights.S"} if embed else set())
   manifest = manifest_of(folder)
   validate_manifest(manifest)
@@ -79,7 +68,7 @@ def test_files_and_manifest(bundles, name):
     with open(os.path.join(folder, fname), "rb") as f: assert hashlib.sha256(f.read()).hexdigest() == digest, fname
   assert manifest["weights"]["sha256"] == manifest["files"]["weights.safetensors"]
   assert [t["name"] for t in manifest["inputs"]] == list(case.inputs)
-  assert manifest["target"] == "c" and manifest["format_version"] == 1 and manifest["weights"]["embedded"] is embed
+  assert manifest["target"] == "c" and manifest["format_version"] == 2 and manifest["weights"]["embedded"] is embed
   assert [c["kernel"] for c in manifest["calls"]] and {c["kernel"] for c in manifest["calls"]} == \
     {k["name"] for k in manifest["kernels"]}
   with pytest.raises(ValueError, match="format_version"):
@@ -227,7 +216,7 @@ def test_c_artifact_refuses_modified_or_missing(bundles, tmp_path):
   with pytest.raises(ArtifactError, match="no manifest.json"): CArtifact(str(tmp_path))
   folder = copy(bundles["mlp"][1], tmp_path)
   with open(os.path.join(folder, "model.c"), "a") as f: f.write("\n")
-  with pytest.raises(ArtifactError, match="model.c: does not match manifest.json"): CArtifact(folder)
+  with pytest.raises(ArtifactError, match="file .*model.c differs from the one compiled"): CArtifact(folder)
 
 
 TWO_MODELS = r"""

@@ -317,7 +317,7 @@ def test_opencl_artifact_refuses_modified_or_foreign(bundles, cl_device, tmp_pat
   with pytest.raises(ArtifactError, match="no manifest.json"): OpenCLArtifact(str(tmp_path))
   folder = copy(bundles["mlp"][1], tmp_path)
   with open(os.path.join(folder, "model.c"), "a") as f: f.write("\n")
-  with pytest.raises(ArtifactError, match="model.c: does not match manifest.json"): OpenCLArtifact(folder)
+  with pytest.raises(ArtifactError, match="file .*model.c differs from the one compiled"): OpenCLArtifact(folder)
   c_folder = tmp_path / "c_bundle"
   c_folder.mkdir()
   write_artifact(mlp_case().compile(), str(c_folder))

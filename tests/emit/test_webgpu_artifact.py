@@ -1,6 +1,6 @@
 """The standalone WebGPU artifact: files, manifest (schema, hashes) and the plan inside model.js (the kernels' WGSL
 byte for byte, whole-buffer slots, launch sizes), WebGPUArtifact on wgpu (lavapipe) against the numpy interpreter
-for an MLP, a small CNN, softmax, 8-bit integer, float16 (odd lengths) and int64 models, weights and input errors,
+for an MLP, a small CNN, softmax, 8-bit integer, float16 (odd lengths), int64 and 0-d models, weights and input errors,
 determinism, `tgc compile --target webgpu` + validate/run/bench/inspect, model.js under node (syntax, float16
 helpers, weights checks, the missing-WebGPU error) and the real loader in headless Chromium (SwiftShader WebGPU)
 driven by Playwright: given and seeded inputs, concurrent runs, errors, and the demo page without WebGPU."""
@@ -22,7 +22,7 @@ from artifact_cases import (ROOT, ModelCase, assert_same_files, check_cli_round_
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
                             softmax_case, tgc)
 from wgsl_source import declared_bindings, reported_bindings
-from tgc.aot.pipeline import F16_TOLERANCE
+from tgc.aot.validate import F16_TOLERANCE
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit import webgpu as emit_webgpu
@@ -62,6 +62,17 @@ def build_int64(device: str):
   return lambda x, v: (x * 3 + w, v.argmax(-1))
 
 
+def build_scalar(device: str):
+  """A 0-d input (a TypedArray of length 1 in model.js) and a 0-d output (shape [])."""
+  return lambda x, v: (v * x, (v * v).sum() + x)
+
+
+def scalar_case() -> ModelCase:
+  rng = np.random.default_rng(9)
+  return ModelCase("scalar", build_scalar, {"x": np.array(1.75, np.float32),
+                                            "v": rng.standard_normal((3,)).astype(np.float32)})
+
+
 def ints_case() -> ModelCase:
   rng = np.random.default_rng(6)
   return ModelCase("ints", build_small_ints, {"x": rng.integers(0, 256, (3, 7)).astype(np.uint8),
@@ -80,9 +91,9 @@ def int64_case() -> ModelCase:
 
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
-         "int64": int64_case, "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'),
-         "odd": odd_case}
-RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "hostile", "odd"]
+         "int64": int64_case, "scalar": scalar_case,
+         "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'), "odd": odd_case}
+RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "scalar", "hostile", "odd"]
 
 
 def with_inputs(case: ModelCase, inputs: dict[str, np.ndarray]) -> ModelCase:
@@ -375,7 +386,7 @@ def test_webgpu_artifact_refuses_modified_or_foreign(bundles, wgpu_runtime, tmp_
   (copy / "weights.safetensors").write_bytes(weights)
   js = (copy / "model.js").read_text()
   (copy / "model.js").write_text(js.replace("pass.end();", "pass.end(); "))
-  with pytest.raises(ArtifactError, match=r"model.js: does not match manifest.json \(sha256\)"):
+  with pytest.raises(ArtifactError, match=r"file .*model.js differs from the one compiled \(sha256 mismatch"):
     WebGPUArtifact(str(copy))
   with pytest.raises(ArtifactError, match="is not a WebGPU artifact"):
     WebGPUArtifact(str(_c_bundle(tmp_path)))

@@ -257,11 +257,21 @@ def test_encode_int_wraps_like_onnx_cast(dtype):
   assert_same_bits(x, run_encode(x, dtype, saturate=False), want)
 
 
+# ONNX Cast: "Casting from floating point to: [...] fixed point: undefined if OOR (out of range)." Only values whose
+# truncation fits the type are compared with the reference; for the others (out of range, +-inf, NaN) the result
+# only has to be a bit pattern of the type (the reference's own answer changed between ml_dtypes releases).
 @pytest.mark.parametrize("dtype", INTS, ids=str)
 def test_encode_int_from_float_like_onnx_cast(dtype):
   x = np.concatenate([np.arange(-40, 40, 0.25), [-0.0, 0.49, -0.51, 7.99, -8.01, 1e6 + 0.5, -1e9, 2.1e9, -2.1e9,
                                                   np.inf, -np.inf, np.nan]]).astype(np.float32)
-  assert_same_bits(x, run_encode(x, dtype), onnx_cast(x, dtype, True))
+  lo, hi = INT_RANGES[dtype]
+  with np.errstate(invalid="ignore"):
+    defined = np.isfinite(x) & (np.trunc(x) >= lo) & (np.trunc(x) <= hi)
+  assert defined.sum() > 20 and (~defined).sum() > 20
+  got = run_encode(x, dtype)
+  assert_same_bits(x[defined], got[defined], onnx_cast(x[defined], dtype, True))
+  assert np.all(got < (1 << dtype.elem_bits))
+  np.testing.assert_array_equal(run_decode(got[defined], dtype), np.trunc(x[defined]))
 
 
 @pytest.mark.parametrize("dtype", INTS, ids=str)

@@ -1,6 +1,7 @@
 """The official ONNX node conformance cases: every case on the reference device "numpy" (the imported graph on the
 interpreter) and compiled to a "c" artifact, a stratified sample (every operator twice) compiled to "opencl" and
-"webgpu" artifacts (conformance.run_case; artifacts run by their Python runtimes). Every case passes except the known
+"webgpu" artifacts (conformance.run_case; artifacts run by their Python runtimes), and every operator once through
+the command line on c ("c-cli": `tgc compile` and `tgc run` on .npy files). Every case passes except the known
 failures in expected_failures.py, which must really fail (xfail strict). scripts/conformance.py runs all cases on
 every device and writes docs/conformance.md."""
 from __future__ import annotations
@@ -19,13 +20,14 @@ from expected_failures import EXPECTED_FAILURES, TARGET_FAILURES  # noqa: E402
 CASES = {c.name: c for c in conformance.cases()}
 FULL_DEVICES = ("numpy", "c")
 SAMPLED_DEVICES = ("opencl", "webgpu")
+CLI_DEVICES = ("c-cli",)      # the first case of every operator, through tgc compile + tgc run
 
 
 def _params():
-  sample = conformance.stratified_sample(CASES.values())
+  samples = {1: conformance.stratified_sample(CASES.values(), 1), 2: conformance.stratified_sample(CASES.values())}
   out = []
-  for device in FULL_DEVICES + SAMPLED_DEVICES:
-    for name in (sorted(CASES) if device in FULL_DEVICES else sample):
+  for device in FULL_DEVICES + SAMPLED_DEVICES + CLI_DEVICES:
+    for name in (sorted(CASES) if device in FULL_DEVICES else samples[1 if device in CLI_DEVICES else 2]):
       known = EXPECTED_FAILURES.get(name) or TARGET_FAILURES.get(device, {}).get(name)
       marks = [pytest.mark.xfail(strict=True, reason=f"{known[0]}: {known[1]}")] if known else []
       out.append(pytest.param(device, name, marks=marks, id=f"{device}-{name}"))
@@ -47,9 +49,29 @@ def test_node_case(device, name):
   assert status == "pass", f"{status}: {detail}"
 
 
+def test_only_undefined_elements_are_left_out():
+  """Cast float -> int4 leaves out exactly the inputs whose truncation does not fit; a wrong value among the
+  compared ones still fails; other cases compare everything."""
+  case = CASES["test_cast_FLOAT_to_INT4"]
+  by_name, want, _ = conformance._case_data(case)
+  x = by_name["input"]
+  (mask,) = conformance.defined_elements(case, by_name)
+  np.testing.assert_array_equal(mask, (np.trunc(x) >= -8) & (np.trunc(x) <= 7))
+  assert 0 < mask.sum() < mask.size
+  got = np.trunc(x).clip(-8, 7).astype(want[0].dtype)     # right where defined, anything elsewhere
+  assert conformance.compare_outputs([got], want, defined=[mask])[0] == "pass"
+  bad = got.copy()
+  bad.reshape(-1)[np.flatnonzero(mask)[0]] += 1
+  assert conformance.compare_outputs([bad], want, defined=[mask])[0] == "fail"
+  relu = CASES["test_relu"]
+  assert conformance.defined_elements(relu, conformance._case_data(relu)[0]) == [None]
+  int_to_int = CASES["test_cast_INT4_to_INT8"]
+  assert conformance.defined_elements(int_to_int, conformance._case_data(int_to_int)[0]) == [None]
+
+
 def _require(device: str):
   from tgc.runtimes import get_runtime, RuntimeUnavailable
-  try: get_runtime(device)
+  try: get_runtime(device.removesuffix(conformance.CLI_SUFFIX))
   except RuntimeUnavailable as e: pytest.skip(str(e))
 
 
@@ -79,6 +101,19 @@ def test_symbolic_dims_must_be_pinned():
   with pytest.raises(OnnxError, match="unknown input 'z'"): load_model(_relu_model(), input_shapes={"z": (1, 3)})
   with pytest.raises(OnnxError, match="unknown input 'z'"): load_model(_relu_model(), consts={"z": np.ones(3)})
   with pytest.raises(OnnxError, match="declares"): load_model(_relu_model(), input_shapes={"x": (2, 4)})
+
+
+@pytest.mark.parametrize("legacy", [-1, 0])
+def test_legacy_dim_values_are_dynamic(legacy):
+  """A dim_value of -1 or 0 (how paddle2onnx and older exporters say "dynamic") is pinned like a dim_param."""
+  m = _model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", [legacy, 3, "w"])], [_info("y", [legacy, 3, "w"])])
+  with pytest.raises(OnnxError, match=rf"input 'x': dimension 0 \({legacy}\) is unknown .*--input-shape x="):
+    load_model(m)
+  g = load_model(m, input_shapes={"x": (2, 3, 5)})
+  assert g.inputs[0][1] == (2, 3, 5) and g.outputs[0][1] == (2, 3, 5)
+  x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+  np.testing.assert_array_equal(g(Tensor(x, device="numpy"))[0].numpy(), np.maximum(x, 0))
+  with pytest.raises(OnnxError, match="declares"): load_model(m, input_shapes={"x": (2, 4, 5)})
 
 
 def test_cycle_names_a_node():

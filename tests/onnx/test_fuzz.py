@@ -8,7 +8,7 @@ duplicate producers, opset and IR versions, initializer data). Each file goes th
 in-process (CliRunner) in a worker process, under a per-case time limit. It must end in
 
 - success: the artifact then runs on seeded inputs and, when `onnx.reference.ReferenceEvaluator` accepts the
-  model, matches it (`aot.pipeline.default_tolerance`, as `tgc validate`), or
+  model, matches it (`aot.validate.default_tolerance`, as `tgc validate`), or
 - a clean error: exit code 2 and a one-line message.
 
 Exit 3, any other exit, an uncaught exception, a hang (time limit) or a crash of the worker fails the case, and so
@@ -423,7 +423,7 @@ def run_case(data: bytes, seed: int, workdir: str) -> tuple[str, str]:
   import warnings
   from click.testing import CliRunner
   from tgc.aot.cli import cli
-  from tgc.aot import pipeline
+  from tgc.aot import artifact, validate
   path = os.path.join(workdir, "fuzz.onnx")
   out = os.path.join(workdir, "out")
   with open(path, "wb") as f: f.write(data)
@@ -438,11 +438,11 @@ def run_case(data: bytes, seed: int, workdir: str) -> tuple[str, str]:
     return "error2", line
   if result.exit_code != 0: return f"exit{result.exit_code}", stderr.strip()
   try:
-    art = pipeline.open_artifact(out)
+    art = artifact.open_artifact(out)
     io_bytes = sum(int(np.prod(s["shape"])) * np.dtype(s["dtype"]).itemsize for s in art.inputs + art.outputs)
     if io_bytes + int(art.manifest.get("arena_bytes", 0)) > MAX_RUN_BYTES: return "ok-not-run", f"{io_bytes} bytes"
-    feeds = pipeline.random_inputs(art, seed)
-    got = pipeline.run_artifact(out, feeds)
+    feeds = artifact.random_inputs(art, seed)
+    got = artifact.run_artifact(out, feeds)
   except Exception as error:
     return "run-error", f"{type(error).__name__}: {error}"
   if _storage_only(art): return "ok-unchecked", "storage-only dtypes"
@@ -461,8 +461,8 @@ def run_case(data: bytes, seed: int, workdir: str) -> tuple[str, str]:
   for name, r in zip(names, ref):
     if name not in got: return "mismatch", f"output {name!r} missing from the artifact"
     r = np.asarray(r)
-    rtol, atol = pipeline.default_tolerance(got[name].dtype)
-    max_abs, _, ok, note = pipeline.compare(got[name], r, rtol, atol)
+    rtol, atol = validate.default_tolerance(got[name].dtype)
+    max_abs, _, ok, note = validate.compare(got[name], r, rtol, atol)
     if not ok or got[name].dtype != r.dtype:
       return "mismatch", f"output {name!r}: {got[name].dtype} vs reference {r.dtype}, max abs {max_abs:.3g} ({note})"
   return "ok", ""

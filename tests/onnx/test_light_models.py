@@ -91,7 +91,7 @@ def test_webgpu_squeezenet_in_chromium(tmp_path):
   reason = chromium.missing_browser()
   if reason: pytest.skip(reason)
   pytest.importorskip("onnxruntime", reason="onnxruntime (pip) is the reference for the light models")
-  from tgc.aot.pipeline import compile_model
+  from tgc.aot.compile import compile_model
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     model = lm.randomized(_load(BROWSER_MODEL), seed=0)

@@ -17,34 +17,38 @@ from tgc.runtimes.c import C_FLAGS, CRuntime
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 VECTOR_ADD = """
-void vector_add(float* restrict data0, const float* restrict data1, const float* restrict data2) {
-  for (int i = 0; i < 1000; i++) data0[i] = data1[i] + data2[i];
+void vector_add(float* restrict data0, const float* restrict data1, const float* restrict data2, int tg_lo, int tg_hi) {
+  for (int i = tg_lo; i < tg_hi; i++) data0[i] = data1[i] + data2[i];
 }
 """
 
 MULTIPLY_ADD = """
 void multiply_add(float* restrict data0, const float* restrict data1, const float* restrict data2,
-                  const float* restrict data3) {
+                  const float* restrict data3, int tg_lo, int tg_hi) {
+  (void)tg_lo; (void)tg_hi;
   for (int i = 0; i < 4096; i++) data0[i] = data1[i] * data2[i] + data3[i];
 }
 """
 
 WITH_LIBM = """
 #include <math.h>
-void with_libm(double* restrict data0, const double* restrict data1) {
+void with_libm(double* restrict data0, const double* restrict data1, int tg_lo, int tg_hi) {
+  (void)tg_lo; (void)tg_hi;
   for (int i = 0; i < 64; i++) data0[i] = exp(data1[i]) + sqrt(fabs(data1[i]));
 }
 """
 
 EMPTY_SIZES = """
-void empty_sizes(float* restrict data0, const float* restrict data1, int* restrict data2) {
+void empty_sizes(float* restrict data0, const float* restrict data1, int* restrict data2, int tg_lo, int tg_hi) {
+  (void)tg_lo; (void)tg_hi;
   for (int i = 0; i < 0; i++) data0[i] = data1[i];
   data2[0] = 7;
 }
 """
 
 SCALE = """
-void scale(float* restrict data0, const float* restrict data1) {
+void scale(float* restrict data0, const float* restrict data1, int tg_lo, int tg_hi) {
+  (void)tg_lo; (void)tg_hi;
   for (int i = 0; i < 256; i++) data0[i] = data1[i] * 3.0f;
 }
 """
@@ -61,8 +65,20 @@ def test_vector_add_matches_numpy(c_runtime):
   a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
   out = c_runtime.alloc(4000)
   program = c_runtime.compile(VECTOR_ADD, "vector_add")
-  assert program(out, upload(c_runtime, a), upload(c_runtime, b)) is None
+  assert program(out, upload(c_runtime, a), upload(c_runtime, b), global_size=(1000, 1, 1)) is None
   np.testing.assert_array_equal(c_runtime.copyout(out).view(np.float32), a + b)
+
+
+def test_launch_runs_the_whole_task_loop(c_runtime):
+  """A launch passes the task range [0, global_size[0]) after the buffers."""
+  a = np.arange(1000, dtype=np.float32)
+  out = c_runtime.alloc(4000)
+  c_runtime.copyin(out, np.full(1000, -1, np.float32))
+  program = c_runtime.compile(VECTOR_ADD, "vector_add")
+  program(out, upload(c_runtime, a), upload(c_runtime, a), global_size=(600, 1, 1))
+  got = c_runtime.copyout(out).view(np.float32)
+  np.testing.assert_array_equal(got[:600], 2 * a[:600])
+  assert (got[600:] == -1).all()
 
 
 def test_no_fused_multiply_add(c_runtime):

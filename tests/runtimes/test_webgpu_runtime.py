@@ -19,21 +19,12 @@ from tgc.frontend import Tensor, dtypes
 from tgc.frontend import functional as F
 from tgc.frontend import realize
 from tgc.codegen.render.wgsl import Binding
-from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
+from tgc.runtimes import CompileError, LaunchError
 
 ELEMENTWISE = dict(rtol=1e-5, atol=1e-6)
 TRANSCENDENTAL = dict(rtol=1e-5, atol=1e-5)
 REDUCE = dict(rtol=1e-4, atol=1e-4)
 HALF = dict(rtol=2e-3, atol=1e-3)
-
-
-@pytest.fixture(scope="session")
-def webgpu_runtime():
-  """The shared WebGPU runtime; skipped (naming the missing piece) when wgpu or an adapter is missing."""
-  try:
-    return get_runtime("webgpu")
-  except RuntimeUnavailable as error:
-    pytest.skip(str(error))
 
 
 @pytest.fixture

@@ -1,0 +1,98 @@
+"""Artifact folders for `tgc run`, `validate`, `bench`, `inspect` and `viz`: opening one (read once by
+`runtimes.artifact.ArtifactFolder`, its manifest checked against the JSON Schema and its files against their
+sha256), loading it with the Python runtime of its target, running it on inputs by original name, and seeded
+random inputs. Every problem with the folder or the inputs is a `UserError` naming it: `ArtifactError`s are mapped
+by type (`user_error`)."""
+from __future__ import annotations
+import importlib
+import numpy as np
+from tgc.ir import lowp
+from tgc.ir.config import config
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder, MissingInput
+from tgc.runtimes.base import ToolchainMissing
+from tgc.runtimes.io_arrays import storage_type, value_dtype
+from tgc.emit.manifest import validate_manifest
+from tgc.aot import models, viz_session
+from tgc.aot.errors import UserError
+
+# target -> (module, class) of the Python runtime that loads its artifacts (a runtimes.artifact.Artifact); imported
+# when first used, so a runtime's optional dependencies (wgpu, cuda-python, PyObjC) matter only to its own target
+ARTIFACT_RUNTIMES = {"c": ("tgc.runtimes.artifact_c", "CArtifact"),
+                     "opencl": ("tgc.runtimes.artifact_opencl", "OpenCLArtifact"),
+                     "webgpu": ("tgc.runtimes.artifact_webgpu", "WebGPUArtifact"),
+                     "metal": ("tgc.runtimes.artifact_metal", "MetalArtifact"),
+                     "cuda": ("tgc.runtimes.artifact_cuda", "CUDAArtifact")}
+
+
+def user_error(error: ArtifactError) -> UserError:
+  """The UserError `tgc` reports for a problem with an artifact folder or with the inputs given to it."""
+  if isinstance(error, MissingInput):
+    return UserError(f"missing input {error.name!r} (give it with --input {error.name}=file.npy)")
+  return UserError(str(error))
+
+
+def open_artifact(folder: str, check_files: bool = True) -> ArtifactFolder:
+  """Read and check an artifact folder (with `check_files`, every file against its sha256); every problem is a
+  UserError naming the folder or file."""
+  try:
+    art = ArtifactFolder.read(folder)
+    try: validate_manifest(art.manifest)
+    except ValueError as error: raise ArtifactError(f"{folder}: {error}") from error
+    if check_files: art.verify()
+  except ArtifactError as error: raise user_error(error) from error
+  if config.viz: viz_session.note_artifact(folder)
+  return art
+
+
+def runner_class(target: str) -> type[Artifact] | None:
+  """The runtime class that loads artifacts of `target`, None when this build has none for it."""
+  if target not in ARTIFACT_RUNTIMES: return None
+  module, name = ARTIFACT_RUNTIMES[target]
+  return getattr(importlib.import_module(module), name)
+
+
+def artifact_runtime(art: ArtifactFolder, threads: int = 1, profile: bool = False) -> Artifact:
+  """The Python runtime that loads this artifact (the caller closes it); C artifacts can run on `threads` threads
+  (their thread pool) and be built to time each launch (`profile`)."""
+  if art.target not in ARTIFACT_RUNTIMES:
+    raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
+                    f"{', '.join(ARTIFACT_RUNTIMES)}")
+  if threads < 1: raise UserError(f"--threads must be at least 1, got {threads}")
+  if (threads > 1 or profile) and art.target != "c":
+    raise UserError(f"--threads and --profile apply to c artifacts, not {art.target}")
+  options = {"threads": threads, "profile": profile} if art.target == "c" else {}
+  # the folder was checked already: only a tool this machine lacks is the user's to fix, other errors are bugs
+  try: return runner_class(art.target)(art, **options)
+  except ToolchainMissing as error: raise UserError(f"cannot load {art.folder}: {error}") from error
+
+
+def run_values(runtime: Artifact, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """One run on inputs by original name as users hold them (storage-only types as values or bit patterns; checked
+  once, by the runtime); outputs by original name, in manifest order, as values."""
+  try: return runtime.run(values, values=True)
+  except ArtifactError as error: raise user_error(error) from None
+
+
+def run_artifact(folder: str, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
+  """Run the artifact once; outputs by original name, in manifest order (storage-only types as values)."""
+  art = open_artifact(folder)
+  with artifact_runtime(art, threads) as runtime: return run_values(runtime, arrays)
+
+
+def random_inputs(art: ArtifactFolder, seed: int) -> dict[str, np.ndarray]:
+  """Fresh seeded input values: normal floats (never all zeros), small non-negative integers (for int4/int2 anywhere
+  in their range), random booleans; storage-only types as their values (`io_arrays.value_dtype`)."""
+  rng = np.random.default_rng(seed)
+  out = {}
+  for i in art.inputs:
+    shape, dt = tuple(i["shape"]), storage_type(i)
+    if dt is not None and dt in lowp.INT_RANGES:
+      lo, hi = lowp.INT_RANGES[dt]
+      out[i["name"]] = rng.integers(lo, hi + 1, shape).astype(value_dtype(i))
+    else: out[i["name"]] = models.example_array(shape, value_dtype(i), rng)
+  return out
+
+
+def node_text(node) -> str:
+  """A manifest node entry ({"name", "op"}) as one line of text."""
+  return f"{node.get('name', '?')} ({node.get('op', '?')})" if isinstance(node, dict) else str(node)

@@ -1,0 +1,78 @@
+"""`tgc bench`: time whole runs of an artifact through its own loader (not tgc's kernels), and with `--profile`
+(C) each kernel launch inside those runs, gathered per kernel with rates from the manifest's op and byte counts."""
+from __future__ import annotations
+import statistics
+from dataclasses import dataclass
+import numpy as np
+from tgc.runtimes.artifact import ArtifactError
+from tgc.aot.artifact import artifact_runtime, node_text, open_artifact, random_inputs, user_error
+from tgc.aot.errors import UserError
+
+
+@dataclass
+class KernelProfile:
+  """One kernel of a profiled artifact: its launches per run and their time per run, share of the profiled total,
+  and rates from the manifest's op and byte counts."""
+  kernel: str
+  launches: int
+  seconds: float
+  share: float
+  gflops: float
+  gbytes: float
+  opts: list[str]
+  nodes: list[str]
+
+
+@dataclass
+class BenchReport:
+  folder: str
+  runs: int
+  warmup: int
+  median_s: float
+  p90_s: float
+  min_s: float
+  arena_bytes: int
+  weights_bytes: int
+  code_bytes: int
+  threads: int = 1
+  profile: list[KernelProfile] | None = None     # with --profile: per kernel, slowest first
+
+
+def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, threads: int = 1,
+                   profile: bool = False) -> BenchReport:
+  """Time whole runs of the artifact itself (its own loader, not tgc's kernels); `profile` (C) also times each
+  kernel launch inside those runs."""
+  if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
+  if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
+  art = open_artifact(folder)
+  feeds = random_inputs(art, seed)
+  with artifact_runtime(art, threads, profile) as runtime:
+    try:
+      runtime.time(feeds, warmup, 0, values=True)
+      if profile: runtime.profile_reset()
+      times = [float(t) for t in runtime.time(feeds, runs, 0, values=True)]
+    except ArtifactError as error: raise user_error(error) from None
+    per_call = runtime.profile() if profile else None
+  if not times: raise RuntimeError("the artifact runtime returned no timings")
+  kernels = kernel_profile(art.manifest, per_call, len(times)) if per_call is not None else None
+  return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
+                     min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes(),
+                     threads, kernels)
+
+
+def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[KernelProfile]:
+  """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first."""
+  info = {k["name"]: k for k in manifest["kernels"]}
+  seconds: dict[str, float] = {}
+  launches: dict[str, int] = {}
+  for call, s in zip(manifest["calls"], per_call):
+    seconds[call["kernel"]] = seconds.get(call["kernel"], 0.0) + s / runs
+    launches[call["kernel"]] = launches.get(call["kernel"], 0) + 1
+  total = sum(seconds.values()) or 1.0
+  out = []
+  for name, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+    k, n = info[name], launches[name]
+    rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
+    out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
+                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])]))
+  return out

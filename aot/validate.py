@@ -1,0 +1,98 @@
+"""`tgc validate`: run an artifact and an independent reference (`aot.reference`) on the same fresh seeded inputs
+and compare every output within a tolerance (by default one fit for its dtype: `default_tolerance`)."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import numpy as np
+from tgc.aot import reference
+from tgc.aot.artifact import artifact_runtime, open_artifact, random_inputs, run_values
+from tgc.aot.errors import UserError
+
+# storage-only float types: about one unit in the last place of their values near 1
+STORAGE_TOLERANCE = {"bfloat16": (2e-2, 1e-2), "float8e4m3fn": (0.13, 1e-2), "float8e4m3fnuz": (0.13, 1e-2),
+                     "float8e5m2": (0.26, 1e-2), "float8e5m2fnuz": (0.26, 1e-2), "float4e2m1": (0.5, 0.5)}
+
+
+F16_TOLERANCE = 1e-2      # --precision f16: |got - ref| <= 1e-2 |ref| + 1e-2 max |ref| (measured: up to 0.5e-2)
+
+
+def default_tolerance(dtype: np.dtype, tgc_dtype: str | None = None, ref: np.ndarray | None = None,
+                      precision: str = "f32") -> tuple[float, float]:
+  """(rtol, atol) for an output dtype (and its tgc dtype, for storage-only types) when none is given. Artifacts
+  computing in half precision (`precision` "f16") are held to F16_TOLERANCE relative to each element and to the
+  output's largest magnitude (`ref`)."""
+  if tgc_dtype in STORAGE_TOLERANCE: return STORAGE_TOLERANCE[tgc_dtype]
+  dtype = np.dtype(dtype)
+  if dtype.kind == "f" and precision == "f16" and ref is not None:
+    scale = float(np.abs(ref[np.isfinite(ref)]).max()) if np.isfinite(ref).any() else 1.0
+    return F16_TOLERANCE, F16_TOLERANCE * max(scale, 1e-30)
+  if dtype.kind == "f": return (1e-2, 1e-2) if dtype.itemsize <= 2 else (1e-4, 1e-4)
+  return (0.0, 0.0)
+
+
+@dataclass
+class OutputCheck:
+  name: str
+  shape: tuple[int, ...]
+  dtype: str
+  max_abs: float
+  max_rel: float
+  rtol: float
+  atol: float
+  ok: bool
+  note: str = ""
+
+
+@dataclass
+class ValidateReport:
+  folder: str
+  model: str
+  reference: str
+  seed: int
+  checks: list[OutputCheck] = field(default_factory=list)
+
+  @property
+  def ok(self) -> bool: return all(c.ok for c in self.checks)
+
+
+def compare(got: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool, str]:
+  """(max abs error, max rel error over elements with |ref| >= atol (> 0 when atol is 0), within tolerance,
+  note). NaN must match NaN and infinities must match exactly."""
+  got, ref = np.asarray(got), np.asarray(ref)
+  if got.shape != ref.shape:
+    return float("inf"), float("inf"), False, f"shape {list(got.shape)}, reference {list(ref.shape)}"
+  g, r = got.astype(np.float64), ref.astype(np.float64)
+  same = (g == r) | (np.isnan(g) & np.isnan(r))
+  with np.errstate(invalid="ignore", over="ignore"):
+    diff = np.where(same, 0.0, np.abs(g - r))
+  diff = np.where(np.isnan(diff), np.inf, diff)
+  max_abs = float(diff.max()) if diff.size else 0.0
+  scale = np.abs(r)
+  mask = (scale >= atol) & (scale > 0) & np.isfinite(scale)
+  max_rel = float((diff[mask] / scale[mask]).max()) if mask.any() else 0.0
+  ok = bool(np.all(diff <= atol + rtol * np.where(np.isfinite(scale), scale, 0.0)))
+  note = ""
+  if not ok: note = f"{int(np.count_nonzero(diff > atol + rtol * np.nan_to_num(scale)))} of {diff.size} off"
+  return max_abs, max_rel, ok, note
+
+
+def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol: float | None = None,
+                      atol: float | None = None) -> ValidateReport:
+  """Run the artifact and an independent reference on the same fresh seeded inputs; compare every output."""
+  art = open_artifact(folder)
+  spec, options = reference.spec_from_source(art.source, model)
+  feeds = random_inputs(art, seed)
+  with artifact_runtime(art) as runtime: got = run_values(runtime, feeds)
+  ref, kind = reference.reference_outputs(spec, feeds, options)
+  report = ValidateReport(folder, spec.text, kind, seed)
+  precision = art.manifest.get("target_info", {}).get("precision", "f32")
+  for o in art.outputs:
+    name = o["name"]
+    if name not in ref:
+      raise UserError(f"the reference model has no output {name!r} (its outputs: {', '.join(map(repr, ref))}); is "
+                      f"--model the model this artifact was compiled from?")
+    default = default_tolerance(np.dtype(o["dtype"]), o.get("tgc_dtype"), np.asarray(ref[name], np.float64), precision)
+    rt = default[0] if rtol is None else rtol
+    at = default[1] if atol is None else atol
+    max_abs, max_rel, ok, note = compare(got[name], ref[name], rt, at)
+    report.checks.append(OutputCheck(name, tuple(o["shape"]), o["dtype"], max_abs, max_rel, rt, at, ok, note))
+  return report

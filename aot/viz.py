@@ -1,0 +1,362 @@
+"""`tgc viz`: one static HTML page (offline: no network, no external file) that shows how a model was compiled. The
+model's nodes and which kernels compute them; every recorded rewrite pass with the rules that fired and the graph
+before and after (`ir.viz`); the schedule (each call's kernel, nodes and buffers, the buffers, the arena with its
+buffers' lifetimes as a chart); per kernel its AST, opts, launch size and source for the target.
+
+Sources of a page: a MODEL (`file.py:function` or `.onnx`) traced and compiled in process with recording on (nothing
+written but the page), or an artifact folder: its manifest and sources, plus the rewrites of a rebuild when the
+manifest's `source` still names the model file it was compiled from (same sha256; the artifact's own opts are used).
+
+`VIZ=1` on any tgc command records what it compiles and writes the same page: `OUT.viz.html` beside the artifact
+folder OUT that the command wrote or read, else `viz.html` in the current folder (the session is
+`aot.viz_session.command_session`; `write_session_page` writes its page).
+
+The page is the template `templates/viz/page.html.tmpl` with the data as JSON in a `<script type="application/json">`
+block, where `<`, `>` and `&` are written as JSON escapes, so no model-supplied text can end the block; the page's
+script renders model text with textContent only."""
+from __future__ import annotations
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+import numpy as np
+import onnx
+from tgc.ir import viz as recorder_viz
+from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.opts import Opt
+from tgc.runtimes.artifact import SOURCE_SUFFIXES, ArtifactError, ArtifactFolder
+from tgc.runtimes.artifact_webgpu import read_plan
+from tgc.emit.common import fill, read_template
+from tgc.frontend.onnx.loading import node_label
+from tgc.aot import models, reference
+from tgc.aot.artifact import open_artifact
+from tgc.aot.compile import build_compiled
+from tgc.aot.errors import UserError
+from tgc.aot.targets import make_target
+from tgc.aot.viz_session import VizSession
+
+TEMPLATE = ("viz", "page.html.tmpl")
+PAGE_NAME = "viz.html"
+PAGE_SUFFIX = ".viz.html"
+_OPT_TEXT = re.compile(r"^Opt\((\w+),(-?\d+),(-?\d+)\)$")
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+@dataclass
+class VizReport:
+  path: str
+  nbytes: int
+  kernels: int
+  rewrites: int        # rewrites that changed a graph, recorded
+  notes: list[str]
+
+
+# ---------------------------------------------------------------- entry points
+def viz(thing: str, out: str, target: str = "c", cpu: str | None = None, input_shapes: dict | None = None,
+        consts: dict | None = None, const_files: dict | None = None) -> VizReport:
+  """`tgc viz MODEL|OUT -o out`: the page of a model (compiled for `target` in process) or of an artifact folder."""
+  if os.path.isdir(thing): data = artifact_page_data(thing)
+  else: data = model_page_data(thing, target, cpu, input_shapes, consts, const_files)
+  return write_page(data, out)
+
+
+def model_page_data(model: str, target: str = "c", cpu: str | None = None, input_shapes: dict | None = None,
+                    consts: dict | None = None, const_files: dict | None = None) -> dict:
+  """Trace and compile MODEL for `target` with rewrites recorded; nothing is written."""
+  spec = models.parse_model_spec(model)
+  tgt = make_target(target, cpu)
+  with recorder_viz.recording() as recorder:
+    cm, _ = build_compiled(spec, tgt, None, input_shapes, consts, const_files)
+  return compiled_page_data(cm, spec, recorder)
+
+
+def compiled_page_data(cm: CompiledModel, spec: models.ModelSpec | None, recorder: recorder_viz.Recorder | None,
+                       notes: list[str] | None = None) -> dict:
+  """The page of a compiled model (and the rewrites `recorder` holds)."""
+  described = describe_compiled(cm)
+  sources = {name: k.function for name, k in cm.kernels.items()}
+  onnx_path = spec.path if spec is not None and spec.kind == "onnx" else None
+  what = spec.text if spec is not None else cm.name
+  return _page_data(described, sources, recorder.to_json() if recorder is not None else None, list(notes or []),
+                    what, "model", onnx_path)
+
+
+def artifact_page_data(folder: str, rebuild: bool = True) -> dict:
+  """The page of an artifact folder: manifest and sources; with `rebuild`, the rewrites of compiling its recorded
+  model again (when it can be)."""
+  art = open_artifact(folder, check_files=False)
+  notes: list[str] = []
+  sources = artifact_sources(art, notes)
+  rewrites = None
+  if rebuild: rewrites = _rebuild_rewrites(art, notes)
+  else: notes.append(f"rewrites are not shown: run `tgc viz {folder}` to rebuild the model and record them")
+  source = art.source or {}
+  onnx_path = source.get("path") if source.get("kind") == "onnx" and os.path.isfile(source.get("path", "")) else None
+  return _page_data(art.manifest, sources, rewrites, notes, folder, "artifact", onnx_path)
+
+
+def write_page(data: dict, out: str) -> VizReport:
+  """Write the page to `out` (atomically); a UserError when it cannot be written."""
+  html = render_page(data)
+  path = os.path.abspath(out)
+  folder = os.path.dirname(path)
+  if not os.path.isdir(folder): raise UserError(f"-o {out}: folder {folder} does not exist")
+  if os.path.isdir(path): raise UserError(f"-o {out} is a folder; give the page's file name (e.g. {PAGE_NAME})")
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+  try:
+    with open(tmp, "w", encoding="utf-8") as f: f.write(html)
+    os.replace(tmp, path)
+  except OSError as error:
+    if os.path.exists(tmp): os.unlink(tmp)
+    raise UserError(f"cannot write {out} ({error.strerror})") from error
+  rewrites = data.get("rewrites") or {"sections": []}
+  recorded = sum(len(s["records"]) for s in rewrites["sections"])
+  return VizReport(path, len(html.encode("utf-8")), len(data["kernels"]), recorded, list(data["notes"]))
+
+
+def render_page(data: dict) -> str:
+  """The page: the template with the data embedded as escaped JSON."""
+  return fill(read_template(*TEMPLATE), {"data": embed_json(data)}, "templates/viz/page.html.tmpl")
+
+
+def embed_json(data) -> str:
+  """JSON that can sit inside a <script> element: no `<`, `>` or `&` (written as \\u escapes), ASCII only."""
+  text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False, default=_json_default)
+  return re.sub("[<>&\u2028\u2029]", lambda m: _JSON_ESCAPES[m.group(0)], text)
+
+
+def _json_default(value):
+  if isinstance(value, np.integer): return int(value)
+  if isinstance(value, np.floating): return float(value)
+  raise TypeError(f"cannot put {type(value).__name__} on the viz page")
+
+
+# ---------------------------------------------------------------- a compiled model described like a manifest
+def describe_compiled(cm: CompiledModel) -> dict:
+  """The parts of a manifest the page shows, for a compiled model not written as an artifact."""
+  def tensor(b):
+    return {"name": b.name, "symbol": b.symbol, "shape": list(b.shape), "dtype": b.dtype.np, "nbytes": b.nbytes}
+  kinds = [(b.kind, b.index) for b in cm.buffers]
+  return {
+    "target": cm.target.name, "model": {"name": cm.name}, "renderer": cm.meta.get("renderer", ""),
+    "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
+    "weights": {"tensors": [tensor(b) for b in cm.of_kind("weight")]},
+    "arena_bytes": cm.arena_bytes,
+    "arena_buffers": [{**tensor(b), "index": b.index, "offset": b.offset} for b in cm.of_kind("arena")],
+    "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size), "ops": k.ops,
+                 "bytes": k.bytes, "opts": [repr(o) for o in k.opts], "tuned": name in cm.meta.get("tuned", ()),
+                 "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
+                for name, k in cm.kernels.items()],
+    "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers],
+               "nodes": list(dict.fromkeys(o.name for o in c.nodes))} for c in cm.calls],
+  }
+
+
+# ---------------------------------------------------------------- the page's data
+def _page_data(m: dict, sources: dict[str, str], rewrites: dict | None, notes: list[str], what: str, kind: str,
+               onnx_path: str | None) -> dict:
+  """Everything the page shows, from a manifest (or `describe_compiled`), kernel sources and recorded rewrites."""
+  buffers, where = _buffers(m)
+  calls = []
+  for i, c in enumerate(m.get("calls", [])):
+    args = [where.get((a.get("kind"), a.get("index")), -1) for a in c.get("args", [])]
+    for b in args:
+      if b < 0: continue
+      buffers[b]["first"] = i if buffers[b]["first"] < 0 else buffers[b]["first"]
+      buffers[b]["last"] = i
+    calls.append({"kernel": c.get("kernel", "?"), "buffers": args, "nodes": [str(n) for n in c.get("nodes", [])]})
+  sections = {s["title"]: i for i, s in enumerate(rewrites["sections"]) if s["kind"] == "kernel"} if rewrites else {}
+  kernels = []
+  for k in m.get("kernels", []):
+    name = k.get("name", "?")
+    kernels.append({"name": name, "global_size": k.get("global_size", []), "local_size": k.get("local_size", []),
+                    "ops": k.get("ops", 0), "bytes": k.get("bytes", 0), "opts": list(k.get("opts", [])),
+                    "tuned": bool(k.get("tuned", False)),
+                    "nodes": [[n.get("name", "?"), n.get("op", "?")] for n in k.get("nodes", [])],
+                    "calls": [i for i, c in enumerate(calls) if c["kernel"] == name],
+                    "source": sources.get(name), "section": sections.get(name, -1)})
+  if rewrites is not None:
+    missing = [k["name"] for k in kernels if k["section"] < 0]
+    if missing: notes.append(f"no rewrites were recorded for {len(missing)} kernel(s): {', '.join(missing[:8])}"
+                             + (" ..." if len(missing) > 8 else ""))
+    if rewrites["graphs_left_out"]:
+      notes.append(f"{rewrites['graphs_left_out']} graphs are left out: the page holds at most "
+                   f"{rewrites['limits']['nodes']} graph nodes")
+  model = m.get("model")
+  name = model.get("name", "") if isinstance(model, dict) else str(model or "")
+  return {"title": f"{name} for {m.get('target', '?')}", "model": name, "target": m.get("target", "?"),
+          "kind": kind, "from": what, "renderer": m.get("renderer") or _renderer_of(m), "notes": notes,
+          "inputs": [_spec(t) for t in m.get("inputs", [])], "outputs": [_spec(t) for t in m.get("outputs", [])],
+          "arena_bytes": int(m.get("arena_bytes", 0)), "buffers": buffers, "calls": calls, "kernels": kernels,
+          "nodes": _model_nodes(kernels, onnx_path, notes), "rewrites": rewrites}
+
+
+def _spec(t: dict) -> dict:
+  return {"name": t.get("name", ""), "shape": list(t.get("shape", [])), "dtype": t.get("dtype", "?")}
+
+
+def _renderer_of(m: dict) -> str:
+  cpu = (m.get("target_info") or {}).get("cpu")
+  return f"{m.get('target', '?')} ({cpu.get('level')})" if isinstance(cpu, dict) and cpu.get("level") else ""
+
+
+def _buffers(m: dict) -> tuple[list[dict], dict[tuple[str, int], int]]:
+  """Every buffer a call can bind (inputs, outputs, weights, arena) and (kind, index) -> position in that list."""
+  groups = (("input", m.get("inputs", [])), ("output", m.get("outputs", [])),
+            ("weight", (m.get("weights") or {}).get("tensors", [])), ("arena", m.get("arena_buffers", [])))
+  out, where = [], {}
+  for kind, entries in groups:
+    for i, t in enumerate(entries):
+      index = t.get("index", i) if kind == "arena" else i
+      where[(kind, index)] = len(out)
+      out.append({"kind": kind, "index": index, "name": t.get("name", ""), "symbol": t.get("symbol", ""),
+                  "shape": list(t.get("shape", [])), "dtype": t.get("dtype", "?"), "nbytes": int(t.get("nbytes", 0)),
+                  "offset": int(t.get("offset", 0)) if kind == "arena" else -1, "first": -1, "last": -1})
+  return out, where
+
+
+def _model_nodes(kernels: list[dict], onnx_path: str | None, notes: list[str]) -> list[dict]:
+  """The model's nodes, each with the kernels that compute it: every node of an ONNX graph in model order (those no
+  kernel computes were folded at compile time), else the nodes the kernels name, in kernel order."""
+  computed: dict[tuple[str, str], list[str]] = {}
+  for k in kernels:
+    for name, op in k["nodes"]: computed.setdefault((name, op), []).append(k["name"])
+  if onnx_path:
+    graph_nodes = _onnx_nodes(onnx_path, notes)
+    if graph_nodes is not None:
+      return [{**n, "kernels": computed.get((n["name"], n["op"]), [])} for n in graph_nodes]
+  return [{"name": name, "op": op, "inputs": [], "outputs": [], "kernels": ks} for (name, op), ks in computed.items()]
+
+
+def _onnx_nodes(path: str, notes: list[str]) -> list[dict] | None:
+  """The nodes of an ONNX graph as tgc names them (None, with a note, when the file cannot be read)."""
+  try:
+    graph = onnx.load(path, load_external_data=False).graph
+  except Exception as error:   # the page still shows the nodes the kernels name
+    notes.append(f"the ONNX graph of {path} could not be read ({type(error).__name__}); nodes come from the kernels")
+    return None
+  return [{"name": node_label(n, i), "op": n.op_type, "inputs": [x for x in n.input if x],
+           "outputs": [x for x in n.output if x]} for i, n in enumerate(graph.node)]
+
+
+# ---------------------------------------------------------------- artifacts
+def artifact_sources(art: ArtifactFolder, notes: list[str]) -> dict[str, str]:
+  """Each kernel's source as the artifact ships it: from the line `// <kernel> computes ...` that heads it to the end
+  of its function (C-family files), or the kernel's WGSL in a webgpu bundle's plan."""
+  names = [k["name"] for k in art.manifest.get("kernels", [])]
+  texts: list[str] = []
+  for fname in sorted(art.manifest.get("files", {})):
+    path = os.path.join(art.folder, fname)
+    if not fname.lower().endswith(SOURCE_SUFFIXES) or not os.path.isfile(path): continue
+    with open(path, encoding="utf-8", errors="replace") as f: text = f.read()
+    if fname.endswith(".js"): texts.extend(_plan_wgsl(text))
+    else: texts.append(text)
+  found = {}
+  for name in names:
+    for text in texts:
+      src = kernel_text(text, name)
+      if src is not None:
+        found[name] = src
+        break
+  missing = [n for n in names if n not in found]
+  if missing: notes.append(f"the source of {len(missing)} kernel(s) was not found in the artifact's files: "
+                           f"{', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else ""))
+  return found
+
+
+def _plan_wgsl(model_js: str) -> list[str]:
+  """The WGSL of every kernel in a webgpu bundle's model.js plan block (none when it has no plan)."""
+  try: plan = read_plan(model_js)
+  except ArtifactError: return []
+  return ["\n".join(k.get("wgsl", [])) for k in plan.get("kernels", [])]
+
+
+def kernel_text(text: str, name: str) -> str | None:
+  """The kernel `name` in a source text: its heading comment lines and the function after them, through the line
+  where braces and preprocessor conditionals are all closed again (both halves of `#if TG_SIMD ... #else`)."""
+  lines = text.split("\n")
+  head = f"// {name} computes"
+  start = next((i for i, line in enumerate(lines) if line.startswith(head + ":") or line.startswith(head + " ")), None)
+  if start is None: return None
+  braces = conditionals = 0
+  opened = False
+  for i in range(start, len(lines)):
+    code = lines[i].split("//", 1)[0]
+    stripped = code.strip()
+    if stripped.startswith("#if"): conditionals += 1
+    elif stripped.startswith("#endif"): conditionals -= 1
+    braces += code.count("{") - code.count("}")
+    opened = opened or "{" in code
+    if opened and braces <= 0 and conditionals <= 0: return "\n".join(lines[start:i + 1])
+  return "\n".join(lines[start:])
+
+
+def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> dict | None:
+  """Compile the artifact's recorded model again with its target, CPU level and opts, rewrites recorded."""
+  source = art.source
+  if not source:
+    notes.append("rewrites are not shown: the artifact does not record the model it was compiled from")
+    return None
+  try:
+    spec, options = reference.spec_from_source(source, None)
+    consts = {k: np.load(p, allow_pickle=False) for k, p in (options.get("consts") or {}).items()}
+    shapes = {k: tuple(v) for k, v in (options.get("input_shapes") or {}).items()}
+    cpu = ((art.manifest.get("target_info") or {}).get("cpu") or {}).get("level") if art.target == "c" else None
+    target = make_target(art.target, cpu)
+  except (UserError, OSError, ValueError) as error:
+    notes.append(f"rewrites are not shown: the model cannot be rebuilt ({error})")
+    return None
+  with recorder_viz.recording() as recorder:
+    try: cm, _ = build_compiled(spec, target, art.name, shapes, consts, dict(options.get("consts") or {}),
+                                opts_for=_artifact_opts(art, notes))
+    except UserError as error:
+      notes.append(f"rewrites are not shown: rebuilding {spec.text} failed ({error})")
+      return None
+  rebuilt, shipped = list(cm.kernels), [k["name"] for k in art.manifest.get("kernels", [])]
+  if rebuilt != shipped:
+    notes.append(f"the rebuild of {spec.text} has kernels {len(rebuilt)} that differ from the artifact's "
+                 f"{len(shipped)}: its rewrites are shown for the kernels of the same name")
+  else: notes.append(f"rewrites recorded by rebuilding {spec.text} with the artifact's target and opts")
+  return recorder.to_json()
+
+
+def _artifact_opts(art: ArtifactFolder, notes: list[str]):
+  """opts_for(item) that gives each kernel the artifact's own opts (the n-th distinct kernel AST is the manifest's
+  n-th kernel); None (the heuristics) when the manifest's opts cannot be read."""
+  opts: list[list[Opt]] = []
+  for k in art.manifest.get("kernels", []):
+    parsed = [_OPT_TEXT.match(str(o)) for o in k.get("opts", [])]
+    if not all(parsed):
+      notes.append("the artifact's opts could not be read: the rebuild uses the heuristics' opts")
+      return None
+    opts.append([Opt(p.group(1), int(p.group(2)), int(p.group(3))) for p in parsed])
+  order: dict[str, int] = {}
+
+  def opts_for(item):
+    index = order.setdefault(item.ast.key, len(order))
+    return opts[index] if index < len(opts) else None
+  return opts_for
+
+
+# ---------------------------------------------------------------- VIZ=1
+def session_page_path(session: VizSession) -> str:
+  """OUT.viz.html beside the artifact folder OUT, else viz.html in the current folder."""
+  if session.artifact: return session.artifact.rstrip(os.sep) + PAGE_SUFFIX
+  return os.path.abspath(PAGE_NAME)
+
+
+def write_session_page(session: VizSession, stream=None) -> VizReport | None:
+  """The page of what the command compiled (its last model) or else of the artifact it read; a line on stderr says
+  where it went. None when the command compiled nothing and read no artifact."""
+  stream = stream or sys.stderr
+  if session.compiled:
+    cm, spec = session.compiled[-1]
+    data = compiled_page_data(cm, spec, session.recorder)
+  elif session.artifact: data = artifact_page_data(session.artifact, rebuild=False)
+  else:
+    print("tgc: VIZ=1: this command compiled no model and read no artifact: no page written", file=stream)
+    return None
+  report = write_page(data, session_page_path(session))
+  print(f"tgc: VIZ=1: wrote {report.path} ({report.nbytes} bytes)", file=stream)
+  return report

@@ -1,0 +1,104 @@
+"""Layouts chosen at compile time: weights stored in the order their kernel reads them (codegen/relayout.py) and
+convolution activations stored channels-last (codegen/schedule.py `channels_last`), checked on the kernels and on
+the numbers they compute."""
+from __future__ import annotations
+import numpy as np
+
+from tgc.frontend import Tensor, nn
+from tgc.frontend.jit import trace
+from tgc.frontend.realize import _alloc
+from tgc.codegen.schedule import schedule
+from tgc.codegen.compiled import compile_schedule
+from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.relayout import evaluate, relayout
+from tgc.codegen.heuristics import stride
+from tgc.ir import Ops, AxisType
+
+RNG = np.random.default_rng(1)
+
+
+def _loads(ast, position):
+  return [n for n in ast.toposort() if n.op is Ops.LOAD and n.src[0].arg[0] == position]
+
+
+def test_a_relaid_weight_is_read_contiguously_and_holds_the_same_values():
+  x, w = Tensor(RNG.standard_normal((8, 64)).astype(np.float32)), RNG.standard_normal((64, 32)).astype(np.float32)
+  items, _ = schedule([(x @ Tensor(w)).uop], _alloc("c"))
+  it = items[-1]
+  k = Kernel(it.ast).apply_all([Opt("VECTOR", 1, 16), Opt("UPCAST", 1, 2)])
+  pos = next(i for i, b in enumerate(it.bufs) if b.arg[1] == (64, 32) or np.prod(b.arg[1]) == 64 * 32)
+  (old,) = _loads(k.ast, pos)
+  new_ast, made = relayout(k.ast, {pos: 64 * 32})
+  (new,) = _loads(new_ast, pos)
+  vec = next(r for r in Kernel(new_ast).ranges() if r.arg.kind is AxisType.VECTOR)
+  red = next(r for r in Kernel(new_ast).ranges() if r.arg.kind is AxisType.REDUCE)
+  assert stride(new.src[1], vec) == 1 and stride(new.src[1], red) == 32      # 2 vectors of 16 per reduce step
+  old_data = RNG.standard_normal(64 * 32).astype(np.float32)
+  new_data = made[pos].apply({pos: old_data})
+  assert new_data.size == 64 * 32
+  ranges = sorted({n for n in old.src[1].toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg.id)
+  env = {r: np.arange(r.src[0].arg).reshape([-1 if j == i else 1 for j in range(len(ranges))])
+         for i, r in enumerate(ranges)}
+  np.testing.assert_array_equal(old_data[evaluate(old.src[1], env)], new_data[evaluate(new.src[1], env)])
+
+
+def _mlp(device: str):
+  Tensor.manual_seed(0)
+  l1, l2 = nn.Linear(64, 128, device=device), nn.Linear(128, 32, device=device)
+  return lambda x: l2(l1(x).relu())
+
+
+def test_compiled_weights_are_relaid_without_growing():
+  x = Tensor(RNG.standard_normal((4, 64)).astype(np.float32), device="c")
+  cap = trace(_mlp("c"), x)
+  weights = [(f"w{i}", b, v) for i, (b, v) in enumerate(cap.weights.items())]
+  cm = compile_schedule("mlp", "c", cap.items, [(s.name, b) for s, b in cap.inputs],
+                        [(s.name, b) for s, b in cap.outputs], weights)
+  before = sum(v.nbytes for _, _, v in weights)
+  after = sum(a.nbytes for a in cm.weights.values())
+  assert after <= before * 1.05
+  relaid = [b for b in cm.of_kind("weight") if len(b.shape) == 1 and b.shape[0] >= 64 * 32]
+  assert relaid, [b.shape for b in cm.of_kind("weight")]
+
+
+def test_a_weight_two_kernels_read_keeps_its_layout():
+  w = RNG.standard_normal((64, 64)).astype(np.float32)
+  x = Tensor(RNG.standard_normal((4, 64)).astype(np.float32), device="c")
+  wt = Tensor(w, device="c")
+  cap = trace(lambda x: ((x @ wt).relu() @ wt, (x @ wt) * 2.0), x)
+  weights = [(f"w{i}", b, v) for i, (b, v) in enumerate(cap.weights.items())]
+  cm = compile_schedule("shared", "c", cap.items, [(s.name, b) for s, b in cap.inputs],
+                        [(s.name, b) for s, b in cap.outputs], weights)
+  shared = [b for b in cm.of_kind("weight") if b.nbytes == w.nbytes]
+  assert shared and all(b.shape == (64, 64) for b in shared)
+
+
+def _conv_net(device: str):
+  Tensor.manual_seed(2)
+  c1, c2 = nn.Conv2d(3, 16, 3, padding=1, device=device), nn.Conv2d(16, 16, 3, padding=1, device=device)
+  dw = nn.Conv2d(16, 16, 3, padding=1, groups=16, device=device)
+  return lambda x: dw(c2(c1(x).relu()).relu()).relu()
+
+
+def test_convolution_activations_are_channels_last():
+  items, _ = schedule([_conv_net("c")(Tensor(RNG.standard_normal((1, 3, 8, 8)).astype(np.float32))).uop],
+                      _alloc("c"))
+  convs = [it for it in items if any(n.op is Ops.REDUCE for n in it.ast.toposort())]
+  assert len(convs) == 3
+  for it in convs[1:]:     # the second conv and the depthwise read the previous activation, 16 channels
+    load = next(ld for ld in _loads(it.ast, 1))
+    glob = [r for r in Kernel(it.ast).ranges() if r.arg.kind is AxisType.GLOBAL]
+    red = [r for r in Kernel(it.ast).ranges() if r.arg.kind is AxisType.REDUCE]
+    channel = red[0] if it is convs[1] else glob[0]       # conv: reduce over input channels; depthwise: the channel
+    assert stride(load.src[1], channel) == 1
+
+
+def test_attention_scores_keep_their_layout():
+  q = Tensor(RNG.standard_normal((1, 4, 16, 8)).astype(np.float32))
+  k = Tensor(RNG.standard_normal((1, 4, 16, 8)).astype(np.float32))
+  probs = (q @ k.transpose(2, 3)).softmax()
+  items, _ = schedule([(probs @ k).uop], _alloc("c"))
+  last = items[-1]
+  load = _loads(last.ast, 1)[0]
+  red = next(r for r in Kernel(last.ast).ranges() if r.arg.kind is AxisType.REDUCE)
+  assert stride(load.src[1], red) == 1      # rows of the scores are still contiguous

@@ -1,0 +1,131 @@
+"""The vectorize pass: what each access becomes (contiguous vector load/store, gather, broadcast, horizontal reduce,
+lane-by-lane ops), and the vector kernels the C renderer writes compute what numpy computes; the vector exp2 is
+within one ulp of the exact result, subnormals, infinities and NaN included."""
+from __future__ import annotations
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+
+from tgc.frontend import Tensor, buffers
+from tgc.frontend.realize import _alloc, to_numpy
+from tgc.codegen.schedule import schedule
+from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.expand import expand
+from tgc.codegen.vectorize import vectorize
+from tgc.codegen.lower import lower
+from tgc.codegen.render.c import CRenderer, SIMD_PRELUDE, _exp2_helper, _typedefs
+from tgc.ir import Ops
+from tgc.runtimes import get_runtime
+
+RNG = np.random.default_rng(0)
+
+
+def kernel(t: Tensor):
+  items, outs = schedule([t.uop], _alloc("c"))
+  return items[-1], outs[0], items[:-1]
+
+
+def vectorized(t: Tensor, opts: list[Opt], native=CRenderer.vector_ops):
+  it, _, _ = kernel(t)
+  return vectorize(expand(Kernel(it.ast).apply_all(opts).ast), native)
+
+
+def ops(ast, op):
+  return [n for n in ast.toposort() if n.op is op]
+
+
+def c(a: np.ndarray) -> Tensor: return Tensor(a, device="c")
+
+
+def test_contiguous_access_is_one_vector_load_and_store():
+  a, b = RNG.standard_normal((4, 32), dtype=np.float32), RNG.standard_normal((4, 32), dtype=np.float32)
+  ast = vectorized(c(a) + c(b), [Opt("VECTOR", 1, 16)])
+  loads = ops(ast, Ops.LOAD)
+  assert len(loads) == 2 and all(ld.dtype.count == 16 for ld in loads)
+  (st,) = ops(ast, Ops.STORE)
+  assert st.src[2].dtype.count == 16 and not ops(ast, Ops.VECTORIZE)
+
+
+def test_strided_access_is_a_gather_and_a_scalar_is_broadcast():
+  a = RNG.standard_normal((32, 8), dtype=np.float32)
+  ast = vectorized(c(a).transpose(0, 1) * 3.0, [Opt("VECTOR", 1, 16)])
+  gathers = [v for v in ops(ast, Ops.VECTORIZE) if len(v.src) == 16]
+  assert gathers and all(s.op is Ops.LOAD and s.dtype.count == 1 for s in gathers[0].src)
+  broadcasts = [v for v in ops(ast, Ops.VECTORIZE) if len(v.src) == 1]
+  assert broadcasts and broadcasts[0].src[0].op is Ops.CONST
+
+
+def test_vectorized_reduce_axis_ends_in_a_horizontal_sum():
+  a = RNG.standard_normal((4, 64), dtype=np.float32)
+  ast = vectorized(c(a).sum(1), [Opt("VECTOR", 1, 16)])
+  (red,) = ops(ast, Ops.REDUCE)
+  assert red.dtype.count == 16 and len(ops(ast, Ops.GEP)) == 16
+  (st,) = ops(ast, Ops.STORE)
+  assert st.src[2].dtype.count == 1
+
+
+def test_ops_without_vector_form_go_lane_by_lane():
+  a = RNG.standard_normal((2, 16), dtype=np.float32)
+  native = vectorized(c(a).exp(), [Opt("VECTOR", 1, 16)])
+  assert any(n.dtype.count == 16 for n in ops(native, Ops.EXP2))
+  lanes = vectorized(c(a).exp(), [Opt("VECTOR", 1, 16)], native=CRenderer.vector_ops - {Ops.EXP2})
+  assert len(ops(lanes, Ops.EXP2)) == 16 and all(n.dtype.count == 1 for n in ops(lanes, Ops.EXP2))
+
+
+CASES = {
+  "matmul": (lambda a, b: a @ b, [(24, 32), (32, 48)],
+             [Opt("VECTOR", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]),
+  "where_max": (lambda a, b: (a < b).where(a.maximum(b), -a) * 2.0, [(8, 32), (8, 32)], [Opt("VECTOR", 1, 8)]),
+  "row_softmax": (lambda a, b: (a - b).exp(), [(6, 64), (6, 1)], [Opt("VECTOR", 1, 16)]),
+  "sum_rows": (lambda a, b: (a * b).sum(1), [(5, 64), (5, 64)], [Opt("VECTOR", 1, 16), Opt("UPCAST", 0, 5)]),
+  "max_rows": (lambda a, b: (a + b).max(1), [(3, 32), (3, 32)], [Opt("VECTOR", 1, 8)]),
+  "int_cast": (lambda a, b: (a * 4.0).cast(__import__("tgc").dtypes.int32).cast(__import__("tgc").dtypes.float32)
+               + b, [(2, 16), (2, 16)], [Opt("VECTOR", 1, 16)]),
+  "gather": (lambda a, b: a.transpose(0, 1) + b, [(16, 4), (4, 16)], [Opt("VECTOR", 1, 16)]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_vector_kernels_compute_what_numpy_computes(name):
+  fn, shapes, opts = CASES[name]
+  arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+  want = fn(*[Tensor(x, device="numpy") for x in arrays]).numpy()
+  it, out, before = kernel(fn(*[c(x) for x in arrays]))
+  rt = get_runtime("c")
+  for prev in before:
+    p = lower(prev.ast, "c")
+    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
+  prg = lower(it.ast, "c", opts)
+  assert "#if TG_SIMD" in prg.function, "the kernel was not vectorized"
+  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
+  np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6)
+
+
+EXP2_DRIVER = """
+void run(float *o, const float *x, int n) {
+  int i;
+  for (i = 0; i < n; i += 16) *(tg_f32x16u *)(o + i) = tg_exp2_f32x16(*(const tg_f32x16u *)(x + i));
+}
+"""
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
+  src = "\n".join([SIMD_PRELUDE, _typedefs("f32", 16), _typedefs("i32", 16), _exp2_helper(16), EXP2_DRIVER])
+  (tmp_path / "e.c").write_text(src)
+  lib = tmp_path / "e.so"
+  subprocess.run([compiler, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", "-shared", "-fPIC",
+                  str(tmp_path / "e.c"), "-o", str(lib)], check=True, capture_output=True)
+  x = np.concatenate([np.linspace(-160, 140, 4000), RNG.uniform(-30, 30, 4000),
+                      [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.99, 128, -126, -149, -150, -149.5, 300, -300]])
+  x = np.concatenate([x, np.zeros(-len(x) % 16)]).astype(np.float32)
+  out = np.empty_like(x)
+  ctypes.CDLL(str(lib)).run(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p), len(x))
+  with np.errstate(over="ignore"): want = np.exp2(x.astype(np.float64)).astype(np.float32)
+  finite = np.isfinite(want) & (want != 0)
+  ulps = np.abs(out[finite].view(np.int32).astype(np.int64) - want[finite].view(np.int32).astype(np.int64))
+  assert ulps.max() <= 1
+  np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+  np.testing.assert_array_equal(out[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
