@@ -72,9 +72,9 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                   precision: str | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
-  `precision`: f32 or f16, GPU targets) into the artifact folder `out_dir`. An existing tgc artifact there is replaced; any other existing folder only with
-  `force`. A tensor of more than `max_bytes` bytes, or more elements than kernels can index, is refused before
-  anything of its size is allocated."""
+  `precision`: f32 or f16, GPU targets) into the artifact folder `out_dir`. An existing tgc artifact there is
+  replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
+  than kernels can index, is refused before anything of its size is allocated."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name

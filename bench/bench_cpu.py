@@ -4,6 +4,7 @@ numpy's one-thread sgemm as the machine's roofline.
     python bench/bench_cpu.py                                  # every model, markdown
     python bench/bench_cpu.py resnet50 mlp_b1 --runs 30        # some of them
     python bench/bench_cpu.py --profile 6 --json               # plus the 6 slowest kernels per model, as JSON
+    python bench/bench_cpu.py --other-cc gcc                   # and the artifacts built by gcc against clang's
 
 Models (ONNX graphs, seeded random weights; both engines run the same file): the onnx wheel's light resnet50
 (tests/onnx/light_models.py), ResNet-18 and MobileNetV2 with BatchNormalization kept as nodes and the transformer
@@ -103,7 +104,7 @@ def interleaved(fns: dict[str, callable], runs: int, warmup: int = 3) -> dict[st
   return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in fns}
 
 
-def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> dict:
+def measure(name: str, work: str, runs: int, profile: int, roofline: float, other_cc: str | None = None) -> dict:
   from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = build_model(name)
@@ -121,17 +122,21 @@ def measure(name: str, work: str, runs: int, profile: int, roofline: float) -> d
   tgc1 = CArtifact(report.out_dir, cache_dir=libs)
   row["cc_s"] = time.perf_counter() - start
   tgc2 = CArtifact(report.out_dir, cache_dir=libs, threads=2)
+  other = CArtifact(report.out_dir, cache_dir=libs, compiler=other_cc) if other_cc else None
   try:
     got = tgc1.run(feeds)[tgc1.outputs[0]["name"]]
     row["max_abs_err"], row["max_abs_ref"] = float(np.abs(got - ref).max()), float(np.abs(ref).max())
     row["ok"] = bool(np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(1.0, row["max_abs_ref"])))
-    medians = interleaved({"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, feeds),
-                           "tgc2": lambda: tgc2.run(feeds), "ort2": lambda: ort2.run(None, feeds)}, runs)
+    engines = {"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, feeds),
+               "tgc2": lambda: tgc2.run(feeds), "ort2": lambda: ort2.run(None, feeds)}
+    if other is not None: engines["other"] = lambda: other.run(feeds)
+    medians = interleaved(engines, runs)
   finally:
-    tgc1.close()
-    tgc2.close()
+    for art in (tgc1, tgc2, other):
+      if art is not None: art.close()
   row.update({f"{k}_s": v[0] for k, v in medians.items()})
   row["ratio1_cpu"] = medians["tgc1"][1] / medians["ort1"][1]
+  if other is not None: row["other_cc_ratio"] = medians["other"][1] / medians["tgc1"][1]
   medians = {k: v[0] for k, v in medians.items()}
   manifest = json.load(open(os.path.join(report.out_dir, "manifest.json")))
   ops = {k["name"]: k["ops"] for k in manifest["kernels"]}
@@ -176,19 +181,25 @@ def machine() -> dict:
 
 
 def markdown(rows: list[dict], info: dict) -> str:
-  lines = ["| model | kernels (launches) | `tgc compile` s | tgc 1 thread ms | ort 1 thread ms | **tgc / ort 1t** | "
+  lines = ["| model | kernels (launches) | `tgc compile` s | C build s | tgc 1 thread ms | ort 1 thread ms | "
+           "**tgc / ort 1t** | "
            "tgc / ort 1t (CPU time) | tgc 2 threads ms | ort 2 threads ms | **tgc / ort 2t** | tgc 2t speedup | "
-           "tgc GFLOP/s (1t) | max abs err (max abs) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "tgc GFLOP/s (1t) | max abs err (max abs) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  other = next((r["other_cc"] for r in rows if r.get("other_cc")), None)
+  if other:
+    lines[0] += f" tgc built by {other} / by the default compiler (CPU time) |"
+    lines[1] += "---|"
   for r in rows:
     if "error" in r:
-      lines.append(f"| {r['description']} | ERROR: {r['error'][:120]} |" + " - |" * 11)
+      lines.append(f"| {r['description']} | ERROR: {r['error'][:120]} |" + " - |" * 12)
       continue
     flag = "" if r["ok"] else " **over tolerance**"
-    lines.append(f"| {r['description']} | {r['kernels']} ({r['calls']}) | {r['compile_s']:.1f} | "
+    lines.append(f"| {r['description']} | {r['kernels']} ({r['calls']}) | {r['compile_s']:.1f} | {r['cc_s']:.1f} | "
                  f"{r['tgc1_s'] * 1e3:.3f} | {r['ort1_s'] * 1e3:.3f} | **{r['ratio1']:.2f}** | {r['ratio1_cpu']:.2f} | "
                  f"{r['tgc2_s'] * 1e3:.3f} | "
                  f"{r['ort2_s'] * 1e3:.3f} | **{r['ratio2']:.2f}** | {r['speedup2']:.2f} | {r['tgc1_gflops']:.1f} | "
-                 f"{r['max_abs_err']:.1e} ({r['max_abs_ref']:.2f}){flag} |")
+                 f"{r['max_abs_err']:.1e} ({r['max_abs_ref']:.2f}){flag} |"
+                 + (f" {r['other_cc_ratio']:.2f} |" if "other_cc_ratio" in r else ""))
   lines.append(f"\n{info['date']}; {info['cpu']} ({info['level']}), {info['cores']} cores, 1-minute load "
                f"{info['load_1min']:.2f} at the end; C compiler {info['cc']}; onnxruntime {info['onnxruntime']}; numpy "
                f"{info['numpy']} sgemm one thread {info['roofline']:.0f} GFLOP/s; Python {info['python']}")
@@ -207,6 +218,8 @@ def main(argv=None) -> int:
   ap.add_argument("--runs", type=int, default=20, help="timed rounds per model (each runs every engine once)")
   ap.add_argument("--profile", type=int, default=0, metavar="N", help="list the N slowest kernels of each model")
   ap.add_argument("--keep", metavar="DIR", help="write the ONNX files and artifacts here (default: a temp dir)")
+  ap.add_argument("--other-cc", metavar="CC", help="also time the one-thread artifact built by this C compiler "
+                  "(e.g. gcc when the default is clang), as a ratio to the default build")
   ap.add_argument("--json", action="store_true", help="print the rows and the machine as JSON")
   args = ap.parse_args(argv)
   names = args.models or list(MODELS)
@@ -220,7 +233,8 @@ def main(argv=None) -> int:
   roofline = sgemm_roofline()
   rows, start = [], time.perf_counter()
   for name in names:
-    try: rows.append(measure(name, work, args.runs, args.profile, roofline))
+    try: rows.append(dict(measure(name, work, args.runs, args.profile, roofline, args.other_cc),
+                          other_cc=args.other_cc))
     except Exception as error:
       rows.append({"model": name, "description": name, "error": f"{type(error).__name__}: {error}".splitlines()[0]})
     print(f"{name}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)

@@ -5,9 +5,9 @@ a local http server on 127.0.0.1; nothing is fetched from elsewhere at run time.
 Models (positional, any number): a path to any .onnx file, or one of the named models of bench/bench_models.py: the
 onnx wheel's light models (`resnet50`, `squeezenet`, ...: seeded random weights), `mobilenet_v2`, `transformer` and
 `example_cnn` (examples/mnist_cnn.py written out as the same ONNX graph; tgc compiles that ONNX file, as
-onnxruntime-web loads it). Default: the four benchmark models resnet50, mobilenet_v2, transformer, example_cnn. Inputs with dynamic dimensions need
-`--input-shape name=1,3,224,224`. Both engines get the same seeded inputs (normal floats, small integers), and both
-outputs are checked against onnxruntime (pip, CPU) on those inputs.
+onnxruntime-web loads it). Default: the four benchmark models resnet50, mobilenet_v2, transformer, example_cnn.
+Inputs with dynamic dimensions need `--input-shape name=1,3,224,224`. Both engines get the same seeded inputs
+(normal floats, small integers), and both outputs are checked against onnxruntime (pip, CPU) on those inputs.
 
 Per engine: load time (import of the module + load of the weights/model: tgc's `load()` builds every pipeline,
 onnxruntime-web compiles its shaders during the first run), the first run, --warmup more runs, then the median of

@@ -20,8 +20,10 @@
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
-from tgc.codegen.opts import Kernel, Opt, OptError
+from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.target import Target
+from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit, reduce_body_loads,
+                                       stride, try_opt)
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 LANES = 4                     # vector lanes (float4, vec4<f32>)
@@ -35,34 +37,17 @@ GROUP_MIN_LOOP = 128          # a reduction this long is split across a work-gro
 GROUP_FEW_OUTPUTS = 2048      # ... when it has at most this many outputs, or reads along its own contiguous axis
 
 
-def _try(k: Kernel, opt: Opt) -> Kernel:
-  try: return k.apply(opt)
-  except OptError: return k
-
-
-def _depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())
-
-
-def _stride(idx: UOp, r: UOp) -> int | None:
-  from tgc.codegen.heuristics import stride
-  return stride(idx, r)
-
-
 def _stores(k: Kernel) -> list[UOp]: return [n for n in k.ast.src if n.op is Ops.STORE]
 
 
-def _reduce_loads(k: Kernel) -> list[UOp]:
-  out: set[UOp] = set()
-  for red in (n for n in k.ast.toposort() if n.op is Ops.REDUCE):
-    out |= {n for n in red.src[0].toposort() if n.op is Ops.LOAD}
-  return sorted(out, key=lambda n: n.key)
+def _reduce_loads(k: Kernel) -> list[UOp]: return sorted(reduce_body_loads(k), key=lambda n: n.key)
 
 
 def _contiguous_axis(k: Kernel) -> int | None:
   """The global axis every store of the kernel steps through memory by one element along."""
   glob = k.axes(G)
   for i, r in enumerate(glob):
-    if all(_stride(st.src[1], r) == 1 for st in _stores(k)): return i
+    if all(stride(st.src[1], r) == 1 for st in _stores(k)): return i
   return None
 
 
@@ -70,7 +55,7 @@ def coalesce(k: Kernel) -> Kernel:
   """SWAP the store's contiguous axis to the last place among the global axes (launch dimension 0)."""
   glob, c = k.axes(G), _contiguous_axis(k)
   if c is None or c == len(glob) - 1: return k
-  return _try(k, Opt("SWAP", c, len(glob) - 1))
+  return try_opt(k, Opt("SWAP", c, len(glob) - 1))
 
 
 def group_reduce(k: Kernel, target: Target) -> Kernel | None:
@@ -80,27 +65,26 @@ def group_reduce(k: Kernel, target: Target) -> Kernel | None:
   if not red: return None
   loop, outputs, last = math.prod(Kernel.size(r) for r in red), math.prod(Kernel.size(r) for r in k.axes(G)), red[-1]
   loads = _reduce_loads(k)
-  along = any(_stride(ld.src[1], last) == 1 for ld in loads)
-  reuse = any(Kernel.size(r) > 1 and not _depends(ld.src[1], r) for ld in loads for r in k.axes(G))
+  along = any(stride(ld.src[1], last) == 1 for ld in loads)
+  reuse = any(Kernel.size(r) > 1 and not depends(ld.src[1], r) for ld in loads for r in k.axes(G))
   if loop < GROUP_MIN_LOOP or Kernel.size(last) < 32: return None
   if outputs > GROUP_FEW_OUTPUTS and (reuse or not along): return None
   n, limit = Kernel.size(last), min(target.max_local_items, target.max_local_size[0], WORKGROUP)
   # the largest work-group that still leaves each work-item a few elements to combine, a power of two if it can
   for want in (limit, limit // 2, limit // 4):
-    if want >= 32 and n % want == 0 and n // want >= 2: return _try(k, Opt("GROUP", len(red) - 1, want))
+    if want >= 32 and n % want == 0 and n // want >= 2: return try_opt(k, Opt("GROUP", len(red) - 1, want))
   amounts = [d for d in range(min(limit, n // 2), 31, -1) if n % d == 0]
-  return _try(k, Opt("GROUP", len(red) - 1, amounts[0])) if amounts else None
+  return try_opt(k, Opt("GROUP", len(red) - 1, amounts[0])) if amounts else None
 
 
 def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
   """VECTOR 4 along the last global axis when the kernel's values are all 32-bit, its stores are contiguous along
   it and, split so, few of its memory accesses would be lane by lane (an access contiguous in each group of 4, as
   in a layout of 16-element panels, is a vector)."""
-  from tgc.codegen.heuristics import _vectorizable, MAX_GATHER_SHARE
   glob = k.axes(G)
-  if not glob or Kernel.size(glob[-1]) % LANES or not _vectorizable(k): return k
-  if not all(_stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
-  trial = _try(k, Opt("VECTOR", len(glob) - 1, LANES))
+  if not glob or Kernel.size(glob[-1]) % LANES or not lanes_are_32bit(k): return k
+  if not all(stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
+  trial = try_opt(k, Opt("VECTOR", len(glob) - 1, LANES))
   if trial is k or _lane_share(trial, constant) > MAX_GATHER_SHARE: return k
   return trial
 
@@ -119,9 +103,9 @@ def _lane_share(k: Kernel, constant: frozenset) -> float:
     weight = loop if n in hot else 1
     total += weight
     idx, gates = n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
-    if any(_depends(g, v) for g in gates): bad += weight
+    if any(depends(g, v) for g in gates): bad += weight
     elif n.op is Ops.LOAD and n.src[0].arg[0] in constant: continue
-    elif _depends(idx, v) and contiguous_base(idx, v) is None: bad += weight
+    elif depends(idx, v) and contiguous_base(idx, v) is None: bad += weight
   return bad / max(total, 1)
 
 
@@ -129,12 +113,11 @@ def register_block(k: Kernel) -> Kernel:
   """Upcast up to two output axes that reduction loads are shared along, by the amounts (2..8, dividing the axis)
   that need the fewest loads per accumulation, with at most MAX_ACCUMULATORS accumulators and enough work-items
   left for a few work-groups."""
-  from tgc.codegen.heuristics import _block_cost
   hot = _reduce_loads(k)
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
   lanes = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
-  cands = [(i, r) for i, r in enumerate(glob) if Kernel.size(r) > 1 and any(not _depends(ld.src[1], r) for ld in hot)]
+  cands = [(i, r) for i, r in enumerate(glob) if Kernel.size(r) > 1 and any(not depends(ld.src[1], r) for ld in hot)]
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   best, best_key = [], None
   for a in range(len(cands)):
@@ -144,12 +127,12 @@ def register_block(k: Kernel) -> Kernel:
         for nb in (_divisors(Kernel.size(rb), 8) if b != a else [1]):
           n = na * nb
           if n < 2 or n * lanes > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
-          cost = _block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
+          cost = block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
           if cost is None: continue
           key = (cost, -n, a, b)
           if best_key is None or key < best_key: best_key, best = key, [(ia, na), (ib, nb)] if b != a else [(ia, na)]
   for i, n in sorted(best, reverse=True):    # the later axis first: the earlier one's number stays valid
-    if n > 1: k = _try(k, Opt("UPCAST", i, n))
+    if n > 1: k = try_opt(k, Opt("UPCAST", i, n))
   return k
 
 
@@ -159,10 +142,10 @@ def unroll_reduce(k: Kernel) -> Kernel:
   red = k.axes(R)
   if not red or math.prod(Kernel.size(r) for r in red) < 4 * UNROLL[-1]: return k
   loads = _reduce_loads(k)
-  order = sorted(range(len(red)), key=lambda i: (not any(_stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
+  order = sorted(range(len(red)), key=lambda i: (not any(stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
   for i in order:
     for amt in UNROLL:
-      if Kernel.size(red[i]) % amt == 0: return _try(k, Opt("UNROLL", i, amt))
+      if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt("UNROLL", i, amt))
   return k
 
 
@@ -201,7 +184,7 @@ def local_split(k: Kernel, target: Target, square: bool = False) -> Kernel:
     want = size // used if not (square and pos == 0) else 1 << (max(size, 1).bit_length() - 1) // 2
     amt = _local_amount(Kernel.size(r), min(want, cap), cap)
     if amt < 2: continue
-    k = _try(k, Opt("LOCAL", len(glob) - 1 - pos, amt))
+    k = try_opt(k, Opt("LOCAL", len(glob) - 1 - pos, amt))
     used *= amt
   return k
 

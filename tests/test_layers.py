@@ -261,9 +261,11 @@ def test_cycle_finder():
 def test_import_graph(tmp_path):
   (tmp_path / "frontend" / "onnx").mkdir(parents=True)
   files = {"frontend/__init__.py": "from tgc.frontend.tensor import Tensor",
-           "frontend/tensor.py": "from tgc.frontend import buffers\ndef f():\n  from tgc.frontend import functional",
+           "frontend/tensor.py":
+             "from tgc.frontend import buffers\ndef f():\n  from tgc.frontend import functional",
            "frontend/buffers.py": "import numpy", "frontend/functional.py": "from tgc.frontend import Tensor",
-           "frontend/onnx/__init__.py": "from . import importer", "frontend/onnx/importer.py": "from .registry import X",
+           "frontend/onnx/__init__.py": "from . import importer",
+           "frontend/onnx/importer.py": "from .registry import X",
            "frontend/onnx/registry.py": ""}
   for name, text in files.items(): (tmp_path / name).write_text(text)
   graph = import_graph([tmp_path / name for name in files], tmp_path)

@@ -11,7 +11,7 @@ from tgc.codegen.schedule import schedule
 from tgc.codegen.compiled import compile_schedule
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.relayout import evaluate, relayout
-from tgc.codegen.heuristics import stride
+from tgc.codegen.kernel_access import stride
 from tgc.ir import Ops, AxisType
 
 RNG = np.random.default_rng(1)

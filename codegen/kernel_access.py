@@ -1,0 +1,60 @@
+"""How a kernel's memory accesses move along its axes: the facts the CPU heuristics (heuristics.py) and the GPU
+heuristics (gpu_heuristics.py) choose opts by, and applying an opt when it applies."""
+from __future__ import annotations
+import math
+from tgc.ir import Ops, UOp
+from tgc.ir.symbolic import split_terms
+from tgc.codegen.opts import Kernel, Opt, OptError
+
+MAX_GATHER_SHARE = 0.2     # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
+
+
+def depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+  """The step of `idx` for one step of `r`: 0 when idx does not depend on r, None when not affine in r."""
+  if not depends(idx, r): return 0
+  terms, _ = split_terms(idx)
+  if r not in terms or any(t is not r and depends(t, r) for t in terms): return None
+  return terms[r]
+
+
+def try_opt(k: Kernel, opt: Opt) -> Kernel:
+  try: return k.apply(opt)
+  except OptError: return k
+
+
+def reduce_body_loads(k: Kernel) -> set[UOp]:
+  """The loads a reduction body reads (executed once per reduce iteration)."""
+  out: set[UOp] = set()
+  for red in (n for n in k.ast.toposort() if n.op is Ops.REDUCE):
+    out |= {n for n in red.src[0].toposort() if n.op is Ops.LOAD}
+  return out
+
+
+def lanes_are_32bit(k: Kernel) -> bool:
+  """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them)."""
+  return all(n.dtype.itemsize == 4 or (n.dtype.is_bool and n.op not in (Ops.LOAD, Ops.DEFINE_GLOBAL))
+             for n in k.ast.toposort() if n.op not in (Ops.SINK, Ops.STORE))
+
+
+def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None) -> float | None:
+  """Loads per accumulation of a register block (axis -> copies): each reduction load is loaded once per distinct
+  copy of its index. None when a load would read more than 8 rows a power-of-two stride apart (the rows share one
+  set of the L1 cache), or when what one block reads over its reduction loop (`loop` iterations) does not fit in
+  `cache` bytes (it is read again for the next block)."""
+  loads = 0
+  footprint = 0
+  for ld in hot:
+    copies = 1
+    for r, n in block.items():
+      if not depends(ld.src[1], r): continue
+      copies *= n
+      s = stride(ld.src[1], r)
+      if n > 8 and s is not None and (s * ld.dtype.itemsize) % 1024 == 0 and s: return None
+    loads += copies
+    lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
+    footprint += copies * loop * ld.dtype.itemsize * lanes
+  if footprint > cache: return None
+  return loads / math.prod(block.values())
