@@ -23,7 +23,8 @@ import onnx  # noqa: E402
 
 
 def measure(name: str, budgets: list[float], jobs: int, runs: int, work: str) -> list[dict]:
-  from tgc.aot.pipeline import SearchOptions, compile_model, tune_model
+  from tgc.aot.compile import compile_model
+  from tgc.aot.tune import SearchOptions, tune_model
   from tgc.ir.config import config
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = bench_cpu.build_model(name)
