@@ -1,7 +1,7 @@
 """BEAM search time against the speed it reaches: each model compiled with the heuristics, then tuned with growing
-search budgets (`tgc tune --beam-budget S`, a fresh search cache each time so that no budget inherits another's
-measurements) and compiled with the tuning file; every artifact timed against onnxruntime (one thread) in the same
-process, interleaved.
+search budgets (`tgc tune --beam-budget S`, a fresh search cache and compiled-kernel cache each time so that no
+budget inherits another's measurements or builds) and compiled with the tuning file; every artifact timed against
+onnxruntime (one thread) in the same process, interleaved.
 
     python bench/bench_beam.py resnet18 --budgets 60 180 600
     python bench/bench_beam.py mnist_cnn mlp_b64 --budgets 30 60 --jobs 2
@@ -26,6 +26,7 @@ def measure(name: str, budgets: list[float], jobs: int, runs: int, work: str) ->
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions, tune_model
   from tgc.ir.config import config
+  from tgc.runtimes import base as runtime_base
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = bench_cpu.build_model(name)
   path = os.path.join(work, f"{name}.onnx")
@@ -37,6 +38,7 @@ def measure(name: str, budgets: list[float], jobs: int, runs: int, work: str) ->
     row = {"model": name, "description": description, "budget_s": budget, "search_s": 0.0, "tuned": 0}
     if budget:
       config.cache_dir = tempfile.mkdtemp(prefix="tgc-beam-cache-", dir=work)
+      runtime_base.forget_runtime("c")     # and compiled candidates are not reused from an earlier search either
       tuning = out + ".json"
       start = time.perf_counter()
       report = tune_model(path, "c", tuning, beam=2, search=SearchOptions(budget=budget, jobs=jobs))

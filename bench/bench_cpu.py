@@ -12,7 +12,8 @@ encoder (bench/onnx_models.py), a 784-512-512-10 MLP at batch 1 and 64, and the 
 
 Per model: `tgc compile` wall time (target c, --cpu native) and the C build time; the artifact's output against
 onnxruntime's; then interleaved timing (one run of each engine in turn, after warm-up, so both see the same machine)
-of tgc with 1 and 2 threads (the artifact's own thread pool) and onnxruntime with 1 and 2 intra-op threads; medians
+of tgc and onnxruntime on one thread, then tgc with 2 threads (the artifact's own thread pool) and onnxruntime with
+2 intra-op threads, each in a block of its own (two spinning pools on two cores would slow each other); medians
 and their ratios. GFLOP/s come from the kernels' op counts in the manifest. `--profile N` times each launch inside
 the artifact (-DTG_PROFILE) and lists the N slowest kernels with their share, GFLOP/s and the fraction of the sgemm
 roofline they reach. Measure on a quiet machine: the load average is printed with the results."""
@@ -127,10 +128,13 @@ def measure(name: str, work: str, runs: int, profile: int, roofline: float, othe
     got = tgc1.run(feeds)[tgc1.outputs[0]["name"]]
     row["max_abs_err"], row["max_abs_ref"] = float(np.abs(got - ref).max()), float(np.abs(ref).max())
     row["ok"] = bool(np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(1.0, row["max_abs_ref"])))
-    engines = {"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, feeds),
-               "tgc2": lambda: tgc2.run(feeds), "ort2": lambda: ort2.run(None, feeds)}
+    engines = {"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, feeds)}
     if other is not None: engines["other"] = lambda: other.run(feeds)
     medians = interleaved(engines, runs)
+    # each thread pool in a block of its own: on a machine with as many cores as threads, a pool that still spins
+    # after its run (onnxruntime's does) takes the core the other engine's pool needs
+    medians.update(interleaved({"tgc2": lambda: tgc2.run(feeds)}, runs))
+    medians.update(interleaved({"ort2": lambda: ort2.run(None, feeds)}, runs))
   finally:
     for art in (tgc1, tgc2, other):
       if art is not None: art.close()

@@ -170,6 +170,11 @@ def _runtime_class(name: str) -> Callable[..., Runtime]:
   return getattr(importlib.import_module(module_name), class_name)
 
 
+def forget_runtime(name: str) -> None:
+  """Drop the cached Runtime `name`: the next `get_runtime(name)` makes a new one (with the cache root of then)."""
+  with _runtimes_lock: _runtimes.pop(name, None)
+
+
 def get_runtime(name: str) -> Runtime:
   """The cached Runtime called `name` ("c", "opencl"); raises RuntimeUnavailable when it cannot run here.
   Each runtime keeps its disk cache in <cache root>/<name> (cache root: $TGC_CACHE_DIR, else ~/.cache/tgc)."""

@@ -245,6 +245,21 @@ def test_get_runtime_is_a_cached_singleton(tgc_cache_dir):
     get_runtime("fortran")
 
 
+def test_a_forgotten_runtime_is_made_again_with_the_cache_root_of_then(tgc_cache_dir, tmp_path, monkeypatch):
+  from tgc.ir.config import config
+  from tgc.runtimes.base import forget_runtime
+  old = get_runtime("c")
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+  forget_runtime("c")
+  try:
+    fresh = get_runtime("c")
+    assert fresh is not old and fresh.cache_dir == os.path.join(str(tmp_path), "c")
+  finally:
+    monkeypatch.undo()
+    forget_runtime("c")
+  assert get_runtime("c").cache_dir == os.path.join(tgc_cache_dir, "c")
+
+
 def test_missing_compiler_is_unavailable(tmp_path):
   with pytest.raises(RuntimeUnavailable, match="no-such-cc"):
     CRuntime(cache_dir=str(tmp_path), compiler="no-such-cc")
