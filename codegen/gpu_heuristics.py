@@ -138,14 +138,22 @@ def register_block(k: Kernel) -> Kernel:
 
 def unroll_reduce(k: Kernel) -> Kernel:
   """UNROLL the reduce axis the reduction's loads step along contiguously (else the innermost) by 8 or 4 when the
-  reduction is long: more multiply-adds per loop step, and per step of workgroup-memory tiles (gpu_tiles.py)."""
+  reduction is long: more multiply-adds per loop step, and per step of workgroup-memory tiles (gpu_tiles.py). When
+  no reduce axis is a multiple of 4 (a 3x3 or 7x7 window over 1 or 3 channels), the short axes (up to 8) are
+  unrolled whole, innermost first, until there are at least 4 copies."""
   red = k.axes(R)
-  if not red or math.prod(Kernel.size(r) for r in red) < 4 * UNROLL[-1]: return k
+  if not red or math.prod(Kernel.size(r) for r in red) < 4: return k
   loads = _reduce_loads(k)
   order = sorted(range(len(red)), key=lambda i: (not any(stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
-  for i in order:
-    for amt in UNROLL:
-      if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt("UNROLL", i, amt))
+  if math.prod(Kernel.size(r) for r in red) >= 4 * UNROLL[-1]:
+    for i in order:
+      for amt in UNROLL:
+        if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt("UNROLL", i, amt))
+  copies = 1
+  for i in sorted(range(len(red)), reverse=True):      # the later axis first: the earlier ones keep their numbers
+    if copies >= UNROLL[-1]: break
+    if 1 < Kernel.size(red[i]) <= UNROLL[0]:
+      k, copies = try_opt(k, Opt("UNROLL", i, Kernel.size(red[i]))), copies * Kernel.size(red[i])
   return k
 
 

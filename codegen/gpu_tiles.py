@@ -12,7 +12,8 @@ one element per value of the work-group axes, upcast and unroll copies and vecto
 consecutive addresses (coalesced; weights are stored in that order by codegen/relayout.py). Tiles are chosen by
 reuse until the target's workgroup memory is spent.
 
-Each step of the innermost reduction loop then runs: a barrier (everyone is done with the last step's tiles), the
+Each step of the innermost reduction loop (with no loop left, the reduction unrolled whole: once, before it) then
+runs: a barrier (everyone is done with the last step's tiles), the
 fill (element e of a tile by work-item e mod work-group size, straight-line copies until the tile is full; the
 load's own validity gate gives padding zeros; contiguous 16-byte aligned tiles are filled with vector loads), a
 barrier, the computation reading the tiles. Both barriers sit in
@@ -64,15 +65,16 @@ def stage(ast: UOp, target: Target) -> UOp:
   if not reds or len({red.src[1:] for red in reds}) != 1: return ast
   loops = [r for r in reds[0].src[1:] if r.arg.kind is AxisType.REDUCE]
   unrolled = math.prod(r.src[0].arg for r in reds[0].src[1:] if r.arg.kind is AxisType.UNROLL)
-  if not loops or unrolled < MIN_UNROLL: return ast
-  inner = max(loops, key=lambda r: r.arg.id)
+  if unrolled < MIN_UNROLL: return ast
+  # the loop whose steps refill the tiles (none: a reduction unrolled whole is filled once, before it)
+  inner = max(loops, key=lambda r: r.arg.id) if loops else None
   wg = math.prod(r.src[0].arg for r in locals_)
   picked, budget = [], target.shared_bytes
   for reuse, ld, tile in sorted(_candidates(reds, locals_, inner), key=lambda c: (-c[0], c[1].key)):
     nbytes = math.prod(r.src[0].arg for r in tile) * ld.dtype.itemsize
     if nbytes <= budget: picked.append((ld, tile)); budget -= nbytes
   if not picked: return ast
-  first = UOp(Ops.BARRIER, dtypes.bool, (inner,), ("stage", 0))
+  first = UOp(Ops.BARRIER, dtypes.bool, (inner,) if inner is not None else (), ("stage", 0))
   tid, fills, tiles = thread_id(locals_), [], []
   for n, (ld, tile) in enumerate(picked):
     order = sorted(tile, key=lambda r: (-_stride(ld.src[1], r), r.arg.id))     # smallest stride innermost
@@ -86,10 +88,10 @@ def stage(ast: UOp, target: Target) -> UOp:
   return substitute(ast, {ld: UOp(Ops.LOAD, ld.dtype, (buf, pos, second)) for ld, buf, pos in tiles})
 
 
-def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp) -> list[tuple[int, UOp, list[UOp]]]:
+def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp | None) -> list[tuple[int, UOp, list[UOp]]]:
   """(reuse, load, tile ranges) of every load worth staging: a global 32-bit scalar load in a reduction body that
-  moves with the innermost loop, depends only on uniform and tile axes, and is read alike by `reuse` >= 2
-  work-items (the product of the LOCAL axes it does not depend on)."""
+  moves with the innermost loop (with no loop: with the unrolled copies), depends only on uniform and tile axes,
+  and is read alike by `reuse` >= MIN_REUSE work-items (the product of the LOCAL axes it does not depend on)."""
   out, seen = [], set()
   for red in reds:
     for ld in red.src[0].toposort():
@@ -97,7 +99,8 @@ def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp) -> list[tuple[i
       seen.add(ld)
       if ld.dtype.count != 1 or ld.dtype.itemsize != 4 or ld.dtype.storage_only: continue
       deps = set().union(*(_ranges(s) for s in ld.src[1:]))
-      if inner not in deps or any(r.arg.kind not in UNIFORM_KINDS + TILE_KINDS for r in deps): continue
+      moves = inner in deps if inner is not None else any(r.arg.kind is AxisType.UNROLL for r in deps)
+      if not moves or any(r.arg.kind not in UNIFORM_KINDS + TILE_KINDS for r in deps): continue
       reuse = math.prod(r.src[0].arg for r in locals_ if r not in deps)
       if reuse >= MIN_REUSE: out.append((reuse, ld, sorted((r for r in deps if r.arg.kind in TILE_KINDS),
                                                            key=lambda r: r.arg.id)))
@@ -137,7 +140,8 @@ def _fill(ld: UOp, buf: UOp, order: list[UOp], sizes: list[int], tid: UOp, wg: i
   for j in range(-(-size // wg)):
     e = tid + j * wg
     index, gated = at(e)
-    stores.append(_tile_store(buf, e, ld.replace(src=(ld.src[0], index) + gated), e.lt(size), after))
+    stores.append(_tile_store(buf, e, ld.replace(src=(ld.src[0], index) + _inside(gated, e, size)), e.lt(size),
+                              after))
   return stores
 
 
@@ -147,11 +151,19 @@ def _vector_fill(ld: UOp, buf: UOp, copies: list[UOp], places: list[tuple], size
   workgroup memory, else its 4 lanes)."""
   stores = []
   for e, (index, gated) in zip(copies, places):
-    value = UOp(Ops.LOAD, ld.dtype.vec(LANES), (ld.src[0], index) + gated)
+    value = UOp(Ops.LOAD, ld.dtype.vec(LANES), (ld.src[0], index) + _inside(gated, e, size))
     if renderer.vector_access(buf, e): stores.append(_tile_store(buf, e, value, e.lt(size), after))
     else: stores += [_tile_store(buf, e + i, UOp(Ops.GEP, ld.dtype, (value,), i), e.lt(size), after)
                      for i in range(LANES)]
   return stores
+
+
+def _inside(gates: tuple[UOp, ...], e: UOp, size: int) -> tuple[UOp, ...]:
+  """The gates of the load filling tile element `e`, joined with `e < size` unless it always holds: a copy past the
+  tile's end (a tile smaller than a multiple of the work-group) reads nothing, not past its buffer."""
+  inside = simplify(e.lt(size))
+  if inside.op is Ops.CONST and inside.arg: return gates
+  return (gates[0].logical_and(inside),) + gates[1:] if gates else (inside,)
 
 
 def _tile_store(buf: UOp, e: UOp, value: UOp, inside: UOp, after: UOp) -> UOp:

@@ -111,6 +111,19 @@ def _conv_tiles():
   return F.conv2d(x, w, None, padding=1)
 
 
+def _conv_stem_tiles():
+  """A stem convolution (7x7 window over 3 channels, stride 2): no reduce axis is a multiple of 4, so the window's
+  last axis is unrolled whole and tiles are filled per step of the loop outside it."""
+  x, w = t(data(1, 3, 20, 20)), t(data(16, 3, 7, 7, seed=1))
+  return F.conv2d(x, w, None, stride=2, padding=3)
+
+
+def _conv_window_tiles():
+  """A 3x3 convolution over one channel: the whole reduction unrolls, its tiles are filled once, before it."""
+  x, w = t(data(1, 1, 12, 12)), t(data(16, 1, 3, 3, seed=1))
+  return F.conv2d(x, w, None, padding=1)
+
+
 def _vec_misaligned():
   """Vector stores, but the loads start one element off a multiple of 4: they must stay lane by lane."""
   return t(data(8, 66))[:, 1:65] * 2 + 1
@@ -155,6 +168,8 @@ CASES = [
   Case("conv2d", _conv, rtol=1e-4, atol=1e-4),
   Case("matmul_tiles", lambda: t(data(64, 96)) @ t(data(96, 80, seed=1)) + 1, rtol=1e-4, atol=1e-4),
   Case("conv_tiles", _conv_tiles, rtol=1e-4, atol=1e-4),
+  Case("conv_stem_tiles", _conv_stem_tiles, rtol=1e-4, atol=1e-4),
+  Case("conv_window_tiles", _conv_window_tiles, rtol=1e-4, atol=1e-4),
   Case("vec_misaligned", _vec_misaligned),
   Case("vec_mixed", _vec_mixed, (Opt("VECTOR", 1, 4), Opt("LOCAL", 1, 16))),
   Case("float64", _f64, rtol=1e-12, atol=1e-12, tags=frozenset({"f64"})),

@@ -15,7 +15,7 @@ import pytest
 import cuda_cpu
 import metal_check
 from cpu_kernels import skip_without_cpu_compiler
-from gpu_cases import elementwise_ast
+from gpu_cases import CASES, elementwise_ast, programs
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.target import Target
@@ -135,3 +135,14 @@ def test_benchmark_models_have_no_one_item_workgroups(bench_models, model, targe
   for name, k in cm.kernels.items():
     items = math.prod(k.global_size)
     assert math.prod(k.local_size) > 1 or items < 64, (name, k.global_size, k.local_size, k.opts)
+
+
+@pytest.mark.parametrize("name", ["conv_tiles", "conv_stem_tiles", "conv_window_tiles"])
+@pytest.mark.parametrize("target", ["webgpu", "opencl", "cuda", "metal"])
+def test_convolutions_stage_their_shared_operands(name, target):
+  """Convolutions read their shared input from workgroup-memory tiles: with a reduce loop left (3x3 over 8 channels,
+  7x7 over 3 channels: the last window axis unrolled whole) or none (3x3 over one channel: filled once)."""
+  case = next(c for c in CASES if c.name == name)
+  _, _, progs = programs(case, target)
+  conv = max(progs, key=lambda p: p.ops)
+  assert conv.shared_bytes > 0, f"{name} on {target}: nothing staged ({conv.opts})"
