@@ -40,9 +40,6 @@ GROUP_FEW_OUTPUTS = 2048      # ... when it has at most this many outputs, or re
 def _stores(k: Kernel) -> list[UOp]: return [n for n in k.ast.src if n.op is Ops.STORE]
 
 
-def _reduce_loads(k: Kernel) -> list[UOp]: return sorted(reduce_body_loads(k), key=lambda n: n.key)
-
-
 def _contiguous_axis(k: Kernel) -> int | None:
   """The global axis every store of the kernel steps through memory by one element along."""
   glob = k.axes(G)
@@ -64,7 +61,7 @@ def group_reduce(k: Kernel, target: Target) -> Kernel | None:
   red = k.axes(R)
   if not red: return None
   loop, outputs, last = math.prod(Kernel.size(r) for r in red), math.prod(Kernel.size(r) for r in k.axes(G)), red[-1]
-  loads = _reduce_loads(k)
+  loads = reduce_body_loads(k)
   along = any(stride(ld.src[1], last) == 1 for ld in loads)
   reuse = any(Kernel.size(r) > 1 and not depends(ld.src[1], r) for ld in loads for r in k.axes(G))
   if loop < GROUP_MIN_LOOP or Kernel.size(last) < 32: return None
@@ -95,7 +92,7 @@ def _lane_share(k: Kernel, constant: frozenset) -> float:
   contiguous: they are stored in its read order)."""
   from tgc.codegen.vectorize import contiguous_base
   v = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
-  hot = set(_reduce_loads(k))
+  hot = set(reduce_body_loads(k))
   loop = math.prod(Kernel.size(r) for r in k.axes(R)) or 1
   bad = total = 0
   for n in k.ast.toposort():
@@ -113,7 +110,7 @@ def register_block(k: Kernel) -> Kernel:
   """Upcast up to two output axes that reduction loads are shared along, by the amounts (2..8, dividing the axis)
   that need the fewest loads per accumulation, with at most MAX_ACCUMULATORS accumulators and enough work-items
   left for a few work-groups."""
-  hot = _reduce_loads(k)
+  hot = reduce_body_loads(k)
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
   lanes = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
@@ -143,7 +140,7 @@ def unroll_reduce(k: Kernel) -> Kernel:
   unrolled whole, innermost first, until there are at least 4 copies."""
   red = k.axes(R)
   if not red or math.prod(Kernel.size(r) for r in red) < 4: return k
-  loads = _reduce_loads(k)
+  loads = reduce_body_loads(k)
   order = sorted(range(len(red)), key=lambda i: (not any(stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
   if math.prod(Kernel.size(r) for r in red) >= 4 * UNROLL[-1]:
     for i in order:

@@ -39,7 +39,7 @@ def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()
 def _gather_share(k: Kernel, r: UOp, constant: frozenset) -> float:
   """The share of the kernel's memory accesses that would move one lane at a time when vectorizing along `r`
   (gathers, scatters, gated lanes), reduction loads weighted by their loop."""
-  hot = reduce_body_loads(k)
+  hot = set(reduce_body_loads(k))
   loop = math.prod(Kernel.size(x) for x in k.axes(R)) or 1
   bad = total = 0
   for n in k.ast.toposort():
@@ -75,7 +75,7 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
 
 def _reuse_axes(k: Kernel) -> list[tuple[int, UOp]]:
   """Output axes some reduction load does not move along (a loaded value is shared by the copies of an upcast)."""
-  hot = [n for n in reduce_body_loads(k)]
+  hot = reduce_body_loads(k)
   return [(i, r) for i, r in enumerate(k.axes(G)) if any(not depends(ld.src[1], r) for ld in hot)]
 
 
@@ -86,7 +86,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
   axis first, so the earlier one's number is unchanged when it is applied)."""
   vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
   budget = max(4, target.registers - 6) if vector else 12
-  hot = sorted(reduce_body_loads(k), key=lambda n: n.key)
+  hot = reduce_body_loads(k)
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
   cache = target.cpu.l2_bytes if target.cpu is not None else 1 << 20

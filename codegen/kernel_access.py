@@ -25,12 +25,12 @@ def try_opt(k: Kernel, opt: Opt) -> Kernel:
   except OptError: return k
 
 
-def reduce_body_loads(k: Kernel) -> set[UOp]:
-  """The loads a reduction body reads (executed once per reduce iteration)."""
+def reduce_body_loads(k: Kernel) -> list[UOp]:
+  """The loads a reduction body reads (executed once per reduce iteration), in a fixed order (by key)."""
   out: set[UOp] = set()
   for red in (n for n in k.ast.toposort() if n.op is Ops.REDUCE):
     out |= {n for n in red.src[0].toposort() if n.op is Ops.LOAD}
-  return out
+  return sorted(out, key=lambda n: n.key)
 
 
 def lanes_are_32bit(k: Kernel) -> bool:
