@@ -4,9 +4,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 import numpy as np
+from tgc.runtimes import roofline
 from tgc.runtimes.artifact import ArtifactError
+from tgc.runtimes.roofline import Roofline
 from tgc.aot.artifact import artifact_runtime, node_text, open_artifact, random_inputs, user_error
 from tgc.aot.errors import UserError
+
+
+SLOW_FRACTION = 0.10
 
 
 @dataclass
@@ -21,6 +26,12 @@ class KernelProfile:
   gbytes: float
   opts: list[str]
   nodes: list[str]
+  roofline: float | None = None   # fraction of the machine's roofline reached (None: not measured)
+
+  @property
+  def slow(self) -> bool:
+    """Below 10% of the roofline: what was fused or chosen for this kernel deserves a look."""
+    return self.roofline is not None and self.roofline < SLOW_FRACTION
 
 
 @dataclass
@@ -54,25 +65,45 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, 
     except ArtifactError as error: raise user_error(error) from None
     per_call = runtime.profile() if profile else None
   if not times: raise RuntimeError("the artifact runtime returned no timings")
-  kernels = kernel_profile(art.manifest, per_call, len(times)) if per_call is not None else None
+  kernels = None
+  if per_call is not None:
+    kernels = kernel_profile(art.manifest, per_call, len(times), machine_roofline(art.manifest))
   return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
                      min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes(),
                      threads, kernels)
 
 
-def kernel_profile(manifest: dict, per_call: list[float], runs: int) -> list[KernelProfile]:
-  """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first."""
+def _call_bytes(manifest: dict, call: dict) -> int:
+  """The bytes a launch must move at least: every buffer it binds, read or written once."""
+  tables = {"arena": manifest.get("arena_buffers", []), "input": manifest["inputs"], "output": manifest["outputs"],
+            "weight": manifest["weights"]["tensors"]}
+  return sum(int(tables[a["kind"]][a["index"]].get("nbytes", 0)) for a in call["args"] if a["kind"] in tables)
+
+
+def machine_roofline(manifest: dict) -> Roofline | None:
+  """This machine's roofline at the vector width a C artifact's kernels were generated for (None: not C)."""
+  cpu = manifest.get("target_info", {}).get("cpu")
+  return roofline.measure(int(cpu["vector_bytes"])) if cpu else None
+
+
+def kernel_profile(manifest: dict, per_call: list[float], runs: int, machine: Roofline | None = None
+                   ) -> list[KernelProfile]:
+  """Launch times (seconds summed over `runs` runs, manifest call order) gathered per kernel, slowest first; with
+  `machine`, each kernel's fraction of that roofline."""
   info = {k["name"]: k for k in manifest["kernels"]}
   seconds: dict[str, float] = {}
   launches: dict[str, int] = {}
+  traffic: dict[str, int] = {}
   for call, s in zip(manifest["calls"], per_call):
     seconds[call["kernel"]] = seconds.get(call["kernel"], 0.0) + s / runs
     launches[call["kernel"]] = launches.get(call["kernel"], 0) + 1
+    traffic[call["kernel"]] = traffic.get(call["kernel"], 0) + _call_bytes(manifest, call)
   total = sum(seconds.values()) or 1.0
   out = []
   for name, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
     k, n = info[name], launches[name]
     rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
+    fraction = machine.fraction(k.get("ops", 0) * n, traffic[name], s) if machine else None
     out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
-                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])]))
+                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])], fraction))
   return out

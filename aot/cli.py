@@ -324,10 +324,16 @@ def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   click.echo(f"  weights {_bytes(r.weights_bytes)}")
   click.echo(f"  code    {_bytes(r.code_bytes)} of generated source")
   if r.profile is not None:
-    click.echo(f"  {'kernel':<24} {'launches':>8} {'ms/run':>9} {'share':>6} {'GFLOP/s':>8} {'GB/s':>7}  opts; nodes")
+    click.echo(f"  {'kernel':<24} {'launches':>8} {'ms/run':>9} {'share':>6} {'GFLOP/s':>8} {'GB/s':>7} {'roof':>5}  "
+               f"opts; nodes")
     for k in r.profile:
+      roof = "-" if k.roofline is None else f"{k.roofline:.0%}" + ("!" if k.slow else "")
       click.echo(f"  {k.kernel:<24} {k.launches:>8} {k.seconds * 1e3:>9.4f} {k.share:>6.1%} {k.gflops:>8.1f} "
-                 f"{k.gbytes:>7.1f}  {' '.join(k.opts) or '-'}; {', '.join(k.nodes) or '-'}")
+                 f"{k.gbytes:>7.1f} {roof:>5}  {' '.join(k.opts) or '-'}; {', '.join(k.nodes) or '-'}")
+    slow = [k for k in r.profile if k.slow and k.share >= 0.05]
+    if slow:
+      click.echo(f"  !: below 10% of this machine's roofline; taking 5% of the run or more: "
+                 f"{', '.join(k.kernel for k in slow)}")
 
 
 @cli.command("inspect", epilog=MODEL_HELP)

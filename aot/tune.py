@@ -82,7 +82,9 @@ class RayMeasure:
     self.ray, self.target = ray, target
     try:
       if not ray.is_initialized(): ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    except Exception as error:      # ConnectionError and Ray's own errors: the cluster is not there
+    # ConnectionError and Ray's own errors: the cluster is not there (Ray 2.60 exits the process when its GCS
+    # client times out: a SystemExit here)
+    except (Exception, SystemExit) as error:
       raise UserError(f"--beam-cluster {address}: cannot reach a Ray cluster "
                       f"({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") \
         from None

@@ -22,6 +22,8 @@ from tgc.codegen.gpu_heuristics import gpu_opts
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 GR = (AxisType.GLOBAL, AxisType.REDUCE)
+PADDED_VECTORS = 8      # an output axis of at least this many full vectors may be padded to a multiple of the lanes
+MAX_PADDING = 0.02      # a register block may pad its axis by this fraction of it
 
 
 def _loads(k: Kernel) -> list[UOp]: return [n for n in k.ast.toposort() if n.op is Ops.LOAD]
@@ -61,14 +63,17 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
     for i, r in enumerate(axes):
       n, w = Kernel.size(r), lanes
       while w >= 4 and n % w: w //= 2
-      if w < 4: continue
-      opt = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w)
-      split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
-      share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
-      # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the most
-      # lanes that move as vectors
-      key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
-      if best_key is None or key < best_key: best, best_key = opt, key
+      widths = [w] if w >= 4 else []
+      # an output axis of many vectors but no multiple of them: padded, its last vector stores only what exists
+      if kind == "global" and w < lanes and n >= PADDED_VECTORS * lanes: widths.append(lanes)
+      for w in widths:
+        opt = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w)
+        split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
+        share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
+        # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
+        # most lanes that move as vectors
+        key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
+        if best_key is None or key < best_key: best, best_key = opt, key
   if best is None or best_key[0]: return None
   return best
 
@@ -95,8 +100,8 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
-      for na in _divisors_upto(Kernel.size(ra), budget):
-        for nb in (_divisors_upto(Kernel.size(rb), budget // na) if b != a else [1]):
+      for na in _block_sizes(Kernel.size(ra), budget):
+        for nb in (_block_sizes(Kernel.size(rb), budget // na) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
@@ -112,8 +117,11 @@ def _register_block(k: Kernel, target: Target) -> Kernel:
   return k.apply_all(options[0]) if options else k
 
 
-def _divisors_upto(n: int, limit: int) -> list[int]:
-  return [d for d in range(1, min(n, limit, 32) + 1) if n % d == 0]
+def _block_sizes(n: int, limit: int) -> list[int]:
+  """Register block sizes for an output axis of n: its divisors up to `limit`, and sizes that pad it by at most
+  MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8; the last block's extra copies store nothing)."""
+  return [d for d in range(1, min(n, limit, 32) + 1)
+          if n % d == 0 or (-(-n // d) * d - n) <= MAX_PADDING * n]
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:

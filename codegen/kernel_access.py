@@ -34,9 +34,25 @@ def reduce_body_loads(k: Kernel) -> list[UOp]:
 
 
 def lanes_are_32bit(k: Kernel) -> bool:
-  """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them)."""
-  return all(n.dtype.itemsize == 4 or (n.dtype.is_bool and n.op not in (Ops.LOAD, Ops.DEFINE_GLOBAL))
-             for n in k.ast.toposort() if n.op not in (Ops.SINK, Ops.STORE))
+  """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them),
+  but for a narrower integer cast straight back to 32 bits (the saturated integer of a QuantizeLinear before its
+  DequantizeLinear: a conversion per lane, no narrow arithmetic) and a narrow load only compared or converted (an
+  attention mask of bytes: loaded lane by lane)."""
+  nodes = [n for n in k.ast.toposort() if n.op not in (Ops.SINK, Ops.STORE)]
+  users: dict[UOp, list[UOp]] = {}
+  for n in k.ast.toposort():
+    for s in n.src: users.setdefault(s, []).append(n)
+
+  def narrow_cast(n: UOp) -> bool:
+    return n.op is Ops.CAST and n.dtype.is_int and n.dtype.itemsize < 4 and \
+      all(u.op is Ops.CAST and u.dtype.itemsize == 4 for u in users.get(n, ()))
+
+  def narrow_mask(n: UOp) -> bool:
+    return n.op is Ops.LOAD and n.dtype.itemsize < 4 and not n.dtype.is_float and \
+      all(u.op in (Ops.CAST, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLT) for u in users.get(n, ()))
+  return all(n.dtype.itemsize == 4 or (n.dtype.is_bool and n.op not in (Ops.LOAD, Ops.DEFINE_GLOBAL)) or
+             narrow_cast(n) or narrow_mask(n) or (n.op is Ops.DEFINE_GLOBAL and not n.arg[1] and not n.dtype.is_float)
+             for n in nodes)
 
 
 def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None) -> float | None:

@@ -5,7 +5,9 @@
 A `Kernel` is an AST plus the opts applied to it; applying a split substitutes one range by outer*amount + inner,
 SWAP exchanges the numbers that order two loops. A LOCAL amount need not divide its axis: the axis is padded to a
 multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
-(the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing."""
+(the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing. A VECTOR or an
+UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
+register blocks of 4: the extra lanes and copies recompute the last element and store nothing)."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
@@ -88,7 +90,8 @@ class Kernel:
     r = axes[opt.axis]
     if opt.op == "SWAP": return self._swap(opt, r, axes)
     n = self.size(r)
-    padded = opt.op == "LOCAL" and n % opt.amount != 0
+    padded = n % opt.amount != 0 and (opt.op == "LOCAL" or
+                                      (opt.op in ("VECTOR", "UPCAST") and r.arg.kind is AxisType.GLOBAL))
     if opt.amount <= 1 or (n % opt.amount and not padded): raise OptError(f"{opt}: {opt.amount} does not divide {n}")
     if opt.op == "VECTOR" and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
     groups = -(-n // opt.amount)

@@ -5,12 +5,14 @@ Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz, graph_rewrite
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
+from tgc.codegen.select_loads import select_loads
 
 INDEX = dtypes.index
+TRANSPOSE_MULTIPLE = 16     # transposed_operands: the axis made contiguous is a multiple of this many elements
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ def _source_sizes(roots: list[UOp]) -> dict[UOp, int]:
     for n in r.toposort():
       if n in sizes: continue
       if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS): sizes[n] = _numel(n)
+      # zeros around a value that is not a broadcast are no broadcast either (the pieces of a concatenation)
+      elif n.op is Ops.PAD and sizes[n.src[0]] >= _numel(n.src[0]): sizes[n] = _numel(n)
       else: sizes[n] = max((sizes[s] for s in n.src), default=1)
   return sizes
 
@@ -68,7 +72,9 @@ def _cheap_to_recompute(n: UOp, realize: set[UOp]) -> bool:
     if m is not n and (m in realize or m.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS)): continue
     if m.op in GroupOp.ALU:
       arithmetic += 1
-      if arithmetic > 1 or not any(_is_const(s) for s in m.src): return False
+      # a select between two computed values (the pieces of a concatenation) is no op with a constant operand
+      operands = m.src[1:] if m.op is Ops.WHERE else m.src
+      if arithmetic > 1 or not any(_is_const(s) for s in operands): return False
     stack.extend(m.src)
   return True
 
@@ -95,16 +101,80 @@ def find_realize_points(roots: list[UOp]) -> set[UOp]:
   position = _positions(roots)
   realize: set[UOp] = {r for r in roots if r.op is not Ops.BUFFER}
   realize |= {n for n in position if n.op is Ops.CONTIGUOUS}
-  realize |= {n for n in position if n.op is Ops.REDUCE_AXIS and len(users.get(n, ())) > 1}
+  realize |= {n for n in position if n.op is Ops.REDUCE_AXIS and _readers(n, users) > 1}
+  realize |= _maxed_values(position, users)
   # walk down from each kernel root, users before their sources (a fixed order: the result depends on it, and
-  # sets of nodes iterate in memory order); what a root would recompute per use is realized, until nothing changes
+  # sets of nodes iterate in memory order); what a root would recompute per use is realized, and all but one of
+  # the unrelated reductions of a kernel, until nothing changes
   changed = True
   while changed:
     changed = False
     for root in sorted(realize, key=position.__getitem__, reverse=True):
-      for n in _recomputed(root, realize, sizes):
+      for n in _recomputed(root, realize, sizes) + _extra_reductions(root, realize, position):
         if n not in realize: realize.add(n); changed = True
   return realize
+
+
+def _readers(n: UOp, users: dict[UOp, set[UOp]]) -> int:
+  """How many nodes read the value of `n`, through views of it (movement ops) too: a convolution whose output is
+  split in halves (Slice, Split: packed QKV, an STFT's real and imaginary parts) is read twice."""
+  count, stack = 0, [n]
+  while stack:
+    for u in users.get(stack.pop(), ()):
+      if u.op in GroupOp.Movement: stack.append(u)
+      else: count += 1
+  return count
+
+
+def _maxed_values(position: dict[UOp, int], users: dict[UOp, set[UOp]]) -> set[UOp]:
+  """Computed values whose maximum is taken and that are also used beside it (softmax: exp(x - max x)): stored
+  once, so that every kernel reads the very values the maximum was taken of. Recomputed in each kernel, a multiply
+  contracted into a multiply-add in one of them gives other roundings, and x - max x can then be below zero
+  everywhere by more than exp can take (a sum of zeros, 0 / 0) for large x."""
+  out = set()
+  for n in position:
+    if n.op is not Ops.REDUCE_AXIS or n.arg[0] is not Ops.MAX: continue
+    x, shared = n.src[0], False
+    while True:
+      shared = shared or len(users.get(x, ())) > 1
+      if x.op not in GroupOp.Movement: break
+      x = x.src[0]
+    if x.op in GroupOp.ALU and shared: out.add(x)
+  return out
+
+
+def _extra_reductions(root: UOp, realize: set[UOp], position: dict[UOp, int]) -> list[UOp]:
+  """The reductions of `root`'s kernel to compute in kernels of their own: when a kernel would add up two unrelated
+  reductions (a residual block's 3x3 and 1x1 convolutions over different inputs), all but the one doing the most
+  work. A loop nest with one reduction is register-blocked along the axes its loads share; two reductions over
+  different data share none (the real and imaginary halves of an STFT's convolution read other rows of its
+  weights). Reductions that read the very same views (a mean and a mean of squares) stay together."""
+  reduces, seen, stack = [], set(), [root]
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if n is not root and n in realize: continue
+    if n.op is Ops.REDUCE_AXIS: reduces.append(n); continue    # what it reduces is its own business
+    stack.extend(n.src)
+  if len(reduces) < 2: return []
+  views = {r: _views(r.src[0], realize) for r in reduces}
+  if len({views[r] for r in reduces}) == 1: return []
+  keep = max(reduces, key=lambda r: (_numel(r.src[0]), position[r]))
+  return sorted((r for r in reduces if r is not keep), key=position.__getitem__)
+
+
+def _views(n: UOp, realize: set[UOp]) -> frozenset[UOp]:
+  """What the arithmetic of `n` reads within one kernel: the buffers, realized values and views of them (movement
+  ops) its elementwise ops take as operands."""
+  out, seen, stack = set(), set(), [n]
+  while stack:
+    m = stack.pop()
+    if m in seen: continue
+    seen.add(m)
+    if m.op in GroupOp.Elementwise and not (m is not n and m in realize): stack.extend(m.src)
+    elif m.op is not Ops.CONST: out.add(m)
+  return frozenset(out)
 
 
 def _positions(roots: list[UOp]) -> dict[UOp, int]:
@@ -184,6 +254,7 @@ class _KernelBuilder:
       src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
       return UOp(Ops.LOAD, buf.dtype, src)
     if n.op is Ops.CONST: return n
+    if n.op is Ops.ARANGE: return idx[0].cast(n.dtype)
     if n.op is Ops.CONTIGUOUS: return self.value(n.src[0], idx, valid)
     if n.op in GroupOp.Elementwise:
       return n.replace(src=tuple(self.value(s, idx, valid) for s in n.src))
@@ -342,6 +413,7 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
       order.append(n)
   built = {n: _build(n, realized, {}) for n in order}
   layouts = channels_last(built, realized, set(roots))
+  layouts.update({n: perm for n, perm in transposed_operands(built, realized, set(roots)).items() if n not in layouts})
   if layouts:     # rebuild the kernels that read or write a buffer stored channels-last
     relaid = {realized[n] for n in layouts}
     built.update({n: _build(n, realized, layouts) for n, it in built.items()
@@ -361,6 +433,7 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
     idx = tuple(kb.new_range(s, AxisType.GLOBAL) if s != 1 else UOp.const(INDEX, 0) for s in shape)
     store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
   ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
+  ast = simplify(graph_rewrite(ast, select_loads))
   ast, bufs = _drop_unused_buffers(ast, kb.bufs)
   return ScheduleItem(ast, bufs, meta={"nodes": tuple(kb.origins)})
 
@@ -384,6 +457,48 @@ def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp
         picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
           tuple(d for d in range(len(n.shape)) if d > w)
   return picked
+
+
+def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
+                        ) -> dict[UOp, tuple[int, ...]]:
+  """Intermediates that a reduction reads along its reduced dim (stride 1) and across the output's contiguous axis
+  (a large stride), beside an operand that does not move along that axis: attention's K in Q·Kᵀ, read as K[j, d]
+  with d reduced and j the scores' contiguous axis. Stored with that axis innermost ((d, j)), the kernel vectorizes
+  along j with contiguous loads of K and one broadcast Q value, as a matmul with weights does, instead of summing
+  vectors along d horizontally for every output. Only where j is a whole number of the widest vectors (16 floats):
+  a padded vector of a transposed operand would read its lanes one by one."""
+  by_buffer = {b: n for n, b in realized.items()}
+  picked: dict[UOp, tuple[int, ...]] = {}
+  for it in built.values():
+    if it is None or len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
+    terms, _ = split_terms(it.ast.src[0].src[1])
+    out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
+    if len(out) != 1: continue
+    g = out[0]
+    if g.src[0].arg % TRANSPOSE_MULTIPLE: continue
+    for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
+      loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
+      moving = [ld for ld in loads if g in ld.src[1].toposort()]
+      if len(moving) != 1 or len(loads) < 2: continue
+      ld = moving[0]
+      n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
+      if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
+      dim = _transposed_dim(ld.src[1], n.shape, g, red.src[1:])
+      if dim is not None: picked[n] = tuple(d for d in range(len(n.shape)) if d != dim) + (dim,)
+  return picked
+
+
+def _transposed_dim(idx: UOp, shape: tuple[int, ...], g: UOp, reduced: tuple[UOp, ...]) -> int | None:
+  """The dim of `shape` that range `g` indexes, when `idx` steps by 1 along a reduced range and by a whole row (or
+  more) along `g`; None otherwise."""
+  terms, _ = split_terms(idx)
+  if not any(terms.get(r) == 1 for r in reduced) or any(g in t.toposort() for t in terms if t is not g): return None
+  k = terms.get(g)
+  strides = _strides(shape)
+  last = max((d for d, s in enumerate(shape) if s > 1), default=None)
+  if k is None or last is None or k < shape[last]: return None
+  dim = min((d for d, s in enumerate(strides) if s and s <= k), default=None)
+  return dim if dim is not None and dim != last and k == strides[dim] else None
 
 
 def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:

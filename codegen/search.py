@@ -8,9 +8,11 @@ fastest after each stage:
   2. the register block: which output axes are upcast and by how much (up to the target's vector registers),
   3. the loop order (which reduce loop is innermost, which output loop outermost) and unrolling the reduce loop.
 On GPU targets the stages are the LOCAL split (work-group shape), the GROUP split of a reduction and the upcasts.
-The heuristics' opts are always a candidate, so a search never returns something slower than the heuristics it
-measured. Results are cached on disk keyed by (kernel AST key, target, device); `Tuning` holds the same mapping as a
-file a team can ship with a model."""
+The heuristics' opts are always a candidate. At the end the finalists (the beam and the heuristics) are timed again
+in CONFIRM_ROUNDS interleaved rounds; a finalist replaces the heuristics only when the median of its rounds is at
+least MARGIN faster, so a search never returns something slower than the heuristics by its own noise, and the
+speedup it reports is the confirmed one. Results are cached on disk keyed by (kernel AST key, target, device);
+`Tuning` holds the same mapping as a file a team can ship with a model."""
 from __future__ import annotations
 import hashlib
 import json
@@ -33,6 +35,8 @@ _LOCAL = (2, 4, 8, 16, 32, 64, 128, 256)
 _GROUP = (8, 16, 32, 64, 128, 256)
 _UNROLL = (2, 4)
 EARLY_EXIT = 2.0      # a candidate this many times slower than the best so far is not timed further
+CONFIRM_ROUNDS = 3    # interleaved re-timings of the finalists
+MARGIN = 0.03         # how much faster than the heuristics a finalist must be, confirmed, to replace them
 
 
 @dataclass
@@ -119,6 +123,7 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
     return SearchResult([Opt(*o) for o in cached["opts"]], cached["seconds"], cached["baseline"], 0, True)
   say = progress or ((lambda m: print(m, file=sys.stderr)) if config.debug >= 2 else (lambda m: None))
   timed: dict[tuple, float] = {}
+  built: dict[tuple, KernelProgram] = {}
 
   def run(cands: list[list[Opt]]) -> None:
     fresh, programs = [], []
@@ -127,6 +132,7 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
       try: programs.append(lower(ast, target, list(c), name=f"tg_cand{len(timed) + len(fresh)}", weights=weights))
       except (OptError, ValueError): timed[c] = math.inf; continue
       fresh.append(c)
+      built[c] = programs[-1]
     if not fresh: return
     best = min((t for t in timed.values()), default=math.inf)
     for c, t in zip(fresh, measure(programs, best * EARLY_EXIT)): timed[c] = t
@@ -142,11 +148,26 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
     beam = sorted(dict.fromkeys(beam + [_key(c) for c in cands if _key(c) in timed]), key=timed.__getitem__)[:width]
     say(f"beam stage {stage + 1}: {len(timed)} candidates, best {timed[beam[0]] * 1e6:.1f} us "
         f"({baseline / timed[beam[0]]:.2f}x the heuristics) {list(beam[0])}")
-  best = min(timed, key=lambda c: (timed[c], c != _key(base)))    # ties keep the heuristics' choice
-  result = SearchResult(list(best), timed[best], baseline, len(timed))
+  finalists = [c for c in dict.fromkeys([_key(base)] + beam) if math.isfinite(timed[c])]
+  confirmed = _confirm(finalists, built, measure)
+  baseline = confirmed.get(_key(base), baseline)
+  best = min(confirmed, key=lambda c: (confirmed[c], c != _key(base))) if confirmed else _key(base)
+  if best != _key(base) and confirmed[best] > baseline * (1 - MARGIN): best = _key(base)
+  result = SearchResult(list(best), confirmed.get(best, timed[best]), baseline, len(timed))
   _write_json(path, {"opts": [[o.op, o.axis, o.amount] for o in result.opts], "seconds": result.seconds,
                      "baseline": result.baseline})
   return result
+
+
+def _confirm(finalists: list[tuple], built: dict[tuple, KernelProgram], measure: Measure) -> dict[tuple, float]:
+  """Median time of each finalist over CONFIRM_ROUNDS rounds that time them all in turn (each round in another
+  order), so that no finalist wins by a quiet moment of the machine."""
+  if len(finalists) < 2: return {}
+  rounds: dict[tuple, list[float]] = {c: [] for c in finalists}
+  for r in range(CONFIRM_ROUNDS):
+    order = finalists[r % len(finalists):] + finalists[:r % len(finalists)]
+    for c, t in zip(order, measure([built[c] for c in order], math.inf)): rounds[c].append(t)
+  return {c: sorted(ts)[len(ts) // 2] for c, ts in rounds.items()}
 
 
 def cache_path(ast: UOp, target: Target, device: str) -> str:

@@ -1,7 +1,8 @@
 """Vectorization: the one VECTOR range of a kernel (W lanes) becomes SIMD values. After expansion, every value that
 depends on the VECTOR range is turned into a `dtype.vec(W)` value:
   LOAD(buf, base + v)           -> one contiguous vector load at base (a gate that does not depend on v stays scalar)
-  LOAD(buf, idx(v)) otherwise   -> a gather: VECTORIZE of the W lane loads
+  LOAD(buf, idx(v)) otherwise   -> a gather: VECTORIZE of the W lane loads (also for elements narrower than a lane:
+                                   a byte mask is loaded lane by lane)
   STORE(buf, base + v, x)       -> one contiguous vector store; otherwise one store per lane (GEP)
   ALU(x, y) with vector sources -> the vector ALU; scalar sources are broadcast (VECTORIZE of one source)
   REDUCE(x, v, rest)            -> a vector accumulator over `rest`, then its lanes combined (a horizontal reduce)
@@ -69,7 +70,7 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   if ld.dtype.count > 1 or not any(ctx.on_v(s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
   base = contiguous_base(idx, ctx.v)
-  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate):
+  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and ld.dtype.itemsize == 4:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
   # each lane's load: only the sources that depend on v change (a workgroup-memory read keeps its barrier as is)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(

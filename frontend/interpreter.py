@@ -21,6 +21,7 @@ def _eval(n: UOp, src: list[np.ndarray], buffer_data) -> np.ndarray:
   if n.op is Ops.BUFFER: return np.asarray(buffer_data(n)).reshape(n.shape)
   if n.op is Ops.CONST and n.dtype.storage_only: return lowp.encode_array(np.array([n.arg]), n.dtype)[0]
   if n.op is Ops.CONST: return np.array(n.arg, dtype=n.dtype.numpy)
+  if n.op is Ops.ARANGE: return np.arange(n.arg, dtype=n.dtype.numpy)
   x = src[0] if src else None
   if n.op is Ops.RESHAPE: return x.reshape(n.arg)
   if n.op is Ops.PERMUTE: return x.transpose(n.arg)

@@ -238,11 +238,18 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
   one-element values and weights become CONSTs (no buffer, no load). With `limits`, every tensor that will be
   held in a buffer (folded or computed by a kernel) and every reduction is checked first."""
   depends: dict[UOp, bool] = {}
+  # index arithmetic: computed from ARANGEs (and constants) alone, e.g. a causal mask or a gather's comparison:
+  # cheaper computed in the kernel that uses it than loaded, and a kernel sees through it (True / False / None:
+  # constants alone)
+  index_math: dict[UOp, bool | None] = {}
   users: dict[UOp, list[UOp]] = {}
   for r in roots:
     for n in r.toposort():
       if n in depends: continue
       depends[n] = n in inputs or any(depends[s] for s in n.src)
+      kinds = {index_math[s] for s in n.src}
+      index_math[n] = True if n.op is Ops.ARANGE else None if n.op is Ops.CONST else \
+        (False if False in kinds or not n.src else True if True in kinds else None)
       for s in n.src: users.setdefault(s, []).append(n)
   realize = find_realize_points(roots)
   for n in depends:
@@ -250,7 +257,8 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
   rootset = set(roots)
 
   def arithmetic(n: UOp) -> bool:
-    return not depends[n] and n.op in GroupOp.Elementwise and not n.dtype.storage_only and not _grows(n)
+    return not depends[n] and n.op in GroupOp.Elementwise and not n.dtype.storage_only and not _grows(n) and \
+      not index_math[n]
 
   def boundary(n: UOp) -> bool:   # constant arithmetic used by something that is not constant arithmetic
     return arithmetic(n) and (n in rootset or any(not arithmetic(u) for u in users.get(n, ())))
@@ -267,6 +275,10 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
   for p, v in zip(points + scalars, vals):
     if v.size == 1 and not p.dtype.storage_only and p not in rootset:
       mapping[p] = UOp(Ops.RESHAPE, p.dtype, (UOp.const(p.dtype, v.reshape(()).item()),), tuple(v.shape))
+    elif v.size > 1 and not p.dtype.storage_only and p not in rootset and (v == v.flat[0]).all():
+      # one value everywhere (a broadcast bound of a clip): a constant, not a buffer of copies
+      one = UOp(Ops.RESHAPE, p.dtype, (UOp.const(p.dtype, v.flat[0].item()),), (1,) * v.ndim)
+      mapping[p] = UOp(Ops.EXPAND, p.dtype, (one,), tuple(v.shape))
     else:
       mapping[p] = buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only
                                       else buffers.host_array(v))

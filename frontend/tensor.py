@@ -120,8 +120,13 @@ class Tensor:
     if stop is None: start, stop = 0, start
     dt = dtype or (dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32)
     n = max(0, math.ceil((stop - start) / step))
-    return Tensor(np.arange(n, dtype=np.float64) * step + start, device, dt) if n else Tensor.zeros(0, dtype=dt,
-                                                                                                    device=device)
+    if not n: return Tensor.zeros(0, dtype=dt, device=device)
+    if dt.is_int and not dt.storage_only and all(isinstance(v, int) for v in (start, step)):
+      # integers: the index itself (no data), so a kernel comparing against it knows what it compares
+      out = Tensor(UOp(Ops.ARANGE, dt, (), n), device)
+      if step != 1: out = out * step
+      return out + start if start else out
+    return Tensor(np.arange(n, dtype=np.float64) * step + start, device, dt)
 
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:

@@ -7,6 +7,7 @@ class Ops(Enum):
   BUFFER = auto()        # realized data; arg = (buffer id, shape)
   CONTIGUOUS = auto()    # marks a value the scheduler must materialize in a buffer of its own
   CONST = auto()         # scalar constant; arg = python value
+  ARANGE = auto()        # 0, 1, .., n-1 along its one dim (an index as a value, no data); arg = n
   # movement: shape-level, never copy; they become index arithmetic
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
   # unary

@@ -6,6 +6,7 @@ from tgc.ir.ops import Ops, GroupOp
 def shape_of(u) -> tuple[int, ...]:
   if u.op is Ops.BUFFER: return tuple(u.arg[1])
   if u.op is Ops.CONST: return ()
+  if u.op is Ops.ARANGE: return (u.arg,)
   if u.op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
   if u.op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
   if u.op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))

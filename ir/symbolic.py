@@ -127,6 +127,12 @@ c1, c2 = UPat.cvar("c1"), UPat.cvar("c2")
 idx = UPat.var("x", dtypes.index)
 ints = tuple(d for d in dtypes.all() if d.is_int and not d.storage_only)
 
+
+def _small_power(x: UOp, c: UOp) -> UOp | None:
+  """x**2 and x**3 of a float as multiplies."""
+  if not x.dtype.is_float or c.arg not in (2, 3): return None
+  return x * x if c.arg == 2 else x * x * x
+
 symbolic = PatternMatcher([
   # constant folding: an op on constants -> constant
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), _fold),
@@ -180,6 +186,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.AND, src=(x, x)), lambda x: x),
   # cast to own type -> x
   (UPat(Ops.CAST, name="c", src=(x,)), lambda c, x: x if c.dtype == x.dtype else None),
+  # x**2 -> x*x, x**3 -> x*x*x (floats: a tanh-GELU's cube is a multiply, not a pow call per lane)
+  (UPat(Ops.POW, src=(x, UPat.cvar("c"))), _small_power),
 ])
 
 

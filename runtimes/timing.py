@@ -1,8 +1,11 @@
 """Timing kernels for BEAM search and reports: `batch_measure` builds the candidate programs of one kernel in a few
 translation units (one compiler call each, `jobs` of them at once) and times each on scratch buffers of its own
-argument sizes (floats filled with normal values: random bits would make denormals and NaNs, which time
-differently; integers zero, so that indices read from a buffer stay in range). A candidate slower than the caller's
-`stop_after` after its first run is not timed further. `kernel_timer` times one program."""
+argument sizes, one buffer per argument (as in the model: an output never shares memory with an input; floats filled
+with normal values: random bits would make denormals and NaNs, which time differently; integers zero, so that
+indices read from a buffer stay in range). Every candidate runs once untimed (first touches, instruction caches),
+then at least MIN_RUNS times: its time is the median, what a run of the model sees, not the luckiest run. A
+candidate slower than the caller's `stop_after` in its warm-up run is not timed further. `kernel_timer` times one
+program."""
 from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +15,8 @@ from tgc.codegen.lower import KernelProgram
 from tgc.runtimes.base import Runtime
 
 BATCH = 24            # candidate kernels per translation unit
-TIME_BUDGET = 0.02    # seconds of repeated runs per candidate (at least 1, at most 10 runs)
+TIME_BUDGET = 0.02    # seconds of repeated runs per candidate (at least MIN_RUNS, at most MAX_RUNS runs)
+MIN_RUNS, MAX_RUNS = 3, 15
 
 
 def arg_bytes(prg: KernelProgram, item_bytes: list[int]) -> list[int]:
@@ -28,13 +32,14 @@ def arg_bytes(prg: KernelProgram, item_bytes: list[int]) -> list[int]:
 
 
 class Scratch:
-  """Scratch buffers on a runtime, one per (size, kind), made once and reused by every candidate."""
+  """Scratch buffers on a runtime, one per (argument position, size, kind), made once and reused by every
+  candidate."""
 
   def __init__(self, rt: Runtime):
     self.rt, self.bufs, self.rng = rt, {}, np.random.default_rng(0)
 
-  def get(self, nbytes: int, is_float: bool):
-    key = (nbytes, is_float)
+  def get(self, nbytes: int, is_float: bool, position: int = 0):
+    key = (position, nbytes, is_float)
     if key not in self.bufs:
       b = self.rt.alloc(max(nbytes, 1))
       if nbytes:
@@ -46,18 +51,20 @@ class Scratch:
 
   def for_program(self, prg: KernelProgram, item_bytes: list[int]) -> list:
     kinds = {p.index: p.dtype.is_float for p in prg.params}
-    return [self.get(n, kinds.get(i, False)) for i, n in enumerate(arg_bytes(prg, item_bytes))]
+    return [self.get(n, kinds.get(i, False), i) for i, n in enumerate(arg_bytes(prg, item_bytes))]
 
 
 def _time_one(fn, bufs, prg: KernelProgram, stop_after: float) -> float:
+  """The median of at least MIN_RUNS timed runs after one untimed run (the untimed one alone when it is slower
+  than `stop_after`)."""
   launch = dict(global_size=prg.global_size, local_size=prg.local_size, wait=True)
-  best = fn(*bufs, **launch)
-  if best is None or best > stop_after: return best if best is not None else math.inf
-  spent, runs = best, 1
-  while spent < TIME_BUDGET and runs < 10:
-    t = fn(*bufs, **launch)
-    best, spent, runs = min(best, t), spent + t, runs + 1
-  return best
+  first = fn(*bufs, **launch)
+  if first is None: return math.inf
+  if first > stop_after: return first
+  times: list[float] = []
+  while len(times) < MIN_RUNS or (sum(times) < TIME_BUDGET and len(times) < MAX_RUNS):
+    times.append(fn(*bufs, **launch))
+  return float(np.median(times))
 
 
 def batch_measure(rt: Runtime, item_bytes: list[int], jobs: int = 1) -> Callable[[list[KernelProgram], float],
@@ -100,6 +107,6 @@ def kernel_timer(rt: Runtime, buffer_nbytes: list[int], runs: int = 3) -> Callab
     bufs = scratch.for_program(prg, buffer_nbytes)
     launch = dict(global_size=prg.global_size, local_size=prg.local_size, wait=True)
     fn(*bufs, **launch)
-    return min(fn(*bufs, **launch) for _ in range(runs))
+    return float(np.median([fn(*bufs, **launch) for _ in range(runs)]))
   return timer
 

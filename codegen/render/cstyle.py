@@ -290,9 +290,13 @@ def store_gate(u: UOp) -> UOp | None:
 def shared_bytes(program: list[UOp]) -> int:
   """Workgroup memory the kernel declares, in bytes."""
   return sum(u.dtype.itemsize * u.arg[1] for u in program if u.op is Ops.DEFINE_LOCAL)
+
+
 def task_range(program: list[UOp]) -> UOp | None:
-  """The outermost output loop of a CPU kernel (the loop threads split), if it has one."""
-  return next((u for u in program if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL), None)
+  """The outermost output loop of a CPU kernel (the loop threads split), if it has one. The inner part of a split
+  never is: the lanes loop of a plain-C fallback runs whole in every task."""
+  return next((u for u in program if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.arg.parent is None),
+              None)
 
 
 def _buffers(program: list[UOp]) -> list[UOp]:

@@ -266,7 +266,9 @@ def _resize_periodic(xt: Tensor, idx: np.ndarray, coeffs: np.ndarray):
       acc = view if acc is None else acc + view
     if acc is None: return None
     pieces.append(acc)
-  y = pieces[0].unsqueeze(-1) if period == 1 else Tensor.stack(pieces, -1)      # (..., g, period)
+  if all(p.uop is pieces[0].uop for p in pieces):    # every phase reads one view (nearest, integer scale): repeat it
+    y = pieces[0].unsqueeze(-1).expand(pieces[0].shape + (period,))
+  else: y = Tensor.stack(pieces, -1)                                         # (..., g, period)
   return y.reshape(xt.shape[:-1] + (out_n,)).cast(xt.dtype)
 
 

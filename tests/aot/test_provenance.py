@@ -117,3 +117,5 @@ def test_inspect_and_profile_show_nodes(onnx_model, tmp_path):
   r = bench_artifact(str(out), runs=3, warmup=1, profile=True)
   assert r.profile and all(k.nodes for k in r.profile)
   assert any("flatten (Reshape)" in n for k in r.profile for n in k.nodes)
+  # each kernel's fraction of this machine's measured roofline, and the flag for the slow ones
+  assert all(0.0 < k.roofline <= 1.0 and k.slow == (k.roofline < 0.1) for k in r.profile)

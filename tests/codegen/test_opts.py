@@ -41,6 +41,28 @@ def test_opt_keeps_result(device, what, opts):
 def test_bad_opts_raise():
   items, _ = schedule([(Tensor(A, device="numpy") @ Tensor(B, device="numpy")).uop], _alloc("numpy"))
   k = Kernel(items[0].ast)
-  with pytest.raises(OptError): k.apply(Opt("UPCAST", 0, 5))     # 5 does not divide 16
+  with pytest.raises(OptError): k.apply(Opt("UNROLL", 0, 5))     # 5 does not divide 48 (a reduce axis: no padding)
   with pytest.raises(OptError): k.apply(Opt("UNROLL", 3, 2))     # no such reduce axis
   with pytest.raises(OptError): k.apply(Opt("LOCAL", 0, 4)).apply(Opt("GROUP", 0, 4))
+
+
+@pytest.mark.parametrize("opts", [[Opt("VECTOR", 1, 16)], [Opt("VECTOR", 1, 16), Opt("UPCAST", 0, 4)],
+                                  [Opt("VECTOR", 1, 8), Opt("UPCAST", 1, 3)]])
+def test_padded_vector_of_an_output_axis(opts):
+  """A VECTOR need not divide an output axis (21 columns in vectors of 16 or 8): the last vector's extra lanes
+  recompute the last column and store nothing."""
+  a, b = Tensor(A, device="c"), Tensor(B[:, :21].copy(), device="c")
+  np.testing.assert_allclose(run_with(a @ b, "c", opts), A @ B[:, :21], rtol=1e-4, atol=1e-4)
+
+
+def test_a_reduce_axis_vector_must_divide():
+  items, _ = schedule([(Tensor(A, device="numpy") @ Tensor(B, device="numpy")).uop], _alloc("numpy"))
+  with pytest.raises(OptError): Kernel(items[0].ast).apply(Opt("VECTOR", 2, 32))     # 32 does not divide 48
+
+
+def test_padded_upcast_of_an_output_axis():
+  """An UPCAST need not divide an output axis either (16 rows in blocks of 6): the last block's extra copies store
+  nothing."""
+  a, b = Tensor(A, device="c"), Tensor(B, device="c")
+  opts = [Opt("VECTOR", 1, 8), Opt("UPCAST", 0, 6)]
+  np.testing.assert_allclose(run_with(a @ b, "c", opts), A @ B, rtol=1e-4, atol=1e-4)

@@ -34,6 +34,11 @@ def out_shapes(items) -> list[tuple]:
   return [tuple(it.bufs[0].arg[1]) for it in items]
 
 
+def out_sizes(items) -> list[tuple]:
+  """Output shapes without their size-1 dims (a realized reduce keeps its reduced dims)."""
+  return [tuple(s for s in it.bufs[0].arg[1] if s != 1) for it in items]
+
+
 def batchnorm(x, c: int, seed: int, device="numpy"):
   """Inference BatchNorm with per-channel statistics as buffers (not folded), as the ONNX importer builds it."""
   mean, scale, bias, var = (rnd(c, 1, 1, seed=seed + i, device=device) for i in range(4))
@@ -118,3 +123,49 @@ def test_schedule_is_the_same_for_the_same_graph():
   graphs = [build() for _ in range(8)]
   schedules = {tuple(it.ast.key for it in scheduled(t, max_buffers=8)) for t in graphs}
   assert len(schedules) == 1
+
+
+def test_concatenation_read_by_a_convolution_is_computed_once():
+  """A Concat of upsampled maps feeding a 3x3 conv (an FPN head): the concatenation is one buffer, not a chain of
+  selects and divisions evaluated for every tap of every output channel."""
+  a, b = rnd(1, 4, 8, 8), rnd(1, 4, 4, 4, seed=1)
+  up = b.reshape(1, 4, 4, 1, 4, 1).expand(1, 4, 4, 2, 4, 2).reshape(1, 4, 8, 8)
+  w = rnd(6, 8, 3, 3, seed=2)
+  items = scheduled(Tensor.cat(a, up, dim=1).conv2d(w, padding=1))
+  assert out_shapes(items) == [(1, 8, 8, 8), (1, 6, 8, 8)]
+
+
+def test_unrelated_reductions_get_kernels_of_their_own():
+  """A residual block's 3x3 conv plus its 1x1 downsample conv of another input: two kernels (each register-blocked
+  on its own), the sum in the epilogue of the larger one."""
+  x, y = rnd(1, 8, 8, 8), rnd(1, 4, 8, 8, seed=1)
+  w3, w1 = rnd(16, 8, 3, 3, seed=2), rnd(16, 4, 1, 1, seed=3)
+  items = scheduled((x.conv2d(w3, padding=1) + y.conv2d(w1)).relu())
+  assert out_sizes(items) == [(16, 8, 8), (16, 8, 8)]
+  assert [sum(n.op is Ops.REDUCE for n in it.ast.toposort()) for it in items] == [1, 1]
+
+
+def test_reductions_of_the_same_values_stay_together():
+  x = rnd(16, 64)
+  mean, mean_sq = x.mean(-1, keepdim=True), (x * x).mean(-1, keepdim=True)
+  items = scheduled(mean_sq - mean * mean)
+  assert len(items) == 1
+
+
+def test_a_reduction_read_in_halves_is_computed_once():
+  """An STFT as a conv whose output channels are split into real and imaginary halves (Slice, then re^2 + im^2):
+  the conv is one kernel (blocked over all its channels), not two reductions per output element."""
+  x, w = rnd(1, 1, 400), rnd(16, 1, 40, seed=1)
+  spec = x.reshape(1, 1, 1, 400).conv2d(w.reshape(16, 1, 1, 40), stride=(1, 20)).reshape(1, 16, 19)
+  re, im = spec[:, :8], spec[:, 8:]
+  items = scheduled(re * re + im * im)
+  assert out_sizes(items) == [(16, 19), (8, 19)]
+
+
+def test_softmax_input_is_stored_once_when_computed():
+  """The values a maximum is taken of are stored before the softmax reads them: every kernel then sees the same
+  roundings (a scale recomputed in each kernel, contracted into an FMA in one, could put x - max x far below zero
+  everywhere for large x)."""
+  x = rnd(4, 100)
+  items = scheduled((x * 0.125).softmax(-1))
+  assert (4, 100) in out_shapes(items)[:-1]
