@@ -187,10 +187,11 @@ def _positions(roots: list[UOp]) -> dict[UOp, int]:
 
 
 def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp]:
-  """Nodes that, fused into `root`'s kernel, would be computed many times per element: reduces behind an expand or
-  inside another reduce, and elementwise values a reduce reads through an expand."""
+  """Nodes that, fused into `root`'s kernel, would be computed many times per element (reduces behind an expand or
+  inside another reduce, and elementwise values a reduce reads through an expand) or only in part of it (a reduce
+  behind a pad: a convolution that is one piece of a concatenation gets a kernel it can block, not a gated one)."""
   out, seen = [], set()
-  stack: list[tuple[UOp, bool, int]] = [(root, False, 0)]     # node, behind an expand, enclosing reduce's loop size
+  stack: list[tuple[UOp, bool, int]] = [(root, False, 0)]     # node, behind an expand or pad, enclosing loop size
   while stack:
     n, expanded, loop = stack.pop()
     if (n, expanded, loop) in seen: continue
@@ -200,7 +201,7 @@ def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp
       if n is not root and (expanded or loop): out.append(n); continue
       stack.append((n.src[0], False, max(1, _numel(n.src[0])))); continue
     if n is not root and expanded and loop and _worth_realizing(n, loop, sizes, realize): out.append(n); continue
-    for s in n.src: stack.append((s, expanded or _expands(n), loop))
+    for s in n.src: stack.append((s, expanded or _expands(n) or n.op is Ops.PAD, loop))
   return out
 
 
