@@ -11,7 +11,8 @@ from tgc.aot.artifact import artifact_runtime, node_text, open_artifact, random_
 from tgc.aot.errors import UserError
 
 
-SLOW_FRACTION = 0.10
+SLOW_FRACTION = 0.10     # a kernel below this fraction of the roofline is slow
+SLOW_SHARE = 0.05        # and worth a look when it takes at least this share of a run
 
 
 @dataclass

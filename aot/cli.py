@@ -313,7 +313,7 @@ def validate_command(artifact, model, seed, rtol, atol):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   """Time the artifact OUT itself: median and p90 latency of whole runs, and its memory and code sizes."""
-  from tgc.aot.bench import bench_artifact
+  from tgc.aot.bench import SLOW_SHARE, bench_artifact
   r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed, threads=threads, profile=profile)
   if as_json:
     click.echo(json.dumps(dataclasses.asdict(r), indent=2))
@@ -330,7 +330,7 @@ def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
       roof = "-" if k.roofline is None else f"{k.roofline:.0%}" + ("!" if k.slow else "")
       click.echo(f"  {k.kernel:<24} {k.launches:>8} {k.seconds * 1e3:>9.4f} {k.share:>6.1%} {k.gflops:>8.1f} "
                  f"{k.gbytes:>7.1f} {roof:>5}  {' '.join(k.opts) or '-'}; {', '.join(k.nodes) or '-'}")
-    slow = [k for k in r.profile if k.slow and k.share >= 0.05]
+    slow = [k for k in r.profile if k.slow and k.share >= SLOW_SHARE]
     if slow:
       click.echo(f"  !: below 10% of this machine's roofline; taking 5% of the run or more: "
                  f"{', '.join(k.kernel for k in slow)}")

@@ -34,9 +34,6 @@ import corpus  # noqa: E402
 from bench_cpu import interleaved, machine  # noqa: E402
 from corpus import ort_session  # noqa: E402
 
-SLOW, SLOW_SHARE = 0.10, 0.05      # a kernel under 10% of the roofline taking 5% of the run or more
-
-
 def _runs_for(seconds: float, budget: float, lo: int = 5, hi: int = 30) -> int:
   """Rounds that fit `budget` seconds per engine for a run of `seconds`."""
   return max(lo, min(hi, int(budget / max(seconds, 1e-6))))
@@ -45,7 +42,7 @@ def _runs_for(seconds: float, budget: float, lo: int = 5, hi: int = 30) -> int:
 def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float, threads: int) -> dict:
   """One corpus model: compile, check against onnxruntime, time both engines, profile the artifact."""
   import onnxruntime  # noqa: F401  (fail early with the import error, not inside a session)
-  from tgc.aot.bench import kernel_profile, machine_roofline
+  from tgc.aot.bench import SLOW_SHARE, kernel_profile, machine_roofline
   from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   path = corpus.model_path(corpus_dir, e)
@@ -88,7 +85,7 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
   row["slowest"] = {"kernel": top.kernel, "share": top.share, "roofline": top.roofline, "gflops": top.gflops,
                     "opts": " ".join(top.opts)}
   row["slow_kernels"] = [{"kernel": k.kernel, "share": k.share, "roofline": k.roofline} for k in kernels
-                         if k.roofline is not None and k.roofline < SLOW and k.share >= SLOW_SHARE]
+                         if k.slow and k.share >= SLOW_SHARE]
   return row
 
 
