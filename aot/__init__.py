@@ -4,11 +4,11 @@ and running artifact folders), `validate`, `bench`, `inspection` (`tgc inspect` 
 page; `viz_session` records a VIZ=1 command), `reference` (the independent references of validate), `models`
 (loading user models), `targets` (--target and --cpu), `onnx_backend` (tgc as an ONNX backend) and `errors`."""
 from tgc.aot.errors import UserError
-from tgc.aot.targets import SUPPORTED_TARGETS
+from tgc.codegen.registry import target_names
 from tgc.aot.compile import CompileReport, compile_model
 from tgc.aot.artifact import open_artifact, run_artifact
 from tgc.aot.validate import ValidateReport, validate_artifact
 from tgc.aot.bench import BenchReport, bench_artifact
 
-__all__ = ["UserError", "CompileReport", "ValidateReport", "BenchReport", "SUPPORTED_TARGETS", "compile_model",
+__all__ = ["UserError", "CompileReport", "ValidateReport", "BenchReport", "target_names", "compile_model",
            "run_artifact", "validate_artifact", "bench_artifact", "open_artifact"]

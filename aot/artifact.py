@@ -4,10 +4,11 @@ sha256), loading it with the Python runtime of its target, running it on inputs 
 random inputs. Every problem with the folder or the inputs is a `UserError` naming it: `ArtifactError`s are mapped
 by type (`user_error`)."""
 from __future__ import annotations
-import importlib
 import numpy as np
 from tgc.ir import lowp
 from tgc.ir.config import config
+from tgc.codegen.opts import Opt, OptError
+from tgc.codegen.registry import load, target_names, target_spec
 from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder, MissingInput
 from tgc.runtimes.base import ToolchainMissing
 from tgc.runtimes.io_arrays import storage_type, value_dtype
@@ -15,13 +16,6 @@ from tgc.emit.manifest import validate_manifest
 from tgc.aot import models, viz_session
 from tgc.aot.errors import UserError
 
-# target -> (module, class) of the Python runtime that loads its artifacts (a runtimes.artifact.Artifact); imported
-# when first used, so a runtime's optional dependencies (wgpu, cuda-python, PyObjC) matter only to its own target
-ARTIFACT_RUNTIMES = {"c": ("tgc.runtimes.artifact_c", "CArtifact"),
-                     "opencl": ("tgc.runtimes.artifact_opencl", "OpenCLArtifact"),
-                     "webgpu": ("tgc.runtimes.artifact_webgpu", "WebGPUArtifact"),
-                     "metal": ("tgc.runtimes.artifact_metal", "MetalArtifact"),
-                     "cuda": ("tgc.runtimes.artifact_cuda", "CUDAArtifact")}
 
 
 def user_error(error: ArtifactError) -> UserError:
@@ -45,24 +39,25 @@ def open_artifact(folder: str, check_files: bool = True) -> ArtifactFolder:
 
 
 def runner_class(target: str) -> type[Artifact] | None:
-  """The runtime class that loads artifacts of `target`, None when this build has none for it."""
-  if target not in ARTIFACT_RUNTIMES: return None
-  module, name = ARTIFACT_RUNTIMES[target]
-  return getattr(importlib.import_module(module), name)
+  """The runtime class that loads artifacts of `target` (its registry entry's `artifact`, imported when first used, so
+  a runtime's optional dependencies matter only to its own target); None when the target has none."""
+  if target not in target_names() or target_spec(target).artifact is None: return None
+  return load(target_spec(target).artifact)
 
 
 def artifact_runtime(art: ArtifactFolder, threads: int = 1, profile: bool = False) -> Artifact:
-  """The Python runtime that loads this artifact (the caller closes it); C artifacts can run on `threads` threads
-  (their thread pool) and be built to time each launch (`profile`)."""
-  if art.target not in ARTIFACT_RUNTIMES:
+  """The Python runtime that loads this artifact (the caller closes it); the options its target's runner takes
+  (c: running on `threads` threads of its thread pool, built to time each launch with `profile`)."""
+  runner = runner_class(art.target)
+  if runner is None:
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
-                    f"{', '.join(ARTIFACT_RUNTIMES)}")
+                    f"{', '.join(n for n in target_names() if target_spec(n).artifact is not None)}")
   if threads < 1: raise UserError(f"--threads must be at least 1, got {threads}")
-  if (threads > 1 or profile) and art.target != "c":
-    raise UserError(f"--threads and --profile apply to c artifacts, not {art.target}")
-  options = {"threads": threads, "profile": profile} if art.target == "c" else {}
+  options = {k: v for k, v in (("threads", threads), ("profile", profile)) if k in target_spec(art.target).run_options}
+  if (threads > 1 and "threads" not in options) or (profile and "profile" not in options):
+    raise UserError(f"--threads and --profile do not apply to {art.target} artifacts")
   # the folder was checked already: only a tool this machine lacks is the user's to fix, other errors are bugs
-  try: return runner_class(art.target)(art, **options)
+  try: return runner(art, **options)
   except ToolchainMissing as error: raise UserError(f"cannot load {art.folder}: {error}") from error
 
 
@@ -91,6 +86,12 @@ def random_inputs(art: ArtifactFolder, seed: int) -> dict[str, np.ndarray]:
       out[i["name"]] = rng.integers(lo, hi + 1, shape).astype(value_dtype(i))
     else: out[i["name"]] = models.example_array(shape, value_dtype(i), rng)
   return out
+
+
+def opt_text(stored) -> str:
+  """A manifest opt ([op, axis, amount]) as one word of text: Opt(VECTOR,0,8)."""
+  try: return repr(Opt.from_json(stored))
+  except OptError: return str(stored)
 
 
 def node_text(node) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 from tgc.runtimes import roofline
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.roofline import Roofline
-from tgc.aot.artifact import artifact_runtime, node_text, open_artifact, random_inputs, user_error
+from tgc.aot.artifact import artifact_runtime, node_text, open_artifact, opt_text, random_inputs, user_error
 from tgc.aot.errors import UserError
 
 
@@ -106,5 +106,6 @@ def kernel_profile(manifest: dict, per_call: list[float], runs: int, machine: Ro
     rate = (lambda x: x * n / s / 1e9) if s > 0 else (lambda x: 0.0)
     fraction = machine.fraction(k.get("ops", 0) * n, traffic[name], s) if machine else None
     out.append(KernelProfile(name, n, s, s / total, rate(k.get("ops", 0)), rate(k.get("bytes", 0)),
-                             list(k.get("opts", [])), [node_text(o) for o in k.get("nodes", [])], fraction))
+                             [opt_text(o) for o in k.get("opts", [])], [node_text(o) for o in k.get("nodes", [])],
+                             fraction))
   return out

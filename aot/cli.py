@@ -13,6 +13,8 @@ import traceback
 import click
 import numpy as np
 from tgc.ir.config import config
+from tgc.codegen.compiled import BufferKind
+from tgc.codegen.registry import target_names
 from tgc.runtimes import RuntimeUnavailable
 from tgc.aot.errors import (EXIT_INTERNAL, EXIT_OK, EXIT_TOLERANCE, EXIT_USER, UserError, describe,
                             internal_error_message, one_line)
@@ -178,7 +180,7 @@ def search_options(fn):
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
-              help="Target language of the artifact: c, opencl, webgpu, cuda, metal.")
+              help=f"Target language of the artifact: {', '.join(target_names())}.")
 @click.option("--out", "-o", "out_dir", required=True, metavar="OUT",
               help="Artifact folder to write (replaced if it is one).")
 @click.option("--name", help="Model name used in generated symbols (default: the file name).")
@@ -404,7 +406,7 @@ def _inspect_model(model: str, target: str) -> None:
   click.echo(f"model {model}: {len(cm.kernels)} kernels, {len(cm.calls)} calls, target {cm.target} (nothing written)")
   for b in cm.inputs + cm.outputs:
     click.echo(f"  {b.kind:<7} {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
-  weights = cm.of_kind("weight")
+  weights = cm.of_kind(BufferKind.WEIGHT)
   click.echo(f"weights: {len(weights)} tensors, {_bytes(sum(b.nbytes for b in weights))}")
   for b in weights: click.echo(f"  {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
   click.echo(f"arena: {_bytes(cm.arena_bytes)}, {len(cm.of_kind('arena'))} buffers")

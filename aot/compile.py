@@ -15,6 +15,7 @@ from tgc.ir import viz
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
+from tgc.codegen.registry import target_spec
 from tgc.codegen.target import Target, TargetLimitError
 from tgc.frontend.limits import DEFAULT_MAX_BYTES, SizeLimits
 from tgc.runtimes.artifact import MANIFEST, is_artifact
@@ -78,7 +79,8 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
-  if embed_weights and target != "c": raise UserError(f"--embed-weights is supported for target c only, not {target}")
+  if embed_weights and "embed_weights" not in target_spec(target).emit_options:
+    raise UserError(f"--embed-weights is not supported for target {target}")
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
@@ -142,13 +144,8 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
 def _target_limit(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:
   """A limit of the target language the model runs into (`TargetLimitError`) is the user's to know: a UserError
   naming the model and the target. Anything else is a bug and passes on unchanged."""
-  if isinstance(error, TargetLimitError): detail = error.detail
-  elif target in ("webgpu", "metal") and str(error).startswith(f"{target}:"):
-    # the WGSL and Metal renderers and the webgpu bundle writer still raise these limits as ValueErrors whose
-    # message starts with the target's name; they are to raise TargetLimitError (then this branch goes)
-    detail = str(error)[len(target) + 1:].strip()
-  else: return error
-  return UserError(f"{spec.text}: cannot compile for {target}: {detail}")
+  if not isinstance(error, TargetLimitError): return error
+  return UserError(f"{spec.text}: cannot compile for {target}: {error.detail}")
 
 
 def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:

@@ -1,7 +1,7 @@
 """tgc as an ONNX backend (`onnx.backend.base.Backend`): `TgcBackend.prepare(model, device)` compiles the model
 through the real pipeline (`aot.compile.compile_model`, the same steps as `tgc compile`) into an artifact folder
 in a private temporary folder, and the returned `TgcRep` runs that artifact with the target's artifact runtime
-(`aot.artifact.ARTIFACT_RUNTIMES`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
+(its registry entry's `artifact`: `runtimes.artifact_c.CArtifact`, `runtimes.artifact_opencl.OpenCLArtifact`, ...),
 so what is tested is the code a user ships.
 
 Devices: "c" (also "CPU"), "opencl", "webgpu", "cuda", "metal": targets tgc compiles and has an artifact runtime
@@ -33,17 +33,14 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from tgc.ir import lowp
+from tgc.codegen.registry import target_names, target_spec
 from tgc.runtimes.io_arrays import bits_from_storage, storage_from_bits, storage_type
 from tgc.frontend.onnx.dtypes import host_values, to_onnx_type
 from tgc.frontend.onnx.loading import opset_versions, unsupported_nodes
-from tgc.aot.artifact import ARTIFACT_RUNTIMES, runner_class
+from tgc.aot.artifact import runner_class
 from tgc.aot.compile import compile_model
 from tgc.aot.errors import UserError
-from tgc.aot.targets import SUPPORTED_TARGETS
 
-# device string (lower case, before any ":id") -> tgc target
-DEVICE_TARGETS = {"cpu": "c", "c": "c", "opencl": "opencl", "cl": "opencl", "webgpu": "webgpu", "wgpu": "webgpu",
-                  "cuda": "cuda", "metal": "metal"}
 MODEL_STEM = "model"      # file stem of the model written for the pipeline: the artifact's symbol prefix
 MAX_ARTIFACTS = 8         # artifacts a representation keeps loaded when compiling per run
 
@@ -51,21 +48,20 @@ MAX_ARTIFACTS = 8         # artifacts a representation keeps loaded when compili
 def device_target(device: str) -> str:
   """The tgc target for an ONNX backend device string ("CPU", "c", "opencl", "OpenCL:0", ...)."""
   kind = str(device).split(":")[0].strip().lower()
-  if kind not in DEVICE_TARGETS:
-    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: c (or CPU), opencl, webgpu, "
-                    f"cuda, metal")
-  return DEVICE_TARGETS[kind]
+  names = {alias: name for name in target_names() for alias in (name,) + target_spec(name).aliases}
+  if kind not in names:
+    raise UserError(f"device {device!r} is not supported by the tgc backend; devices: "
+                    + ", ".join(f"{n} (or {', '.join(target_spec(n).aliases)})" if target_spec(n).aliases else n
+                                for n in target_names()))
+  return names[kind]
 
 
 def _runtime_class(target: str):
   try: found = runner_class(target)
   except (ImportError, AttributeError) as error:
-    module, name = ARTIFACT_RUNTIMES[target]
-    raise UserError(f"running {target} artifacts is not supported by this build of tgc ({module}.{name} is "
-                    f"missing)") from error
-  if found is None:
-    raise UserError(f"running {target} artifacts is not supported by this build of tgc; supported: "
-                    f"{', '.join(ARTIFACT_RUNTIMES)}")
+    raise UserError(f"running {target} artifacts is not supported by this build of tgc "
+                    f"({target_spec(target).artifact} is missing)") from error
+  if found is None: raise UserError(f"running {target} artifacts is not supported by this build of tgc")
   return found
 
 
@@ -279,10 +275,11 @@ class TgcBackend(Backend):
     """Whether this build can compile for and run artifacts of the device's target."""
     try: target = device_target(device)
     except UserError: return False
-    if target not in ARTIFACT_RUNTIMES: return False
-    try: found = importlib.util.find_spec(ARTIFACT_RUNTIMES[target][0]) is not None
-    except (ImportError, ValueError): found = False
-    return target in SUPPORTED_TARGETS and found
+    runner = target_spec(target).artifact
+    if runner is None: return False
+    if not isinstance(runner, str): return True
+    try: return importlib.util.find_spec(runner.partition(":")[0]) is not None
+    except (ImportError, ValueError): return False
 
   @classmethod
   def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:

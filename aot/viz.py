@@ -23,14 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from tgc.ir import viz as recorder_viz
-from tgc.codegen.compiled import CompiledModel
-from tgc.codegen.opts import Opt
+from tgc.codegen.compiled import BufferKind, CompiledModel
+from tgc.codegen.opts import Opt, OptError
 from tgc.runtimes.artifact import SOURCE_SUFFIXES, ArtifactError, ArtifactFolder
 from tgc.runtimes.artifact_webgpu import read_plan
 from tgc.emit.common import fill, read_template
 from tgc.frontend.onnx.loading import node_label
 from tgc.aot import models, reference
-from tgc.aot.artifact import open_artifact
+from tgc.aot.artifact import open_artifact, opt_text
 from tgc.aot.compile import build_compiled
 from tgc.aot.errors import UserError
 from tgc.aot.targets import make_target
@@ -39,7 +39,6 @@ from tgc.aot.viz_session import VizSession
 TEMPLATE = ("viz", "page.html.tmpl")
 PAGE_NAME = "viz.html"
 PAGE_SUFFIX = ".viz.html"
-_OPT_TEXT = re.compile(r"^Opt\((\w+),(-?\d+),(-?\d+)\)$")
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
@@ -141,9 +140,9 @@ def describe_compiled(cm: CompiledModel) -> dict:
   return {
     "target": cm.target.name, "model": {"name": cm.name}, "renderer": cm.meta.get("renderer", ""),
     "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
-    "weights": {"tensors": [tensor(b) for b in cm.of_kind("weight")]},
+    "weights": {"tensors": [tensor(b) for b in cm.of_kind(BufferKind.WEIGHT)]},
     "arena_bytes": cm.arena_bytes,
-    "arena_buffers": [{**tensor(b), "index": b.index, "offset": b.offset} for b in cm.of_kind("arena")],
+    "arena_buffers": [{**tensor(b), "index": b.index, "offset": b.offset} for b in cm.of_kind(BufferKind.ARENA)],
     "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size), "ops": k.ops,
                  "bytes": k.bytes, "opts": [repr(o) for o in k.opts], "tuned": name in cm.meta.get("tuned", ()),
                  "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
@@ -171,7 +170,8 @@ def _page_data(m: dict, sources: dict[str, str], rewrites: dict | None, notes: l
   for k in m.get("kernels", []):
     name = k.get("name", "?")
     kernels.append({"name": name, "global_size": k.get("global_size", []), "local_size": k.get("local_size", []),
-                    "ops": k.get("ops", 0), "bytes": k.get("bytes", 0), "opts": list(k.get("opts", [])),
+                    "ops": k.get("ops", 0), "bytes": k.get("bytes", 0),
+                    "opts": [opt_text(o) for o in k.get("opts", [])],
                     "tuned": bool(k.get("tuned", False)),
                     "nodes": [[n.get("name", "?"), n.get("op", "?")] for n in k.get("nodes", [])],
                     "calls": [i for i, c in enumerate(calls) if c["kernel"] == name],
@@ -302,7 +302,7 @@ def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> dict | None:
     spec, options = reference.spec_from_source(source, None)
     consts = {k: np.load(p, allow_pickle=False) for k, p in (options.get("consts") or {}).items()}
     shapes = {k: tuple(v) for k, v in (options.get("input_shapes") or {}).items()}
-    cpu = ((art.manifest.get("target_info") or {}).get("cpu") or {}).get("level") if art.target == "c" else None
+    cpu = ((art.manifest.get("target_info") or {}).get("cpu") or {}).get("level")
     target = make_target(art.target, cpu)
   except (UserError, OSError, ValueError) as error:
     notes.append(f"rewrites are not shown: the model cannot be rebuilt ({error})")
@@ -326,11 +326,10 @@ def _artifact_opts(art: ArtifactFolder, notes: list[str]):
   n-th kernel); None (the heuristics) when the manifest's opts cannot be read."""
   opts: list[list[Opt]] = []
   for k in art.manifest.get("kernels", []):
-    parsed = [_OPT_TEXT.match(str(o)) for o in k.get("opts", [])]
-    if not all(parsed):
+    try: opts.append([Opt.from_json(o) for o in k.get("opts", [])])
+    except OptError:
       notes.append("the artifact's opts could not be read: the rebuild uses the heuristics' opts")
       return None
-    opts.append([Opt(p.group(1), int(p.group(2)), int(p.group(3))) for p in parsed])
   order: dict[str, int] = {}
 
   def opts_for(item):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from enum import Enum
 import numpy as np
 from tgc.ir import UOp, DType, dtypes, viz
 from tgc.ir.provenance import Origin
@@ -22,9 +23,21 @@ from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Target
 
 
+class BufferKind(str, Enum):
+  """Where a buffer of a compiled model lives: given by the caller (input, output), stored with the artifact (weight)
+  or placed in the arena (an intermediate). Its value is the manifest's word for it."""
+  INPUT = "input"
+  OUTPUT = "output"
+  WEIGHT = "weight"
+  ARENA = "arena"
+
+  def __str__(self) -> str: return self.value
+  def __hash__(self) -> int: return hash(self.value)
+
+
 @dataclass(frozen=True)
 class BufferInfo:
-  kind: str                 # "input" | "output" | "weight" | "arena"
+  kind: BufferKind
   index: int                # position within its kind (arena: slot number)
   name: str                 # original name (inputs/outputs/weights) or "" for intermediates
   symbol: str               # sanitized identifier
@@ -56,15 +69,18 @@ class CompiledModel:
   # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
 
-  def of_kind(self, kind: str) -> list[BufferInfo]: return [b for b in self.buffers if b.kind == kind]
+  def of_kind(self, kind: BufferKind | str) -> list[BufferInfo]:
+    """The buffers of one kind (a BufferKind or its manifest word), in plan order."""
+    kind = BufferKind(kind)
+    return [b for b in self.buffers if b.kind is kind]
 
   def kernel_nodes(self, kernel: str) -> tuple[Origin, ...]:
     """The model nodes a kernel computes, over all its calls (a kernel identical for two layers serves both)."""
     return tuple(dict.fromkeys(o for c in self.calls if c.kernel == kernel for o in c.nodes))
   @property
-  def inputs(self) -> list[BufferInfo]: return self.of_kind("input")
+  def inputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.INPUT)
   @property
-  def outputs(self) -> list[BufferInfo]: return self.of_kind("output")
+  def outputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.OUTPUT)
 
 
 def _nbytes(b: UOp) -> int:
@@ -147,7 +163,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
-  for kind, group in (("input", inputs), ("output", outputs)):
+  for kind, group in ((BufferKind.INPUT, inputs), (BufferKind.OUTPUT, outputs)):
     for i, (nm, b) in enumerate(group):
       if b in index: continue
       index[b] = len(buffers)
@@ -159,7 +175,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     index[b] = len(buffers)
     shape = tuple(arr.shape) if not b.dtype.storage_only else tuple(b.arg[1])
     dtype = b.dtype if b.dtype.storage_only or arr.dtype == b.dtype.numpy else dtypes.from_numpy(arr.dtype)
-    buffers.append(BufferInfo("weight", len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
+    buffers.append(BufferInfo(BufferKind.WEIGHT, len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
                               _nbytes(b) if b.dtype.storage_only else arr.nbytes))
     weight_data[nm] = arr
   # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
@@ -168,7 +184,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
-    buffers.append(BufferInfo("arena", j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
+    buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
            for it, bufs in zip(items, calls_bufs)]
   variants, vtargets = _variants(target, kernels, asts, own)

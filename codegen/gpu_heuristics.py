@@ -20,7 +20,7 @@
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
-from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit, reduce_body_loads,
                                        stride, try_opt)
@@ -52,7 +52,7 @@ def coalesce(k: Kernel) -> Kernel:
   """SWAP the store's contiguous axis to the last place among the global axes (launch dimension 0)."""
   glob, c = k.axes(G), _contiguous_axis(k)
   if c is None or c == len(glob) - 1: return k
-  return try_opt(k, Opt("SWAP", c, len(glob) - 1))
+  return try_opt(k, Opt(OptOps.SWAP, c, len(glob) - 1))
 
 
 def group_reduce(k: Kernel, target: Target) -> Kernel | None:
@@ -69,9 +69,9 @@ def group_reduce(k: Kernel, target: Target) -> Kernel | None:
   n, limit = Kernel.size(last), min(target.max_local_items, target.max_local_size[0], WORKGROUP)
   # the largest work-group that still leaves each work-item a few elements to combine, a power of two if it can
   for want in (limit, limit // 2, limit // 4):
-    if want >= 32 and n % want == 0 and n // want >= 2: return try_opt(k, Opt("GROUP", len(red) - 1, want))
+    if want >= 32 and n % want == 0 and n // want >= 2: return try_opt(k, Opt(OptOps.GROUP, len(red) - 1, want))
   amounts = [d for d in range(min(limit, n // 2), 31, -1) if n % d == 0]
-  return try_opt(k, Opt("GROUP", len(red) - 1, amounts[0])) if amounts else None
+  return try_opt(k, Opt(OptOps.GROUP, len(red) - 1, amounts[0])) if amounts else None
 
 
 def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
@@ -81,7 +81,7 @@ def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
   glob = k.axes(G)
   if not glob or Kernel.size(glob[-1]) % LANES or not lanes_are_32bit(k): return k
   if not all(stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
-  trial = try_opt(k, Opt("VECTOR", len(glob) - 1, LANES))
+  trial = try_opt(k, Opt(OptOps.VECTOR, len(glob) - 1, LANES))
   if trial is k or _lane_share(trial, constant) > MAX_GATHER_SHARE: return k
   return trial
 
@@ -129,7 +129,7 @@ def register_block(k: Kernel) -> Kernel:
           key = (cost, -n, a, b)
           if best_key is None or key < best_key: best_key, best = key, [(ia, na), (ib, nb)] if b != a else [(ia, na)]
   for i, n in sorted(best, reverse=True):    # the later axis first: the earlier one's number stays valid
-    if n > 1: k = try_opt(k, Opt("UPCAST", i, n))
+    if n > 1: k = try_opt(k, Opt(OptOps.UPCAST, i, n))
   return k
 
 
@@ -145,12 +145,12 @@ def unroll_reduce(k: Kernel) -> Kernel:
   if math.prod(Kernel.size(r) for r in red) >= 4 * UNROLL[-1]:
     for i in order:
       for amt in UNROLL:
-        if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt("UNROLL", i, amt))
+        if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt(OptOps.UNROLL, i, amt))
   copies = 1
   for i in sorted(range(len(red)), reverse=True):      # the later axis first: the earlier ones keep their numbers
     if copies >= UNROLL[-1]: break
     if 1 < Kernel.size(red[i]) <= UNROLL[0]:
-      k, copies = try_opt(k, Opt("UNROLL", i, Kernel.size(red[i]))), copies * Kernel.size(red[i])
+      k, copies = try_opt(k, Opt(OptOps.UNROLL, i, Kernel.size(red[i]))), copies * Kernel.size(red[i])
   return k
 
 
@@ -189,7 +189,7 @@ def local_split(k: Kernel, target: Target, square: bool = False) -> Kernel:
     want = size // used if not (square and pos == 0) else 1 << (max(size, 1).bit_length() - 1) // 2
     amt = _local_amount(Kernel.size(r), min(want, cap), cap)
     if amt < 2: continue
-    k = try_opt(k, Opt("LOCAL", len(glob) - 1 - pos, amt))
+    k = try_opt(k, Opt(OptOps.LOCAL, len(glob) - 1 - pos, amt))
     used *= amt
   return k
 
@@ -200,7 +200,7 @@ def gpu_opts(k: Kernel, target: Target, constant: frozenset = frozenset()) -> li
   reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
   if reduce:
     grouped = group_reduce(k, target)
-    if grouped is not None and any(o.op == "GROUP" for o in grouped.opts): return grouped.opts
+    if grouped is not None and any(o.op is OptOps.GROUP for o in grouped.opts): return grouped.opts
   k = pick_vector(k, constant)
   blocked = False
   if reduce:

@@ -14,7 +14,7 @@ codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
-from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
@@ -67,7 +67,7 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
       # an output axis of many vectors but no multiple of them: padded, its last vector stores only what exists
       if kind == "global" and w < lanes and n >= PADDED_VECTORS * lanes: widths.append(lanes)
       for w in widths:
-        opt = Opt("VECTOR", (i if kind == "global" else len(glob) + i), w)
+        opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
         share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
         # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
@@ -105,7 +105,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
-          opts = tuple(Opt("UPCAST", i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
+          opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
                                                               reverse=True) if n > 1)
           scored.setdefault(opts, (cost, -math.prod(block.values()), a, b))
   return [list(o) for o in sorted(scored, key=scored.__getitem__)[:limit]]
@@ -131,13 +131,13 @@ def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
   free = [i for i, r in enumerate(red) if not any(depends(g, r) for g in gates)]
   if len(red) > 1 and free and free[-1] != len(red) - 1:
     glob = len(k.axes(G))
-    k = try_opt(k, Opt("SWAP", glob + free[-1], glob + len(red) - 1))
+    k = try_opt(k, Opt(OptOps.SWAP, glob + free[-1], glob + len(red) - 1))
   weights = [n for n in _loads(k) if n.src[0].arg[0] in constant]
   glob = k.axes(G)
   if len(glob) > 1 and weights:
     users = [i for i, r in enumerate(glob) if any(depends(w.src[1], r) for w in weights)]
     if users and users[0] != 0 and not any(depends(w.src[1], glob[0]) for w in weights):
-      k = try_opt(k, Opt("SWAP", 0, users[0]))
+      k = try_opt(k, Opt(OptOps.SWAP, 0, users[0]))
   return k
 
 

@@ -10,15 +10,31 @@ UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors
 register blocks of 4: the extra lanes and copies recompute the last element and store nothing)."""
 from __future__ import annotations
 from dataclasses import dataclass, field
+from enum import Enum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
 from tgc.ir.symbolic import simplify
 
 INDEX = dtypes.index
 G, R = AxisType.GLOBAL, AxisType.REDUCE
+
+
+class OptOps(str, Enum):
+  """The opt actions (module docstring). The value is the name tuning files, search caches and manifests store."""
+  UPCAST = "UPCAST"
+  UNROLL = "UNROLL"
+  VECTOR = "VECTOR"
+  SWAP = "SWAP"
+  LOCAL = "LOCAL"
+  GROUP = "GROUP"
+
+  def __str__(self) -> str: return self.value
+  def __hash__(self) -> int: return hash(self.value)
+
+
 # which range kinds each opt applies to (its axis numbers index Kernel.axes of these kinds) and the new inner kind
-OPT_KINDS: dict[str, tuple[tuple[AxisType, ...], AxisType | None]] = {
-  "UPCAST": ((G,), AxisType.UPCAST), "LOCAL": ((G,), AxisType.LOCAL), "UNROLL": ((R,), AxisType.UNROLL),
-  "GROUP": ((R,), AxisType.GROUP), "VECTOR": ((G, R), AxisType.VECTOR), "SWAP": ((G, R), None)}
+OPT_KINDS: dict[OptOps, tuple[tuple[AxisType, ...], AxisType | None]] = {
+  OptOps.UPCAST: ((G,), AxisType.UPCAST), OptOps.LOCAL: ((G,), AxisType.LOCAL), OptOps.UNROLL: ((R,), AxisType.UNROLL),
+  OptOps.GROUP: ((R,), AxisType.GROUP), OptOps.VECTOR: ((G, R), AxisType.VECTOR), OptOps.SWAP: ((G, R), None)}
 
 
 class OptError(ValueError):
@@ -54,10 +70,27 @@ def _gate_stores(sink: UOp, cond: UOp) -> UOp:
 
 @dataclass(frozen=True, order=True)
 class Opt:
-  op: str        # UPCAST | UNROLL | VECTOR | SWAP | LOCAL | GROUP
+  op: OptOps     # an OptOps (its name is accepted and converted: OptError for an unknown one)
   axis: int      # position in Kernel.axes() of the kinds the op applies to
   amount: int    # the split size; SWAP: the other axis
-  def __repr__(self): return f"Opt({self.op},{self.axis},{self.amount})"
+
+  def __post_init__(self):
+    if not isinstance(self.op, OptOps):
+      if self.op not in OptOps.__members__: raise OptError(f"unknown opt {self.op}")
+      object.__setattr__(self, "op", OptOps(self.op))
+
+  def __repr__(self): return f"Opt({self.op.value},{self.axis},{self.amount})"
+
+  def to_json(self) -> list:
+    """[op, axis, amount]: how tuning files, search caches and manifests store an opt."""
+    return [self.op.value, self.axis, self.amount]
+
+  @staticmethod
+  def from_json(item) -> Opt:
+    """The opt stored as [op, axis, amount]; OptError when it is not one."""
+    if not isinstance(item, (list, tuple)) or len(item) != 3 or not all(isinstance(v, int) for v in item[1:]):
+      raise OptError(f"not an opt: {item!r}")
+    return Opt(str(item[0]), int(item[1]), int(item[2]))
 
 
 @dataclass
@@ -80,20 +113,20 @@ class Kernel:
 
   def apply(self, opt: Opt) -> Kernel:
     """A new Kernel with `opt` applied; raises OptError if it does not fit."""
-    if opt.op not in OPT_KINDS: raise OptError(f"unknown opt {opt.op}")
-    if {opt.op, *(o.op for o in self.opts)} >= {"LOCAL", "GROUP"}:
+    if {opt.op, *(o.op for o in self.opts)} >= {OptOps.LOCAL, OptOps.GROUP}:
       raise OptError(f"{opt}: LOCAL and GROUP cannot share a work-group")
-    if opt.op == "VECTOR" and any(o.op == "VECTOR" for o in self.opts): raise OptError(f"{opt}: one VECTOR axis only")
+    if opt.op is OptOps.VECTOR and any(o.op is OptOps.VECTOR for o in self.opts):
+      raise OptError(f"{opt}: one VECTOR axis only")
     kinds, inner_kind = OPT_KINDS[opt.op]
     axes = self.axes(kinds)
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: no axis {opt.axis}")
     r = axes[opt.axis]
-    if opt.op == "SWAP": return self._swap(opt, r, axes)
+    if opt.op is OptOps.SWAP: return self._swap(opt, r, axes)
     n = self.size(r)
-    padded = n % opt.amount != 0 and (opt.op == "LOCAL" or
-                                      (opt.op in ("VECTOR", "UPCAST") and r.arg.kind is AxisType.GLOBAL))
+    padded = n % opt.amount != 0 and (opt.op is OptOps.LOCAL or
+                                      (opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is AxisType.GLOBAL))
     if opt.amount <= 1 or (n % opt.amount and not padded): raise OptError(f"{opt}: {opt.amount} does not divide {n}")
-    if opt.op == "VECTOR" and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
+    if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
     groups = -(-n // opt.amount)
     outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, groups),), RangeArg(r.arg.id, r.arg.kind)) \
       if groups > 1 else UOp.const(INDEX, 0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from tgc.ir import Ops, UOp, AxisType
 from tgc.ir.config import config
-from tgc.codegen.opts import Kernel, Opt, OptError, OPT_KINDS
+from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.heuristics import hand_coded_opts, reuse_block_options, GR
 from tgc.codegen.target import Target, as_target
@@ -64,7 +64,7 @@ def _vector_options(k: Kernel, target: Target) -> list[list[Opt]]:
   for i, r in enumerate(k.axes(GR)):
     w = lanes
     while w >= 4:
-      if Kernel.size(r) % w == 0: out.append([Opt("VECTOR", i, w)])
+      if Kernel.size(r) % w == 0: out.append([Opt(OptOps.VECTOR, i, w)])
       w //= 2
   return out
 
@@ -73,30 +73,30 @@ def _order_options(k: Kernel) -> list[list[Opt]]:
   """Loop orders: each reduce loop innermost, each output loop outermost, and unrolling the innermost reduce loop."""
   glob, red = k.axes(G), k.axes(R)
   out: list[list[Opt]] = [[]]
-  out += [[Opt("SWAP", len(glob) + i, len(glob) + len(red) - 1)] for i in range(len(red) - 1)]
-  out += [[Opt("SWAP", 0, i)] for i in range(1, len(glob))]
-  out += [[Opt("UNROLL", len(red) - 1, n)] for n in _UNROLL if red and Kernel.size(red[-1]) % n == 0]
+  out += [[Opt(OptOps.SWAP, len(glob) + i, len(glob) + len(red) - 1)] for i in range(len(red) - 1)]
+  out += [[Opt(OptOps.SWAP, 0, i)] for i in range(1, len(glob))]
+  out += [[Opt(OptOps.UNROLL, len(red) - 1, n)] for n in _UNROLL if red and Kernel.size(red[-1]) % n == 0]
   return out
 
 
 def _gpu_options(k: Kernel, stage: int) -> list[list[Opt]]:
   glob, red = k.axes(G), k.axes(R)
   if stage == 0:
-    return [[]] + [[Opt("LOCAL", i, n)] for i, r in enumerate(glob) for n in _LOCAL if Kernel.size(r) % n == 0]
+    return [[]] + [[Opt(OptOps.LOCAL, i, n)] for i, r in enumerate(glob) for n in _LOCAL if Kernel.size(r) % n == 0]
   if stage == 1:
-    return [[]] + [[Opt("GROUP", i, n)] for i, r in enumerate(red) for n in _GROUP if Kernel.size(r) % n == 0]
-  return [[]] + [[Opt("UPCAST", i, n)] for i, r in enumerate(glob) for n in (2, 4) if Kernel.size(r) % n == 0]
+    return [[]] + [[Opt(OptOps.GROUP, i, n)] for i, r in enumerate(red) for n in _GROUP if Kernel.size(r) % n == 0]
+  return [[]] + [[Opt(OptOps.UPCAST, i, n)] for i, r in enumerate(glob) for n in (2, 4) if Kernel.size(r) % n == 0]
 
 
 def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int) -> list[list[Opt]]:
   """Opt lists that differ from `base` in one decision of stage `stage` (see the module docstring)."""
   k = Kernel(ast)
   if target.has_workgroups:
-    keep = [o for o in base if o.op not in (("LOCAL",), ("GROUP",), ("UPCAST",))[stage]]
+    keep = [o for o in base if o.op not in ((OptOps.LOCAL,), (OptOps.GROUP,), (OptOps.UPCAST,))[stage]]
     kk = _try(k, keep)
     return [keep + o for o in _gpu_options(kk, stage)] if kk is not None else []
-  vec = [o for o in base if o.op == "VECTOR"]
-  block = [o for o in base if o.op == "UPCAST"]
+  vec = [o for o in base if o.op is OptOps.VECTOR]
+  block = [o for o in base if o.op is OptOps.UPCAST]
   if stage == 0:
     out = []
     for v in _vector_options(k, target):
@@ -120,7 +120,7 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
   path = cache_path(ast, target, device)
   if os.path.exists(path):
     with open(path) as f: cached = json.load(f)
-    return SearchResult([Opt(*o) for o in cached["opts"]], cached["seconds"], cached["baseline"], 0, True)
+    return SearchResult([Opt.from_json(o) for o in cached["opts"]], cached["seconds"], cached["baseline"], 0, True)
   say = progress or ((lambda m: print(m, file=sys.stderr)) if config.debug >= 2 else (lambda m: None))
   timed: dict[tuple, float] = {}
   built: dict[tuple, KernelProgram] = {}
@@ -154,7 +154,7 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
   best = min(confirmed, key=lambda c: (confirmed[c], c != _key(base))) if confirmed else _key(base)
   if best != _key(base) and confirmed[best] > baseline * (1 - MARGIN): best = _key(base)
   result = SearchResult(list(best), confirmed.get(best, timed[best]), baseline, len(timed))
-  _write_json(path, {"opts": [[o.op, o.axis, o.amount] for o in result.opts], "seconds": result.seconds,
+  _write_json(path, {"opts": [o.to_json() for o in result.opts], "seconds": result.seconds,
                      "baseline": result.baseline})
   return result
 
@@ -202,7 +202,7 @@ class Tuning:
     self.entries[(ast.key, str(target), device)] = list(opts)
 
   def to_json(self) -> str:
-    rows = [{"kernel": k, "target": t, "device": d, "opts": [[o.op, o.axis, o.amount] for o in opts]}
+    rows = [{"kernel": k, "target": t, "device": d, "opts": [o.to_json() for o in opts]}
             for (k, t, d), opts in sorted(self.entries.items())]
     return json.dumps({"format": TUNING_FORMAT, "entries": rows}, indent=1, sort_keys=True) + "\n"
 
@@ -215,8 +215,7 @@ class Tuning:
     out = Tuning()
     for i, row in enumerate(data["entries"]):
       try:
-        opts = [Opt(str(op), int(axis), int(amount)) for op, axis, amount in row["opts"]]
-        if any(o.op not in OPT_KINDS for o in opts): raise ValueError("unknown opt")
+        opts = [Opt.from_json(o) for o in row["opts"]]
         out.entries[(str(row["kernel"]), str(row["target"]), str(row["device"]))] = opts
       except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{where}: entry {i} is malformed ({error})") from None

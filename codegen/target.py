@@ -1,13 +1,13 @@
 """What code generation may assume about the machine a kernel is generated for: a typed `Target`.
 
-A target is a kernel language (c, opencl, cuda, metal, webgpu) plus the facts heuristics, search and renderers ask
-about: for C the CPU (`CPU`: ISA level and compiler flags, SIMD width, vector registers, FMA, half arithmetic, cache
-sizes), for GPU languages the launch limits (work-group size, work-groups per dimension, workgroup memory, storage
-buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors as 32-bit words); `workgroup_tiles` off
-means kernels for a GPU language that will run on a CPU (PoCL, SwiftShader, lavapipe: caches already share what
-work-items read, and barriers are costly there); `precision` "f16" computes float32 arithmetic in float16 with
-float32 accumulations (codegen/precision.py; `f16` then says the device has half arithmetic). Nothing below asks
-for a target by its name to decide how to generate code; it asks the target.
+A target is a kernel language (one of codegen.registry's: c, opencl, cuda, metal, webgpu) plus the facts
+heuristics, search and renderers ask about: for C the CPU (`CPU`: ISA level and compiler flags, SIMD width, vector
+registers, FMA, half arithmetic, cache sizes), for GPU languages the launch limits (work-group size, work-groups per
+dimension, workgroup memory, storage buffers per kernel) and storage options (WebGPU artifacts hold 64-bit tensors
+as 32-bit words); `workgroup_tiles` off means kernels for a GPU language that will run on a CPU (PoCL, SwiftShader,
+lavapipe: caches already share what work-items read, and barriers are costly there); `precision` "f16" computes
+float32 arithmetic in float16 with float32 accumulations (codegen/precision.py; `f16` then says the device has half
+arithmetic). Nothing below asks for a target by its name to decide how to generate code; it asks the target.
 
 `--cpu` levels: `native` (the machine that compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 + FMA), `x86-64-v4`
 (AVX-512), `armv8-a` (NEON), `armv8.2-a` (NEON + half-precision arithmetic, e.g. Snapdragon 845 and newer)."""
@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, replace
+from tgc.codegen.registry import target_spec
 
-LANGUAGES = ("c", "opencl", "cuda", "metal", "webgpu")
 PRECISIONS = ("f32", "f16")
 
 
@@ -104,7 +104,7 @@ def cpu_level(name: str) -> CPU:
 @dataclass(frozen=True)
 class Target:
   """A kernel language and what its kernels may assume. Build with `Target.make`."""
-  name: str                                          # c | opencl | cuda | metal | webgpu
+  name: str                                          # a registered target (codegen.registry)
   cpu: CPU | None = None                             # c only
   max_local_size: tuple[int, int, int] = (1, 1, 1)   # work-items per work-group, per dimension
   max_local_items: int = 1                           # work-items per work-group
@@ -121,18 +121,19 @@ class Target:
 
   @staticmethod
   def make(name: str, cpu: str | CPU = "native", artifact: bool = True, **kw) -> Target:
-    """The target for a language. `cpu` (c only): a --cpu value or a CPU. `artifact`: for an artifact (WebGPU
-    artifacts narrow 64-bit types to 32-bit words at the boundary; the eager runtime refuses them instead)."""
-    if name not in LANGUAGES: raise ValueError(f"no target {name!r}; known: {', '.join(LANGUAGES)}")
+    """The target for a registered language (codegen.registry). `cpu` (CPU targets only): a --cpu value or a CPU.
+    `artifact`: for an artifact (the spec's `artifact_limits` apply: WebGPU artifacts narrow 64-bit types to 32-bit
+    words at the boundary; the eager runtime refuses them instead)."""
+    spec = target_spec(name)
     if kw.get("precision", "f32") not in PRECISIONS:
       raise ValueError(f"unknown --precision {kw['precision']!r}; choose one of {', '.join(PRECISIONS)}")
     if kw.get("precision", "f32") != "f32":
-      if name == "c": raise ValueError("--precision f16 applies to GPU targets (opencl, cuda, metal, webgpu), not c")
+      if spec.cpu: raise ValueError(f"--precision f16 applies to GPU targets, not {name}")
       kw.setdefault("f16", True)               # half arithmetic: the device must have it
-    if name == "c":
-      return Target("c", cpu=cpu if isinstance(cpu, CPU) else cpu_level(cpu), **kw)
-    defaults: dict = dict(GPU_DEFAULTS[name])
-    if name == "webgpu" and artifact: defaults.update(narrow_int64=True, narrow_f64=True)
+    if spec.cpu:
+      return Target(name, cpu=cpu if isinstance(cpu, CPU) else cpu_level(cpu), **kw)
+    defaults: dict = dict(spec.limits)
+    if artifact: defaults.update(spec.artifact_limits)
     defaults.update(kw)
     return Target(name, **defaults)
 
@@ -163,22 +164,9 @@ class Target:
     parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
                               ("no_tiles", self.has_workgroups and not self.workgroup_tiles),
                               ("precision_f16", self.precision == "f16")) if on]
-    if self.max_buffers is not None and self.max_buffers != GPU_DEFAULTS.get(self.name, {}).get("max_buffers"):
+    if self.max_buffers is not None and self.max_buffers != target_spec(self.name).limits.get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")
     return "+".join(parts)
-
-
-GPU_DEFAULTS: dict[str, dict] = {
-  # WebGPU's default limits, as browsers ship them
-  "webgpu": dict(max_local_size=(256, 256, 64), max_local_items=256, max_groups_per_dim=(65535, 65535, 65535),
-                 shared_bytes=16384, max_buffers=8, fallbacks=True),
-  # OpenCL 1.2 devices: the portable minimum work-group size is small; PoCL allows 4096
-  "opencl": dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None, shared_bytes=32768,
-                 fallbacks=True),
-  "cuda": dict(max_local_size=(1024, 1024, 64), max_local_items=1024,
-               max_groups_per_dim=(2**31 - 1, 65535, 65535), shared_bytes=49152),
-  "metal": dict(max_local_size=(1024, 1024, 1024), max_local_items=1024, max_groups_per_dim=None, shared_bytes=32768),
-}
 
 
 def as_target(t) -> Target:

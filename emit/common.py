@@ -13,7 +13,7 @@ import os
 import re
 
 from tgc.ir import DType
-from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.codegen.names import comment_lines
 
 PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
@@ -69,7 +69,7 @@ def write_files(out_dir: str, files: dict[str, bytes]) -> list[str]:
 
 def buffer_label(b: BufferInfo) -> str:
   """How generated source names a buffer in comments: inputs, outputs and weights by their model names."""
-  return b.symbol if b.kind == "arena" else f"{b.kind} {b.name!r}"
+  return b.symbol if b.kind is BufferKind.ARENA else f"{b.kind} {b.name!r}"
 
 
 def call_comment(cm: CompiledModel, n: int, indent: str = "  ") -> str:

@@ -13,11 +13,11 @@ and header documentation are the C bundle's; model names reach the sources only 
 `comment_safe` and `c_string`."""
 from __future__ import annotations
 
-from tgc.codegen.compiled import CompiledModel
+from tgc.codegen.compiled import BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.target import Target
-from tgc.emit.c import (WEIGHTS_FILE, Param, _wrap_call, bundle_start, device_manifest, host_values, kernel_params,
-                        kernel_parts, write_bundle)
+from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_params,
+                             kernel_parts, launch_sizes, wrap_call, write_bundle)
 from tgc.emit.c_literals import c_bytes, c_string
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
@@ -31,9 +31,7 @@ BLOCK_LIMITS, MAX_THREADS, GRID_LIMITS = _CUDA.max_local_size, _CUDA.max_local_i
 
 def launch_dims(k: KernelProgram) -> tuple[list[int], list[int]]:
   """Grid (blocks) and block (threads) of a kernel, checked against CUDA's limits."""
-  glob, block = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
-  if len(glob) != 3 or len(block) != 3 or any(s < 1 or g % s for g, s in zip(glob, block)):
-    raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of block size {block}")
+  glob, block = launch_sizes(k)
   grid = [g // s for g, s in zip(glob, block)]
   if any(b > m for b, m in zip(block, BLOCK_LIMITS)) or block[0] * block[1] * block[2] > MAX_THREADS:
     raise ValueError(f"kernel {k.name}: block {block} exceeds CUDA's limits {list(BLOCK_LIMITS)}, "
@@ -45,8 +43,8 @@ def launch_dims(k: KernelProgram) -> tuple[list[int], list[int]]:
 
 def _pointer(b, p: Param, offset: dict[str, int]) -> str:
   cast = f"({p.ctype} *)"
-  if b.kind == "weight": return f"{cast}(w + {offset[b.name]})"
-  if b.kind == "arena": return f"{cast}(a + {b.offset})"
+  if b.kind is BufferKind.WEIGHT: return f"{cast}(w + {offset[b.name]})"
+  if b.kind is BufferKind.ARENA: return f"{cast}(a + {b.offset})"
   return f"{cast}{'inputs' if b.kind == 'input' else 'outputs'}[{b.index}]"
 
 
@@ -56,10 +54,10 @@ def _launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
   offset = {t.name: t.offset for t in weights.tensors}
   uses = {cm.buffers[i].kind for c in cm.calls for i in c.buffers}
   lines = ["  cudaStream_t s = (cudaStream_t)ctx->stream;", "  cudaError_t e;"]
-  if "weight" in uses: lines.append("  const unsigned char *w = ctx->weights;")
-  if "arena" in uses: lines.append("  unsigned char *a = ctx->arena;")
-  if "input" not in uses: lines.append("  (void)inputs;")
-  if "output" not in uses: lines.append("  (void)outputs;")
+  if BufferKind.WEIGHT in uses: lines.append("  const unsigned char *w = ctx->weights;")
+  if BufferKind.ARENA in uses: lines.append("  unsigned char *a = ctx->arena;")
+  if BufferKind.INPUT not in uses: lines.append("  (void)inputs;")
+  if BufferKind.OUTPUT not in uses: lines.append("  (void)outputs;")
   for n, c in enumerate(cm.calls):
     lines.append(call_comment(cm, n).rstrip("\n"))
     grid, block = launch_dims(cm.kernels[c.kernel])
@@ -68,7 +66,7 @@ def _launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
       if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
       args.append(_pointer(cm.buffers[c.buffers[p.index]], p, offset))
     launch = f"{c.kernel}<<<dim3({grid[0]}u, {grid[1]}u, {grid[2]}u), dim3({block[0]}, {block[1]}, {block[2]}), 0, s>>>"
-    lines.append(_wrap_call(launch, args))
+    lines.append(wrap_call(launch, args))
     lines.append(f"  if ((e = cudaGetLastError()) != cudaSuccess) return tg_fail(ctx, {{{{SYM}}}}_ERR_CUDA, "
                  f"{c_string('launching kernel ' + c.kernel)}, e);")
   checks = ["  cudaFuncAttributes attr;", "  cudaError_t e;"] if cm.kernels else ["  (void)ctx;"]
@@ -80,7 +78,7 @@ def _launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
 
 def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  sym, weights = bundle_start(cm, "cuda", "CUDA")
+  sym, weights = bundle_start(cm, "cuda")
   params = {name: kernel_params(k) for name, k in cm.kernels.items()}
   kernel_prefix, kernels = kernel_parts(cm)
   values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs),

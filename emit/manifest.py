@@ -8,11 +8,11 @@ import importlib.resources
 import json
 
 from tgc.ir import DType, lowp
-from tgc.codegen.compiled import BufferInfo, CompiledModel
+from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.emit.common import numpy_name, sha256, tgc_version
 from tgc.emit.weights import ALIGN, WeightsFile
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 SCHEMA = "manifest.schema.json"
 
@@ -47,9 +47,9 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
     "arena_bytes": cm.arena_bytes,
     "arena_buffers": [{"index": b.index, "symbol": b.symbol, "offset": b.offset, "nbytes": b.nbytes,
                        "shape": list(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
-                      for b in cm.of_kind("arena")],
+                      for b in cm.of_kind(BufferKind.ARENA)],
     "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size),
-                 "ops": k.ops, "bytes": k.bytes, "opts": [repr(o) for o in k.opts],
+                 "ops": k.ops, "bytes": k.bytes, "opts": [o.to_json() for o in k.opts],
                  "tuned": name in cm.meta.get("tuned", ()), "args": kernel_args[name],
                  "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
                 for name, k in cm.kernels.items()],

@@ -14,19 +14,20 @@ order; a parameter the renderer dropped is not bound). `launches` is the same pl
 strings and launch checks are the C and OpenCL bundles'."""
 from __future__ import annotations
 
-from tgc.codegen.compiled import CompiledModel
-from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
-                        weight_rows, write_bundle)
+from tgc.codegen.compiled import BufferKind, CompiledModel
+from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
+                             kernel_params, launch_sizes, weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
-from tgc.emit.opencl import _launch, source_strings
+from tgc.emit.opencl import source_strings
 from tgc.emit.weights import WeightsFile
 
 SOURCE_FILES = ("model.metal", "model.h", "model.m", "main.c", "Makefile")
-ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_ARENA"}
+ARG_KINDS = {BufferKind.INPUT: "TG_INPUT", BufferKind.OUTPUT: "TG_OUTPUT", BufferKind.WEIGHT: "TG_WEIGHT",
+             BufferKind.ARENA: "TG_ARENA"}
 def kernel_source(cm: CompiledModel) -> str:
   """The text of model.metal: each prefix line once (first use order), then the kernels."""
-  return kernel_file(cm, "metal")
+  return kernel_file(cm, "model.metal.tmpl")
 
 
 def launches(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> list[dict]:
@@ -36,12 +37,12 @@ def launches(cm: CompiledModel, params: dict[str, list[Param]], weights: Weights
   offsets = {t.name: t.offset for t in weights.tensors}
   out = []
   for c in cm.calls:
-    glob, loc = _launch(cm.kernels[c.kernel])
+    glob, loc = launch_sizes(cm.kernels[c.kernel])
     binds = []
     for p in params[c.kernel]:
       if p.index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: parameter data{p.index} has no buffer")
       b = cm.buffers[c.buffers[p.index]]
-      offset = offsets[b.name] if b.kind == "weight" else b.offset if b.kind == "arena" else 0
+      offset = offsets[b.name] if b.kind is BufferKind.WEIGHT else b.offset if b.kind is BufferKind.ARENA else 0
       binds.append({"binding": p.index, "kind": b.kind, "index": b.index, "offset": offset})
     out.append({"kernel": c.kernel, "threadgroups": [g // s for g, s in zip(glob, loc)], "threads": loc,
                 "buffers": binds})
@@ -68,11 +69,11 @@ def _host_tables(cm: CompiledModel, plan: list[dict], weights: WeightsFile) -> d
 
 def metal_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  sym, weights = bundle_start(cm, "metal", "Metal")
+  sym, weights = bundle_start(cm, "metal")
   params = {name: kernel_params(k) for name, k in cm.kernels.items()}
   plan = launches(cm, params, weights)
   metal_text = kernel_source(cm)
-  counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
+  counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind(BufferKind.WEIGHT)),
             "kernels": len(cm.kernels), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
   values["source_strings"] = source_strings(metal_text)

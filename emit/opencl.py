@@ -14,25 +14,26 @@ describe tensors alike."""
 from __future__ import annotations
 import dataclasses
 
-from tgc.codegen.compiled import CompiledModel, variant_name
-from tgc.codegen.lower import KernelProgram
+from tgc.codegen.compiled import BufferKind, CompiledModel, variant_name
 from tgc.codegen.memory import plan_slots
-from tgc.emit.c import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file, kernel_params,
-                        weight_rows, write_bundle)
+from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
+                             kernel_params, launch_sizes, weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.weights import WeightsFile
 
+KERNEL_TEMPLATE = "model.cl.tmpl"
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
-ARG_KINDS = {"input": "TG_INPUT", "output": "TG_OUTPUT", "weight": "TG_WEIGHT", "arena": "TG_SLOT"}
+ARG_KINDS = {BufferKind.INPUT: "TG_INPUT", BufferKind.OUTPUT: "TG_OUTPUT", BufferKind.WEIGHT: "TG_WEIGHT",
+             BufferKind.ARENA: "TG_SLOT"}
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
 
 
 def kernel_source(cm: CompiledModel, variant: str | None = None) -> str:
   """The text of model.cl: each prefix line once (first use order), then the kernels (`variant`: those of that
   kernel variant where they differ)."""
-  if variant is None: return kernel_file(cm, "opencl")
-  return kernel_file(dataclasses.replace(cm, kernels={**cm.kernels, **cm.variants.get(variant, {})}), "opencl")
+  if variant is None: return kernel_file(cm, KERNEL_TEMPLATE)
+  return kernel_file(dataclasses.replace(cm, kernels={**cm.kernels, **cm.variants.get(variant, {})}), KERNEL_TEMPLATE)
 
 
 def kernel_variants(cm: CompiledModel) -> list[dict]:
@@ -73,25 +74,19 @@ def source_strings(text: str) -> str:
 def slot_buffers(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
   """For devices that cannot use sub-buffers at the plan's offsets: arena slot -> whole buffer, and the buffers'
   sizes; slots whose lifetimes do not overlap share a buffer."""
-  calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind == "arena"] for c in cm.calls]
-  return plan_slots(calls, {b.index: max(b.nbytes, 1) for b in cm.of_kind("arena")})
-
-
-def _launch(k: KernelProgram) -> tuple[list[int], list[int]]:
-  glob, loc = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
-  if len(glob) != 3 or len(loc) != 3 or any(s < 1 or g % s for g, s in zip(glob, loc)):
-    raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of local size {loc}")
-  return glob, loc
+  calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind is BufferKind.ARENA] for c in cm.calls]
+  return plan_slots(calls, {b.index: max(b.nbytes, 1) for b in cm.of_kind(BufferKind.ARENA)})
 
 
 def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile,
                  slot_buffer: dict[int, int]) -> dict[str, str]:
   """The initializers of model.c's tables: weight tensors, arena slots, launches and their arguments."""
   rows = weight_rows(cm, weights)
-  slots = [f"  {{{b.offset}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */" for b in cm.of_kind("arena")]
+  slots = [f"  {{{b.offset}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */"
+           for b in cm.of_kind(BufferKind.ARENA)]
   calls, args = [], []
   for n, c in enumerate(cm.calls):
-    glob, loc = _launch(cm.kernels[c.kernel])
+    glob, loc = launch_sizes(cm.kernels[c.kernel])
     calls.append(f"{call_comment(cm, n)}  {{{c_string(c.kernel)}, {len(params[c.kernel])}, {len(args)}, "
                  f"{{{', '.join(map(str, glob))}}}, {{{', '.join(map(str, loc))}}}}},")
     for p in params[c.kernel]:
@@ -101,17 +96,17 @@ def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: Wei
   return {"weight_table": "\n".join(rows) or "  {0, 0, 0UL}", "slot_table": "\n".join(slots) or "  {0, 0, 0}",
           "call_table": "\n".join(calls) or '  {"", 0, 0, {1, 1, 1}, {1, 1, 1}}',
           "arg_table": "\n".join(args) or "  {TG_INPUT, 0}",
-          "max_weight_bytes": str(max([b.nbytes for b in cm.of_kind("weight")] + [0]))}
+          "max_weight_bytes": str(max([b.nbytes for b in cm.of_kind(BufferKind.WEIGHT)] + [0]))}
 
 
 def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  sym, weights = bundle_start(cm, "opencl", "OpenCL")
+  sym, weights = bundle_start(cm, "opencl")
   params = {name: kernel_params(k) for name, k in cm.kernels.items()}
   slot_buffer, buffer_bytes = slot_buffers(cm)
   cl_text = kernel_source(cm)
-  counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind("weight")),
-            "slots": len(cm.of_kind("arena")), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
+  counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind(BufferKind.WEIGHT)),
+            "slots": len(cm.of_kind(BufferKind.ARENA)), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
   variants = kernel_variants(cm)
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),

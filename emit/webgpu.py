@@ -30,11 +30,12 @@ import math
 
 import numpy as np
 
-from tgc.codegen.compiled import BufferInfo, CompiledModel, variant_name
+from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.names import comment_safe
 from tgc.codegen.memory import plan_slots
-from tgc.emit.c import bundle_start, write_bundle
+from tgc.codegen.target import TargetLimitError
+from tgc.emit.bundle import bundle_start, launch_sizes, write_bundle
 from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
 from tgc.emit.manifest import build_manifest
 from tgc.emit.weights import WeightsFile
@@ -56,6 +57,9 @@ DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBinding
 PRETTY_WIDTH = 116
 
 
+def _limit(detail: str) -> TargetLimitError: return TargetLimitError("webgpu", detail)
+
+
 def buffer_size(n: int) -> int:
   """GPUBuffer bytes for n bytes of data: a multiple of 16 (kernels may read a buffer as array<vec4<...>>)."""
   return max(16, (n + 15) // 16 * 16)
@@ -68,15 +72,13 @@ def device_nbytes(b: BufferInfo) -> int:
 
 def js_array(dtype: str) -> str:
   """The TypedArray class that holds a tensor of numpy dtype `dtype` in JS."""
-  if dtype not in JS_ARRAYS: raise ValueError(f"webgpu: tensors of dtype {dtype} have no JS representation")
+  if dtype not in JS_ARRAYS: raise _limit(f"tensors of dtype {dtype} have no JS representation")
   return JS_ARRAYS[dtype]
 
 
-def _launch(k: KernelProgram) -> list[int]:
+def _workgroups(k: KernelProgram) -> list[int]:
   """Work-groups per dimension (global / local)."""
-  glob, loc = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
-  if len(glob) != 3 or len(loc) != 3 or any(s < 1 or g % s for g, s in zip(glob, loc)):
-    raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of local size {loc}")
+  glob, loc = launch_sizes(k)
   return [g // s for g, s in zip(glob, loc)]
 
 
@@ -88,8 +90,8 @@ def bindings(k: KernelProgram) -> list[list]:
 def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
   """Arena buffer index -> slot, and the slots' sizes in device bytes (whole buffers shared by intermediates of
   disjoint lifetimes)."""
-  calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind == "arena"] for c in cm.calls]
-  return plan_slots(calls, {b.index: buffer_size(device_nbytes(b)) for b in cm.of_kind("arena")})
+  calls = [[cm.buffers[i].index for i in c.buffers if cm.buffers[i].kind is BufferKind.ARENA] for c in cm.calls]
+  return plan_slots(calls, {b.index: buffer_size(device_nbytes(b)) for b in cm.of_kind(BufferKind.ARENA)})
 
 
 def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
@@ -97,7 +99,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
   slot_of, slot_sizes = slot_plan(cm)
   buffers: list[dict] = []
   where: dict[int, int] = {}       # CompiledModel buffer index -> plan buffer index
-  for kind in ("input", "output", "weight"):
+  for kind in (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.WEIGHT):
     for i, b in enumerate(cm.buffers):
       if b.kind != kind: continue
       where[i] = len(buffers)
@@ -105,7 +107,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
   first_slot = len(buffers)
   buffers += [{"label": f"slot {s}", "size": size} for s, size in enumerate(slot_sizes)]
   for i, b in enumerate(cm.buffers):
-    if b.kind == "arena": where[i] = first_slot + slot_of[b.index]
+    if b.kind is BufferKind.ARENA: where[i] = first_slot + slot_of[b.index]
   position = {id(b): i for i, b in enumerate(cm.buffers)}
   stored = {t.name: t for t in weights.tensors}
 
@@ -131,13 +133,13 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
       if index >= len(c.buffers): raise ValueError(f"kernel {c.kernel}: binding {index} has no buffer in the call")
       args.append(where[c.buffers[index]])
     clear = [where[c.buffers[index]] for index, _, atomic in k["bindings"] if atomic]
-    calls.append({"kernel": kernel_index[c.kernel], "workgroups": _launch(cm.kernels[c.kernel]), "args": args,
+    calls.append({"kernel": kernel_index[c.kernel], "workgroups": _workgroups(cm.kernels[c.kernel]), "args": args,
                   "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data),
           "header": weights.header[8:].decode("ascii"),
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
-          "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind("weight")],
+          "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],
           "buffers": buffers, "kernels": kernels, "calls": calls, "variants": plan_variants(cm),
           "limits": (limits := required_limits(cm, buffers, kernels, calls)),
           "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
@@ -209,19 +211,19 @@ def _ts_types(plan: dict) -> dict[str, str]:
 
 def _check_narrow_weights(cm: CompiledModel) -> None:
   """64-bit integer weights become 32-bit words on the device: every value must fit."""
-  for b in cm.of_kind("weight"):
+  for b in cm.of_kind(BufferKind.WEIGHT):
     words = {"int64": np.int32, "uint64": np.uint32}.get(numpy_name(b.dtype))
     data = np.asarray(cm.weights[b.name])
     if words is None or not data.size: continue
     info = np.iinfo(words)
     if data.min() < info.min or data.max() > info.max:
-      raise ValueError(f"webgpu: weight {b.name!r} ({numpy_name(b.dtype)}) holds values outside the 32-bit range "
+      raise _limit(f"weight {b.name!r} ({numpy_name(b.dtype)}) holds values outside the 32-bit range "
                        f"[{info.min}, {info.max}]; WGSL computes {numpy_name(b.dtype)} as 32-bit words")
 
 
 def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
-  sym, weights = bundle_start(cm, "webgpu", "WebGPU", _check_narrow_weights)
+  sym, weights = bundle_start(cm, "webgpu", _check_narrow_weights)
   plan = build_plan(cm, weights)
   values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
             "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}

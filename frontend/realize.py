@@ -7,7 +7,8 @@ from tgc.ir import Ops, UOp, DType, dtypes, lowp
 from tgc.ir.config import config
 from tgc.frontend import buffers
 from tgc.frontend.interpreter import evaluate
-from tgc.codegen.target import LANGUAGES, as_target
+from tgc.codegen.registry import target_names, target_spec
+from tgc.codegen.target import as_target
 
 _kernel_cache: dict[tuple[str, str], tuple] = {}
 capture_hooks: list = []        # callables(items, bufs_after) registered by jit capture
@@ -21,9 +22,9 @@ def _runtime(device: str):
 
 def unsupported_dtypes(device: str) -> set[DType]:
   """Compute dtypes a device cannot run (WebGPU has no float64, nor OpenCL devices without cl_khr_fp64)."""
-  if device in ("webgpu", "metal"): return {dtypes.float64}
-  if device != "opencl": return set()
-  return set() if _runtime(device).device_info().get("has_fp64", True) else {dtypes.float64}
+  if device == "numpy": return set()
+  if target_spec(device).lacks_float64 or _runtime(device).lacks_float64(): return {dtypes.float64}
+  return set()
 
 
 def check_dtypes(roots: list[UOp], device: str) -> None:
@@ -71,7 +72,7 @@ def to_numpy(u: UOp) -> np.ndarray:
 
 def max_buffers(device: str) -> int | None:
   """The most buffers one kernel may bind on `device` (None: no limit)."""
-  return as_target(device).max_buffers if device in LANGUAGES else None
+  return as_target(device).max_buffers if device in target_names() else None
 
 
 def _alloc(device: str):

@@ -6,17 +6,18 @@ import numpy as np
 from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
+from tgc.codegen.registry import target_names
 from tgc.frontend import buffers, functional, realize as _realize, shapes
 from tgc.frontend.shapes import broadcast_shape
 
-_DEVICES = ("numpy", "c", "opencl", "webgpu", "cuda", "metal")
 MATMUL_PANEL = 16       # matmul repacks large right-hand operands into panels this many columns wide
 MATMUL_PACK_MIN = 128   # ... when both the reduced and the panel dimension are at least this big
 
 
 def canonical_device(device: str | None) -> str:
   d = (device or config.device).lower()
-  if d not in _DEVICES: raise ValueError(f"unknown device {device!r}; known: {', '.join(_DEVICES)}")
+  known = ("numpy",) + target_names()
+  if d not in known: raise ValueError(f"unknown device {device!r}; known: {', '.join(known)}")
   return d
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from tgc.runtimes.base import ArtifactError, MissingInput, UnknownInput
 from tgc.runtimes.io_arrays import from_storage, to_storage
 
-FORMAT_VERSION = 2        # the manifest format this tgc reads (emit.manifest writes it; a test checks they agree)
+FORMAT_VERSION = 3        # the manifest format this tgc reads (emit.manifest writes it; a test checks they agree)
 MANIFEST = "manifest.json"
 SOURCE_SUFFIXES = (".c", ".h", ".cl", ".cu", ".metal", ".m", ".mm", ".swift", ".js", ".ts", ".wgsl", ".html")
 _HASH_CHUNK = 1 << 20

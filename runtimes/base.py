@@ -9,23 +9,13 @@ Conventions shared by all runtimes:
 - a Program runs one kernel with buffers as its arguments, in order; with `wait=True` it returns seconds taken.
 """
 from __future__ import annotations
-import importlib
 import os
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
-# name -> "module:Class"; classes are imported only when asked for, so a missing optional
-# dependency (pyopencl, ...) only affects the runtime that needs it.
-RUNTIME_CLASSES: dict[str, str] = {
-  "c": "tgc.runtimes.c:CRuntime",
-  "opencl": "tgc.runtimes.opencl:OpenCLRuntime",
-  "cuda": "tgc.runtimes.cuda:CUDARuntime",
-  "metal": "tgc.runtimes.metal:MetalRuntime",
-  "webgpu": "tgc.runtimes.webgpu:WebGPURuntime",
-}
-
+from tgc.codegen.registry import load, target_names, target_spec
 
 class RuntimeUnavailable(RuntimeError):
   """The runtime cannot run on this machine; the message is one line naming the missing piece."""
@@ -138,6 +128,14 @@ class Runtime:
   def synchronize(self) -> None:
     raise NotImplementedError
 
+  def device_info(self) -> dict[str, Any]:
+    """Facts about the device the runtime runs on (`has_fp64`, limits, ...); empty when it has none to tell."""
+    return {}
+
+  def lacks_float64(self) -> bool:
+    """The device cannot compute in float64 (an OpenCL device without cl_khr_fp64)."""
+    return not self.device_info().get("has_fp64", True)
+
   def check_buffer(self, buf: Buffer) -> None:
     """Raise ValueError unless `buf` was allocated by this runtime."""
     if not isinstance(buf, Buffer) or buf.runtime is not self:
@@ -166,8 +164,9 @@ def cache_root() -> str:
 
 
 def _runtime_class(name: str) -> Callable[..., Runtime]:
-  module_name, class_name = RUNTIME_CLASSES[name].split(":")
-  return getattr(importlib.import_module(module_name), class_name)
+  """The Runtime class of a target (its registry entry's `runtime`, imported only when asked for, so a missing
+  optional dependency such as pyopencl only affects the runtime that needs it)."""
+  return load(target_spec(name).runtime)
 
 
 def forget_runtime(name: str) -> None:
@@ -178,8 +177,8 @@ def forget_runtime(name: str) -> None:
 def get_runtime(name: str) -> Runtime:
   """The cached Runtime called `name` ("c", "opencl"); raises RuntimeUnavailable when it cannot run here.
   Each runtime keeps its disk cache in <cache root>/<name> (cache root: $TGC_CACHE_DIR, else ~/.cache/tgc)."""
-  if name not in RUNTIME_CLASSES:
-    raise ValueError(f"unknown runtime '{name}' (known: {', '.join(sorted(RUNTIME_CLASSES))})")
+  known = [n for n in target_names() if target_spec(n).runtime is not None]
+  if name not in known: raise ValueError(f"unknown runtime '{name}' (known: {', '.join(sorted(known))})")
   with _runtimes_lock:
     if name not in _runtimes:
       _runtimes[name] = _runtime_class(name)(cache_dir=os.path.join(cache_root(), name))

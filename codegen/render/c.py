@@ -13,6 +13,7 @@ without output loops runs when tg_lo < tg_hi. Vector loads and stores go through
 lanes are vector ops (`vectorize` does the rest lane by lane); exp2 on vectors is a polynomial (`_exp2_helper`)."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
+from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
@@ -193,3 +194,8 @@ class CRenderer(CStyleRenderer):
     # a statement expression is not C99: use a union-free memcpy through a compound literal
     return f"(*({self.type_name(dst)}*)memcpy(&(({self.type_name(dst)}){{0}}), &(({self.type_name(src)}){{{x}}}), " \
            f"sizeof({self.type_name(dst)})))"
+
+
+TARGET = TargetSpec("c", "C", CRenderer, "tgc.emit.c:write_c_bundle", artifact="tgc.runtimes.artifact_c:CArtifact",
+                    runtime="tgc.runtimes.c:CRuntime", cpu=True, emit_options=("embed_weights",),
+                    run_options=("threads", "profile"), aliases=("cpu",))

@@ -7,6 +7,7 @@ and h-prefixed math (hexp2, hsqrt, ...; sm_53 and newer). Vectors are CUDA's `fl
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
+from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
@@ -141,3 +142,9 @@ class CUDARenderer(GPUVectors, CStyleRenderer):
     if (src, dst) in _BITCASTS: return _BITCASTS[(src, dst)].format(x)
     if src.is_int and dst.is_int: return f"(({self.type_name(dst)})({x}))"   # same size: two's complement
     return f"tg_bitcast<{self.type_name(dst)}>(({self.type_name(src)})({x}))"
+
+
+TARGET = TargetSpec("cuda", "CUDA", CUDARenderer, "tgc.emit.cuda:write_cuda_bundle",
+                    artifact="tgc.runtimes.artifact_cuda:CUDAArtifact", runtime="tgc.runtimes.cuda:CUDARuntime",
+                    limits=dict(max_local_size=(1024, 1024, 64), max_local_items=1024,
+                                max_groups_per_dim=(2**31 - 1, 65535, 65535), shared_bytes=49152))

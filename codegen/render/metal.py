@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import struct
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
+from tgc.codegen.registry import TargetSpec
+from tgc.codegen.target import TargetLimitError
 from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
@@ -40,7 +42,7 @@ class MetalRenderer(GPUVectors, CStyleRenderer):
               (Ops.TRUNC, dtypes.float32): "trunc", (Ops.TRUNC, dtypes.float16): "trunc"}
 
   def type_name(self, d: DType) -> str:
-    if d.scalar == dtypes.float64: raise ValueError("metal: float64 is not supported (Metal has no double)")
+    if d.scalar == dtypes.float64: raise TargetLimitError("metal", "float64 is not supported (Metal has no double)")
     return f"{self.types[d.scalar]}{d.count}" if d.count > 1 else self.types[d]
 
   def render_vector(self, lanes: list[str], d: DType) -> str: return f"{self.type_name(d)}({', '.join(lanes)})"
@@ -86,5 +88,12 @@ class MetalRenderer(GPUVectors, CStyleRenderer):
     for u in program:
       for n in (u, *u.src):
         if n.dtype == dtypes.float64:
-          raise ValueError(f"metal: float64 is not supported (Metal has no double): kernel {name}, {n.op.name}")
+          raise TargetLimitError("metal", f"float64 is not supported (Metal has no double): kernel {name}, "
+                                 f"{n.op.name}")
     return super().render(name, program, local_size)   # threadgroup memory is declared first (cstyle)
+
+
+TARGET = TargetSpec("metal", "Metal", MetalRenderer, "tgc.emit.metal:write_metal_bundle",
+                    artifact="tgc.runtimes.artifact_metal:MetalArtifact", runtime="tgc.runtimes.metal:MetalRuntime",
+                    limits=dict(max_local_size=(1024, 1024, 1024), max_local_items=1024, max_groups_per_dim=None,
+                                shared_bytes=32768), lacks_float64=True)

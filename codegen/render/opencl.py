@@ -4,6 +4,7 @@ f16`), is `half` in registers too (the kernel enables cl_khr_fp16: the device mu
 & co. (gpu_vectors.py), loaded and stored with vload4/vstore4."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
+from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
@@ -69,3 +70,10 @@ class OpenCLRenderer(GPUVectors, CStyleRenderer):
 
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
     return f"as_{self.type_name(dst)}({x})"
+
+
+# OpenCL 1.2 devices: the portable minimum work-group size is small; PoCL allows 4096
+TARGET = TargetSpec("opencl", "OpenCL", OpenCLRenderer, "tgc.emit.opencl:write_opencl_bundle",
+                    artifact="tgc.runtimes.artifact_opencl:OpenCLArtifact", runtime="tgc.runtimes.opencl:OpenCLRuntime",
+                    limits=dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None,
+                                shared_bytes=32768, fallbacks=True), aliases=("cl",))

@@ -47,9 +47,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify
+from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes
 from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, is_multiple
-from tgc.codegen.target import Target
+from tgc.codegen.target import Target, TargetLimitError
 
 U32 = dtypes.uint32
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
@@ -57,6 +58,9 @@ _WIDE_INTS = (dtypes.int64, dtypes.uint64)
 _WRAPPING_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.SHL, Ops.IDIV, Ops.MOD)
 _BUILTINS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 _DIMS = "xyz"
+
+
+def _limit(detail: str) -> TargetLimitError: return TargetLimitError("webgpu", detail)
 
 # helper functions and private variables: name -> (dependencies, WGSL source)
 HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -206,7 +210,7 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
   # ---- types and constants ----
   def type_name(self, d: DType) -> str:
     if d.count > 1: return f"vec{d.count}<{self.type_name(d.scalar)}>"
-    if d not in self.types: raise ValueError(f"webgpu: WGSL has no type for {d.name}")
+    if d not in self.types: raise _limit(f"WGSL has no type for {d.name}")
     return self.types[d]
 
   # ---- vectors: array<vec4<T>> bindings (gpu_vectors.py) ----
@@ -423,34 +427,34 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
                         f"data{b.arg[0]}" in self.kernel.atomic) for b in bufs]
 
   def _check(self, name: str, program: list[UOp], local_size) -> None:
-    where = f"webgpu: kernel '{name}'"
+    where = f"kernel '{name}'"
     bufs = sorted({s for u in program for s in (u,) + u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
     for b in bufs:
       if b.dtype == dtypes.float64 and not self.narrow_f64:
-        raise ValueError(f"{where}: buffer data{b.arg[0]} is float64; WGSL has no 64-bit floats (use float32)")
+        raise _limit(f"{where}: buffer data{b.arg[0]} is float64; WGSL has no 64-bit floats (use float32)")
       if b.dtype in _WIDE_INTS and not self.narrow_int64:
-        raise ValueError(f"{where}: buffer data{b.arg[0]} is {b.dtype.name}; WGSL has no 64-bit integers (store it "
+        raise _limit(f"{where}: buffer data{b.arg[0]} is {b.dtype.name}; WGSL has no 64-bit integers (store it "
                          f"as 32 bits and compile for a target with narrow_int64)")
     for u in program:
       if u.op is Ops.BITCAST and {u.dtype, u.src[0].dtype} & {dtypes.float64, *_WIDE_INTS}:
-        raise ValueError(f"{where}: a bitcast from {u.src[0].dtype.name} to {u.dtype.name} needs 64-bit words; "
+        raise _limit(f"{where}: a bitcast from {u.src[0].dtype.name} to {u.dtype.name} needs 64-bit words; "
                          f"WGSL has no 64-bit types")
       if (u.dtype == dtypes.float64 and not self.narrow_f64) or (u.dtype in _WIDE_INTS and not self.narrow_int64):
-        raise ValueError(f"{where}: {u.op.name} computes in {u.dtype.name}; WGSL has no 64-bit types")
+        raise _limit(f"{where}: {u.op.name} computes in {u.dtype.name}; WGSL has no 64-bit types")
     if len(bufs) > self.max_storage_buffers:
-      raise ValueError(f"{where} binds {len(bufs)} storage buffers; the limit is {self.max_storage_buffers} "
+      raise _limit(f"{where} binds {len(bufs)} storage buffers; the limit is {self.max_storage_buffers} "
                        f"(the scheduler must split the kernel)")
     if any(s > m for s, m in zip(local_size, self.max_workgroup_size)) or math.prod(local_size) > self.max_invocations:
-      raise ValueError(f"{where}: work-group size {tuple(local_size)} exceeds the limits {self.max_workgroup_size} "
+      raise _limit(f"{where}: work-group size {tuple(local_size)} exceeds the limits {self.max_workgroup_size} "
                        f"and {self.max_invocations} invocations")
     for u in program:
       if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].arg > self.max_workgroups_per_dim:
-        raise ValueError(f"{where} needs {u.src[0].arg} work-groups in launch dimension {_DIMS[u.arg.dim]}; the limit "
+        raise _limit(f"{where} needs {u.src[0].arg} work-groups in launch dimension {_DIMS[u.arg.dim]}; the limit "
                          f"is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to split it")
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
     for u in program:
       if u.op is Ops.LOAD and u.src[0] in stored and is_packed(u.src[0].dtype):
-        raise ValueError(f"{where} reads buffer data{u.src[0].arg[0]} ({u.src[0].dtype.name}) that it also writes; "
+        raise _limit(f"{where} reads buffer data{u.src[0].arg[0]} ({u.src[0].dtype.name}) that it also writes; "
                          f"packed sub-32-bit outputs are write-only")
 
 
@@ -471,3 +475,13 @@ def _unpack(ld: UOp) -> UOp:
   if ld.dtype.is_bool: return v.alu(Ops.AND, UOp.const(U32, 0xff)).cast(dtypes.bool)
   if ld.dtype == dtypes.float16: return UOp(Ops.BITCAST, dtypes.float16, (v.cast(dtypes.uint16),))
   return v.cast(ld.dtype)
+
+
+# WebGPU's default limits, as browsers ship them; artifacts hold 64-bit types as 32-bit words (the eager runtime
+# refuses them instead)
+TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_webgpu_bundle",
+                    artifact="tgc.runtimes.artifact_webgpu:WebGPUArtifact", runtime="tgc.runtimes.webgpu:WebGPURuntime",
+                    limits=dict(max_local_size=(256, 256, 64), max_local_items=256,
+                                max_groups_per_dim=(65535, 65535, 65535), shared_bytes=16384, max_buffers=8,
+                                fallbacks=True),
+                    artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",))

@@ -9,7 +9,7 @@ from hypothesis import given, settings, HealthCheck, strategies as st
 
 from tgc.frontend import Tensor
 from tgc.frontend.jit import trace
-from tgc.codegen.compiled import CompiledModel, compile_schedule
+from tgc.codegen.compiled import BufferKind, CompiledModel, compile_schedule
 from tgc.codegen.memory import plan_memory
 
 DEVICE = "numpy"   # tracing needs no compiler; kernels are lowered for C but never compiled here
@@ -50,7 +50,7 @@ def verify_plan(calls: list[list[int]], spans: dict[int, tuple[int, int]], arena
 
 
 def verify_compiled(cm: CompiledModel) -> None:
-  arena = {i: (b.offset, b.nbytes) for i, b in enumerate(cm.buffers) if b.kind == "arena"}
+  arena = {i: (b.offset, b.nbytes) for i, b in enumerate(cm.buffers) if b.kind is BufferKind.ARENA}
   calls = [c.buffers for c in cm.calls]
   for c in calls:
     assert all(0 <= i < len(cm.buffers) for i in c)
@@ -71,7 +71,7 @@ def test_chain_of_equal_layers_reuses_memory(layers):
     return x
   cm = compile_traced(model, Tensor(rng.standard_normal((batch, width), dtype=np.float32), device=DEVICE))
   layer_bytes = batch * width * 4
-  arena = [b for b in cm.buffers if b.kind == "arena"]
+  arena = [b for b in cm.buffers if b.kind is BufferKind.ARENA]
   assert len(arena) >= layers - 1 and all(b.nbytes == layer_bytes for b in arena)
   assert cm.arena_bytes <= 3 * layer_bytes, f"arena {cm.arena_bytes} bytes for {layers} layers of {layer_bytes}"
   verify_compiled(cm)

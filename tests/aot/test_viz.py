@@ -15,6 +15,7 @@ import pytest
 import headless_chromium as chromium
 from aot_helpers import MNIST, tgc
 from tgc.aot import viz as viz_page
+from tgc.aot.artifact import opt_text
 from tgc.aot.compile import compile_model
 from tgc.ir.config import config
 
@@ -79,7 +80,7 @@ def mnist_page(workdir) -> Path:
 def test_model_page_matches_the_manifest(mnist_page, mnist_out):
   data, m = page_data(mnist_page), manifest(mnist_out)
   assert [k["name"] for k in data["kernels"]] == [k["name"] for k in m["kernels"]]
-  assert [k["opts"] for k in data["kernels"]] == [k["opts"] for k in m["kernels"]]
+  assert [k["opts"] for k in data["kernels"]] == [[opt_text(o) for o in k["opts"]] for k in m["kernels"]]
   assert [c["kernel"] for c in data["calls"]] == [c["kernel"] for c in m["calls"]]
   assert data["kind"] == "model" and data["target"] == "c" and data["arena_bytes"] == m["arena_bytes"]
   assert data["nodes"] and all(n["kernels"] for n in data["nodes"])

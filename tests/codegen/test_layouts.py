@@ -8,7 +8,7 @@ from tgc.frontend import Tensor, nn
 from tgc.frontend.jit import trace
 from tgc.frontend.realize import _alloc
 from tgc.codegen.schedule import schedule
-from tgc.codegen.compiled import compile_schedule
+from tgc.codegen.compiled import BufferKind, compile_schedule
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.relayout import evaluate, relayout
 from tgc.codegen.kernel_access import stride
@@ -57,8 +57,8 @@ def test_compiled_weights_are_relaid_without_growing():
   before = sum(v.nbytes for _, _, v in weights)
   after = sum(a.nbytes for a in cm.weights.values())
   assert after <= before * 1.05
-  relaid = [b for b in cm.of_kind("weight") if len(b.shape) == 1 and b.shape[0] >= 64 * 32]
-  assert relaid, [b.shape for b in cm.of_kind("weight")]
+  relaid = [b for b in cm.of_kind(BufferKind.WEIGHT) if len(b.shape) == 1 and b.shape[0] >= 64 * 32]
+  assert relaid, [b.shape for b in cm.of_kind(BufferKind.WEIGHT)]
 
 
 def test_a_weight_two_kernels_read_keeps_its_layout():
@@ -69,7 +69,7 @@ def test_a_weight_two_kernels_read_keeps_its_layout():
   weights = [(f"w{i}", b, v) for i, (b, v) in enumerate(cap.weights.items())]
   cm = compile_schedule("shared", "c", cap.items, [(s.name, b) for s, b in cap.inputs],
                         [(s.name, b) for s, b in cap.outputs], weights)
-  shared = [b for b in cm.of_kind("weight") if b.nbytes == w.nbytes]
+  shared = [b for b in cm.of_kind(BufferKind.WEIGHT) if b.nbytes == w.nbytes]
   assert shared and all(b.shape == (64, 64) for b in shared)
 
 

@@ -338,7 +338,7 @@ def test_cli_compile_and_run_without_metal(tmp_path):
     assert result.exit_code == 2, (args, result.output)
     assert result.stderr.strip().count("\n") == 0 and "needs macOS" in result.stderr, result.stderr
   result = tgc("compile", model, "--target", "metal", "--embed-weights", "-o", tmp_path / "embedded")
-  assert result.exit_code == 2 and "target c only" in result.stderr
+  assert result.exit_code == 2 and "--embed-weights is not supported for target" in result.stderr
   assert not (tmp_path / "embedded").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tgc.runtimes import c
 from tgc.runtimes import CompileError, LaunchError, RuntimeUnavailable, get_runtime
+from tgc.runtimes.base import forget_runtime
 from tgc.runtimes.c import C_FLAGS, CRuntime
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -238,6 +239,7 @@ def test_parallel_processes_compile_the_same_source(tmp_path):
 
 
 def test_get_runtime_is_a_cached_singleton(tgc_cache_dir):
+  forget_runtime("c")    # made afresh under the session's cache root (a test before may have moved the root)
   runtime = get_runtime("c")
   assert runtime is get_runtime("c") and runtime.name == "c"
   assert runtime.cache_dir == os.path.join(tgc_cache_dir, "c")
