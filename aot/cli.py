@@ -318,7 +318,7 @@ def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
   from tgc.aot.bench import SLOW_SHARE, bench_artifact
   r = bench_artifact(artifact, runs=runs, warmup=warmup, seed=seed, threads=threads, profile=profile)
   if as_json:
-    click.echo(json.dumps(dataclasses.asdict(r), indent=2))
+    click.echo(json.dumps(_bench_json(r), indent=2))
     return
   click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up, {r.threads} thread(s)")
   click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
@@ -336,6 +336,18 @@ def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
     if slow:
       click.echo(f"  !: below 10% of this machine's roofline; taking 5% of the run or more: "
                  f"{', '.join(k.kernel for k in slow)}")
+
+
+def _bench_json(report) -> dict:
+  """The bench report as JSON; with a profile, also the machine's roofline the kernels' fractions are of (`machine`:
+  {gflops, gbytes}, null where none is measured), so `tgc viz --profile-json` can draw it."""
+  out = dataclasses.asdict(report)
+  if report.profile is not None:
+    from tgc.aot.artifact import open_artifact
+    from tgc.aot.bench import machine_roofline
+    machine = machine_roofline(open_artifact(report.folder, check_files=False).manifest)
+    out["machine"] = dataclasses.asdict(machine) if machine is not None else None
+  return out
 
 
 @cli.command("inspect", epilog=MODEL_HELP)
@@ -409,7 +421,7 @@ def _inspect_model(model: str, target: str) -> None:
   weights = cm.of_kind(BufferKind.WEIGHT)
   click.echo(f"weights: {len(weights)} tensors, {_bytes(sum(b.nbytes for b in weights))}")
   for b in weights: click.echo(f"  {b.name} {_shape(b.shape)} {np.dtype(b.dtype.numpy).name}")
-  click.echo(f"arena: {_bytes(cm.arena_bytes)}, {len(cm.of_kind('arena'))} buffers")
+  click.echo(f"arena: {_bytes(cm.arena_bytes)}, {len(cm.of_kind(BufferKind.ARENA))} buffers")
   traffic = kernel_traffic(cm) if cm.target.has_workgroups else {}
   for name, k in cm.kernels.items():
     t = traffic.get(name)
@@ -454,17 +466,24 @@ def _inspect_onnx(path: str) -> None:
               help="Pin a dynamic ONNX input shape (repeatable).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
-def viz_command(thing, out, target, cpu, input_shapes, consts):
+@click.option("--profile", is_flag=True, help="OUT (C): time its kernels now (as tgc bench --profile) and draw where "
+                                               "the time goes: a bar chart and a roofline plot.")
+@click.option("--profile-json", "profile_json", default=None, metavar="FILE.json",
+              help="Draw the profile in FILE.json, what `tgc bench OUT --profile --json` printed.")
+def viz_command(thing, out, target, cpu, input_shapes, consts, profile, profile_json):
   """Write one static HTML page (it works offline) showing how MODEL compiles, or how the artifact folder OUT was
   compiled: the model's nodes and the kernels computing them; every rewrite pass with the rules that fired and the
   graph before and after; the schedule (calls, buffers, the arena with lifetimes as a chart); per kernel its AST,
   opts, launch size and source. MODEL is compiled in process and nothing else is written. For OUT the page shows
-  its manifest and sources, and the rewrites of compiling its recorded model again when that file is unchanged."""
+  its manifest and sources, and the rewrites of compiling its recorded model again when that file is unchanged.
+  The model graph is drawn with each kernel's nodes outlined, every kernel's rewrites can be stepped through as
+  graphs, and with a profile the page draws kernel times and a roofline plot."""
   from tgc.aot.viz import viz
   if os.path.isdir(thing) and (target or cpu or input_shapes or consts):
     raise UserError(f"{thing} is an artifact folder: --target, --cpu, --input-shape and --const apply to a MODEL")
   const_arrays, const_paths = parse_arrays(consts, "--const")
-  report = viz(thing, out, target or "c", cpu, parse_input_shapes(input_shapes), const_arrays, const_paths)
+  report = viz(thing, out, target or "c", cpu, parse_input_shapes(input_shapes), const_arrays, const_paths,
+               profile=profile, profile_json=profile_json)
   click.echo(f"wrote {report.path} ({_bytes(report.nbytes)}): {report.kernels} kernels, {report.rewrites} rewrites "
              f"recorded")
   for note in report.notes: click.echo(f"  note: {note}")

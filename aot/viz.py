@@ -15,14 +15,15 @@ The page is the template `templates/viz/page.html.tmpl` with the data as JSON in
 block, where `<`, `>` and `&` are written as JSON escapes, so no model-supplied text can end the block; the page's
 script renders model text with textContent only."""
 from __future__ import annotations
+import dataclasses
 import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 import numpy as np
 import onnx
-from tgc.ir import viz as recorder_viz
+from tgc.ir import provenance, viz as recorder_viz
+from tgc.ir.uop import UOp
 from tgc.codegen.compiled import BufferKind, CompiledModel
 from tgc.codegen.opts import Opt, OptError
 from tgc.runtimes.artifact import SOURCE_SUFFIXES, ArtifactError, ArtifactFolder
@@ -34,15 +35,17 @@ from tgc.aot.artifact import open_artifact, opt_text
 from tgc.aot.compile import build_compiled
 from tgc.aot.errors import UserError
 from tgc.aot.targets import make_target
+from tgc.aot import viz_graph
 from tgc.aot.viz_session import VizSession
 
 TEMPLATE = ("viz", "page.html.tmpl")
 PAGE_NAME = "viz.html"
 PAGE_SUFFIX = ".viz.html"
+PROFILE_RUNS, PROFILE_WARMUP = 20, 3     # `tgc viz OUT --profile`: timed runs (and untimed ones first)
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-@dataclass
+@dataclasses.dataclass
 class VizReport:
   path: str
   nbytes: int
@@ -53,10 +56,19 @@ class VizReport:
 
 # ---------------------------------------------------------------- entry points
 def viz(thing: str, out: str, target: str = "c", cpu: str | None = None, input_shapes: dict | None = None,
-        consts: dict | None = None, const_files: dict | None = None) -> VizReport:
-  """`tgc viz MODEL|OUT -o out`: the page of a model (compiled for `target` in process) or of an artifact folder."""
+        consts: dict | None = None, const_files: dict | None = None, profile: bool = False,
+        profile_json: str | None = None) -> VizReport:
+  """`tgc viz MODEL|OUT -o out`: the page of a model (compiled for `target` in process) or of an artifact folder;
+  with `profile` (an artifact folder) the time its kernels take, measured now, or the profile in `profile_json` (what
+  `tgc bench --profile --json` prints)."""
+  if profile and not os.path.isdir(thing):
+    raise UserError(f"--profile times an artifact folder; {thing} is a model: `tgc compile {thing} -o OUT` first, "
+                    f"then `tgc viz OUT --profile`")
+  if profile and profile_json: raise UserError("give --profile or --profile-json, not both")
+  measured = read_profile_json(profile_json) if profile_json else run_profile(thing) if profile else None
   if os.path.isdir(thing): data = artifact_page_data(thing)
   else: data = model_page_data(thing, target, cpu, input_shapes, consts, const_files)
+  if measured is not None: attach_profile(data, measured)
   return write_page(data, out)
 
 
@@ -77,8 +89,8 @@ def compiled_page_data(cm: CompiledModel, spec: models.ModelSpec | None, recorde
   sources = {name: k.function for name, k in cm.kernels.items()}
   onnx_path = spec.path if spec is not None and spec.kind == "onnx" else None
   what = spec.text if spec is not None else cm.name
-  return _page_data(described, sources, recorder.to_json() if recorder is not None else None, list(notes or []),
-                    what, "model", onnx_path)
+  recorded = Recorded.of(recorder, links=onnx_path is None) if recorder is not None else None
+  return _page_data(described, sources, recorded, list(notes or []), what, "model", onnx_path)
 
 
 def artifact_page_data(folder: str, rebuild: bool = True) -> dict:
@@ -153,9 +165,47 @@ def describe_compiled(cm: CompiledModel) -> dict:
 
 
 # ---------------------------------------------------------------- the page's data
-def _page_data(m: dict, sources: dict[str, str], rewrites: dict | None, notes: list[str], what: str, kind: str,
+@dataclasses.dataclass
+class Recorded:
+  """What a recording gave the page: the rewrites as plain data (`Recorder.to_json`) and, for a model without an ONNX
+  graph, the links between its nodes read from the graph the scheduler split ((from, to, shape) of (name, op))."""
+  rewrites: dict
+  links: list[tuple[tuple[str, str], tuple[str, str], str]]
+
+  @staticmethod
+  def of(recorder: recorder_viz.Recorder, links: bool) -> Recorded:
+    return Recorded(recorder.to_json(), origin_links(recorder) if links else [])
+
+
+def _page_data(m: dict, sources: dict[str, str], recorded: Recorded | None, notes: list[str], what: str, kind: str,
                onnx_path: str | None) -> dict:
   """Everything the page shows, from a manifest (or `describe_compiled`), kernel sources and recorded rewrites."""
+  rewrites = recorded.rewrites if recorded is not None else None
+  buffers, calls = _calls(m)
+  kernels = _kernels(m, calls, sources, rewrites)
+  if rewrites is not None:
+    missing = [k["name"] for k in kernels if k["section"] < 0]
+    if missing: notes.append(f"no rewrites were recorded for {len(missing)} kernel(s): {', '.join(missing[:8])}"
+                             + (" ..." if len(missing) > 8 else ""))
+    if rewrites["graphs_left_out"]:
+      notes.append(f"{rewrites['graphs_left_out']} graphs are left out: the page holds at most "
+                   f"{rewrites['limits']['nodes']} graph nodes")
+  model = m.get("model")
+  name = model.get("name", "") if isinstance(model, dict) else str(model or "")
+  nodes, shapes = _model_nodes(kernels, onnx_path, notes)
+  inputs, outputs = [_spec(t) for t in m.get("inputs", [])], [_spec(t) for t in m.get("outputs", [])]
+  for t in inputs + outputs: shapes.setdefault(t["name"], viz_graph.shape_text(t["shape"], t["dtype"]))
+  links = recorded.links if recorded is not None and not onnx_path else []
+  graph = viz_graph.model_graph(nodes, inputs, outputs, {k["name"]: i for i, k in enumerate(kernels)}, shapes,
+                                _node_edges(nodes, links))
+  return {"title": f"{name} for {m.get('target', '?')}", "model": name, "target": m.get("target", "?"),
+          "kind": kind, "from": what, "renderer": m.get("renderer") or _renderer_of(m), "notes": notes,
+          "inputs": inputs, "outputs": outputs, "arena_bytes": int(m.get("arena_bytes", 0)), "buffers": buffers,
+          "calls": calls, "kernels": kernels, "nodes": nodes, "graph": graph, "rewrites": rewrites, "profile": None}
+
+
+def _calls(m: dict) -> tuple[list[dict], list[dict]]:
+  """The buffers (with the first and last call that binds each) and the calls binding them, by position."""
   buffers, where = _buffers(m)
   calls = []
   for i, c in enumerate(m.get("calls", [])):
@@ -165,6 +215,11 @@ def _page_data(m: dict, sources: dict[str, str], rewrites: dict | None, notes: l
       buffers[b]["first"] = i if buffers[b]["first"] < 0 else buffers[b]["first"]
       buffers[b]["last"] = i
     calls.append({"kernel": c.get("kernel", "?"), "buffers": args, "nodes": [str(n) for n in c.get("nodes", [])]})
+  return buffers, calls
+
+
+def _kernels(m: dict, calls: list[dict], sources: dict[str, str], rewrites: dict | None) -> list[dict]:
+  """Each kernel with its calls, source and the section of the rewrites recorded for it (-1: none)."""
   sections = {s["title"]: i for i, s in enumerate(rewrites["sections"]) if s["kind"] == "kernel"} if rewrites else {}
   kernels = []
   for k in m.get("kernels", []):
@@ -176,20 +231,51 @@ def _page_data(m: dict, sources: dict[str, str], rewrites: dict | None, notes: l
                     "nodes": [[n.get("name", "?"), n.get("op", "?")] for n in k.get("nodes", [])],
                     "calls": [i for i, c in enumerate(calls) if c["kernel"] == name],
                     "source": sources.get(name), "section": sections.get(name, -1)})
-  if rewrites is not None:
-    missing = [k["name"] for k in kernels if k["section"] < 0]
-    if missing: notes.append(f"no rewrites were recorded for {len(missing)} kernel(s): {', '.join(missing[:8])}"
-                             + (" ..." if len(missing) > 8 else ""))
-    if rewrites["graphs_left_out"]:
-      notes.append(f"{rewrites['graphs_left_out']} graphs are left out: the page holds at most "
-                   f"{rewrites['limits']['nodes']} graph nodes")
-  model = m.get("model")
-  name = model.get("name", "") if isinstance(model, dict) else str(model or "")
-  return {"title": f"{name} for {m.get('target', '?')}", "model": name, "target": m.get("target", "?"),
-          "kind": kind, "from": what, "renderer": m.get("renderer") or _renderer_of(m), "notes": notes,
-          "inputs": [_spec(t) for t in m.get("inputs", [])], "outputs": [_spec(t) for t in m.get("outputs", [])],
-          "arena_bytes": int(m.get("arena_bytes", 0)), "buffers": buffers, "calls": calls, "kernels": kernels,
-          "nodes": _model_nodes(kernels, onnx_path, notes), "rewrites": rewrites}
+  return kernels
+
+
+def _node_edges(nodes: list[dict], links: list[tuple[tuple[str, str], tuple[str, str], str]]
+                ) -> list[tuple[int, int, str]]:
+  """Links between (name, op) pairs as edges between the page's node indexes (those naming no node dropped)."""
+  index = {(n["name"], n["op"]): i for i, n in enumerate(nodes)}
+  return [(index[a], index[b], label) for a, b, label in links if a in index and b in index]
+
+
+def origin_links(recorder: recorder_viz.Recorder, max_origins: int = 8) -> list[tuple[tuple[str, str], ...]]:
+  """Which model node feeds which, read from the graph the scheduler split (its UOps' origins): node A feeds node B
+  when a UOp built for B has a source built for A, or reaches one through UOps built for no node (at most
+  `max_origins` such A per UOp). Each link once, in graph order, labelled with the shape of the source UOp."""
+  roots = next((snap.roots for s in recorder.sections if s.kind == "schedule" for snap in s.snapshots), ())
+  nearest: dict[UOp, dict] = {}      # UOp -> {origin: the UOp of that origin nearest it}
+  links: dict[tuple, str] = {}
+  for u in _toposort(roots):
+    here = provenance.origin_of(u)
+    feeding: dict = {}
+    for s in u.src: feeding.update(nearest.get(s, {}))
+    if here is None:
+      nearest[u] = dict(list(feeding.items())[:max_origins])
+      continue
+    nearest[u] = {here: u}
+    for o, source in feeding.items():
+      if o != here: links.setdefault(((o.name, o.op), (here.name, here.op)), _uop_shape(source))
+  return [(a, b, label) for (a, b), label in links.items()]
+
+
+def _toposort(roots) -> list[UOp]:
+  """The UOps under `roots`, sources before users (each once)."""
+  seen: set[int] = set()
+  out: list[UOp] = []
+  for root in roots:
+    for u in root.toposort():
+      if id(u) not in seen:
+        seen.add(id(u))
+        out.append(u)
+  return out
+
+
+def _uop_shape(u: UOp) -> str:
+  try: return viz_graph.shape_text(u.shape, u.dtype.np if hasattr(u.dtype, "np") else "")
+  except Exception: return ""     # noqa: BLE001 (a node without a shape: the edge has no label)
 
 
 def _spec(t: dict) -> dict:
@@ -216,28 +302,49 @@ def _buffers(m: dict) -> tuple[list[dict], dict[tuple[str, int], int]]:
   return out, where
 
 
-def _model_nodes(kernels: list[dict], onnx_path: str | None, notes: list[str]) -> list[dict]:
+def _model_nodes(kernels: list[dict], onnx_path: str | None, notes: list[str]) -> tuple[list[dict], dict[str, str]]:
   """The model's nodes, each with the kernels that compute it: every node of an ONNX graph in model order (those no
-  kernel computes were folded at compile time), else the nodes the kernels name, in kernel order."""
+  kernel computes were folded at compile time), else the nodes the kernels name, in kernel order. Also the shapes of
+  the ONNX graph's tensors as edge labels (tensor name -> text), empty without one."""
   computed: dict[tuple[str, str], list[str]] = {}
   for k in kernels:
     for name, op in k["nodes"]: computed.setdefault((name, op), []).append(k["name"])
   if onnx_path:
-    graph_nodes = _onnx_nodes(onnx_path, notes)
-    if graph_nodes is not None:
-      return [{**n, "kernels": computed.get((n["name"], n["op"]), [])} for n in graph_nodes]
-  return [{"name": name, "op": op, "inputs": [], "outputs": [], "kernels": ks} for (name, op), ks in computed.items()]
+    read = _onnx_nodes(onnx_path, notes)
+    if read is not None:
+      graph_nodes, shapes = read
+      return [{**n, "kernels": computed.get((n["name"], n["op"]), [])} for n in graph_nodes], shapes
+  nodes = [{"name": name, "op": op, "inputs": [], "outputs": [], "kernels": ks} for (name, op), ks in computed.items()]
+  return nodes, {}
 
 
-def _onnx_nodes(path: str, notes: list[str]) -> list[dict] | None:
-  """The nodes of an ONNX graph as tgc names them (None, with a note, when the file cannot be read)."""
+def _onnx_nodes(path: str, notes: list[str]) -> tuple[list[dict], dict[str, str]] | None:
+  """The nodes of an ONNX graph as tgc names them and its tensors' shapes as text (None, with a note, when the file
+  cannot be read)."""
   try:
-    graph = onnx.load(path, load_external_data=False).graph
+    model = onnx.load(path, load_external_data=False)
   except Exception as error:   # the page still shows the nodes the kernels name
     notes.append(f"the ONNX graph of {path} could not be read ({type(error).__name__}); nodes come from the kernels")
     return None
-  return [{"name": node_label(n, i), "op": n.op_type, "inputs": [x for x in n.input if x],
-           "outputs": [x for x in n.output if x]} for i, n in enumerate(graph.node)]
+  nodes = [{"name": node_label(n, i), "op": n.op_type, "inputs": [x for x in n.input if x],
+            "outputs": [x for x in n.output if x]} for i, n in enumerate(model.graph.node)]
+  return nodes, _onnx_shapes(model, notes)
+
+
+def _onnx_shapes(model: onnx.ModelProto, notes: list[str]) -> dict[str, str]:
+  """Tensor name -> its shape as an edge label, from ONNX shape inference (what the graph declares when that fails)."""
+  try: inferred = onnx.shape_inference.infer_shapes(model).graph
+  except Exception as error:     # noqa: BLE001 (any failure of the checker: the declared shapes still label edges)
+    notes.append(f"ONNX shape inference failed ({type(error).__name__}): edges carry the shapes the graph declares")
+    inferred = model.graph
+  shapes: dict[str, str] = {}
+  for info in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+    tensor = info.type.tensor_type
+    if not tensor.HasField("shape"): continue
+    dims = [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in tensor.shape.dim]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else ""
+    shapes[info.name] = viz_graph.shape_text(dims, dtype)
+  return shapes
 
 
 # ---------------------------------------------------------------- artifacts
@@ -292,7 +399,7 @@ def kernel_text(text: str, name: str) -> str | None:
   return "\n".join(lines[start:])
 
 
-def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> dict | None:
+def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> Recorded | None:
   """Compile the artifact's recorded model again with its target, CPU level and opts, rewrites recorded."""
   source = art.source
   if not source:
@@ -318,7 +425,7 @@ def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> dict | None:
     notes.append(f"the rebuild of {spec.text} has kernels {len(rebuilt)} that differ from the artifact's "
                  f"{len(shipped)}: its rewrites are shown for the kernels of the same name")
   else: notes.append(f"rewrites recorded by rebuilding {spec.text} with the artifact's target and opts")
-  return recorder.to_json()
+  return Recorded.of(recorder, links=spec.kind != "onnx")
 
 
 def _artifact_opts(art: ArtifactFolder, notes: list[str]):
@@ -336,6 +443,61 @@ def _artifact_opts(art: ArtifactFolder, notes: list[str]):
     index = order.setdefault(item.ast.key, len(order))
     return opts[index] if index < len(opts) else None
   return opts_for
+
+
+# ---------------------------------------------------------------- where the time goes
+def run_profile(folder: str, runs: int = PROFILE_RUNS) -> dict:
+  """Time every kernel launch of the artifact in `folder` (as `tgc bench --profile`): the profile as that command's
+  JSON holds it, with the machine's roofline."""
+  from tgc.aot import bench
+  report = bench.bench_artifact(folder, runs=runs, warmup=PROFILE_WARMUP, profile=True)
+  machine = bench.machine_roofline(open_artifact(folder, check_files=False).manifest)
+  return {"source": f"tgc bench --profile ({report.runs} runs, median {report.median_s * 1e3:.4f} ms)",
+          "median_s": report.median_s, "profile": [dataclasses.asdict(k) for k in report.profile or []],
+          "machine": dataclasses.asdict(machine) if machine is not None else None}
+
+
+def read_profile_json(path: str) -> dict:
+  """The JSON `tgc bench --profile --json` printed, read from `path` (a UserError naming what is wrong)."""
+  try:
+    with open(path, encoding="utf-8") as f: report = json.load(f)
+  except (OSError, ValueError) as error:
+    raise UserError(f"--profile-json {path}: cannot be read as JSON ({error})") from None
+  kernels = report.get("profile") if isinstance(report, dict) else None
+  if not isinstance(kernels, list) or not all(isinstance(k, dict) and "kernel" in k for k in kernels):
+    raise UserError(f"--profile-json {path}: no per-kernel profile in it (write it with `tgc bench OUT --profile "
+                    f"--json > {os.path.basename(path)}`)")
+  machine = report.get("machine")
+  median = report.get("median_s")
+  return {"source": f"{path}" + (f" (median {median * 1e3:.4f} ms)" if isinstance(median, (int, float)) else ""),
+          "median_s": median, "profile": kernels, "machine": machine if isinstance(machine, dict) else None}
+
+
+def attach_profile(data: dict, measured: dict) -> None:
+  """Put a profile on the page: per kernel its time, rates, fraction of the roofline (slow below SLOW_FRACTION) and
+  arithmetic intensity (its operations over the bytes its launches bind, the roofline's own measure of traffic), so
+  that a kernel's point sits under the roofline by exactly the fraction `tgc bench --profile` reports."""
+  from tgc.aot.bench import SLOW_FRACTION
+  index = {k["name"]: i for i, k in enumerate(data["kernels"])}
+  traffic = [0] * len(data["kernels"])
+  for c in data["calls"]:
+    if c["kernel"] in index:
+      traffic[index[c["kernel"]]] += sum(data["buffers"][b]["nbytes"] for b in c["buffers"] if b >= 0)
+  kernels, unknown = [], []
+  for k in measured["profile"]:
+    i = index.get(k["kernel"], -1)
+    if i < 0: unknown.append(str(k["kernel"]))
+    ops = data["kernels"][i]["ops"] * int(k.get("launches", 1)) if i >= 0 else 0
+    fraction = k.get("roofline")
+    kernels.append({"kernel": str(k["kernel"]), "index": i, "launches": int(k.get("launches", 0)),
+                    "seconds": float(k.get("seconds", 0.0)), "share": float(k.get("share", 0.0)),
+                    "gflops": float(k.get("gflops", 0.0)), "gbytes": float(k.get("gbytes", 0.0)),
+                    "roofline": fraction, "slow": fraction is not None and fraction < SLOW_FRACTION,
+                    "intensity": ops / traffic[i] if i >= 0 and traffic[i] else 0.0})
+  if unknown: data["notes"].append(f"the profile names {len(unknown)} kernel(s) this page does not have: "
+                                   f"{', '.join(unknown[:8])}" + (" ..." if len(unknown) > 8 else ""))
+  data["profile"] = {"source": measured["source"], "median_s": measured.get("median_s"), "kernels": kernels,
+                     "machine": measured.get("machine"), "slow_fraction": SLOW_FRACTION}
 
 
 # ---------------------------------------------------------------- VIZ=1

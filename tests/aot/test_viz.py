@@ -275,8 +275,11 @@ def check_hostile_page(browser, url: str) -> None:
   page, problems = open_page(browser, url)
   try:
     assert page.evaluate("() => window.tgcPwned === undefined && window.tgcViz.ready")
+    page.locator("#node-table > summary").click()
     cells = page.locator("#nodes table td").all_inner_texts()
     assert HOSTILE + "mm" in cells
+    titles = page.locator("#graph-view svg g.g-node > title").all_text_contents()     # the drawing: text nodes too
+    assert any(t.startswith(HOSTILE + "mm (MatMul)") for t in titles), titles
     assert problems == []
   finally:
     page.close()
