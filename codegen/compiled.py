@@ -107,7 +107,8 @@ def variant_targets(target: Target) -> dict[str, Target]:
 
 
 def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
-              weights: dict[str, dict[int, int]]) -> tuple[dict[str, dict[str, KernelProgram]], dict[str, Target]]:
+              weights: dict[str, dict[int, int]], comments: dict[str, str]
+              ) -> tuple[dict[str, dict[str, KernelProgram]], dict[str, Target]]:
   """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
   per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
   targets of the variants kept."""
@@ -118,7 +119,8 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
     progs = {}
     for kname, k in kernels.items():
       if k.shared_bytes == 0 and vtarget.precision == target.precision: continue    # nothing staged: the same kernel
-      v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key))
+      v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
+                comment=comments[kname])
       if v.src == k.src: continue
       if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
                                                                              sorted(k.relayouts)):
@@ -143,23 +145,56 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   the kernels it gave opts for); `progress(i, n)` is called per kernel.
   `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
   if not isinstance(target, Target): target = Target.make(target)
+  own = own_weights(items, {b for _, b, _ in weights})
+  kernels, asts, by_ast, tuned = _lower_kernels(name, target, items, own, opts_for, progress)
+  data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
+  buffers, index, weight_data = _named_buffers(inputs, outputs, weights, data)
+  # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
+  calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
+  inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
+  slots, arena = plan_memory(calls_bufs, inter)
+  for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
+    index[s.key] = len(buffers)
+    buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
+  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
+           for it, bufs in zip(items, calls_bufs)]
+  comments = {kname: node_comment(kname, _nodes_of(items, ast.key)) for kname, ast in asts.items()}
+  variants, vtargets = _variants(target, kernels, asts, own, comments)
+  return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
+                       {"renderer": str(target), "tuned": tuned}, variants, vtargets,
+                       {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()})
+
+
+def _nodes_of(items: list, key: str) -> tuple[Origin, ...]:
+  """The model nodes the kernel of AST `key` computes, over all its calls, in call order."""
+  return tuple(dict.fromkeys(o for it in items if it.ast.key == key for o in it.meta.get("nodes", ())))
+
+
+def _lower_kernels(name: str, target: Target, items: list, own: dict, opts_for, progress):
+  """Each distinct kernel AST lowered once, headed by the comment naming the model nodes it computes: programs and
+  ASTs by kernel name, the kernel name of each AST key, the kernels `opts_for` gave opts for."""
   kernels: dict[str, KernelProgram] = {}
   asts: dict[str, UOp] = {}
   by_ast: dict[str, str] = {}
   tuned: list[str] = []
-  own = own_weights(items, {b for _, b, _ in weights})
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
-    if it.ast.key not in by_ast:
-      kname = kernel_name(name, len(kernels), it.meta.get("nodes", ()))
-      opts = opts_for(it) if opts_for else None
-      if opts is not None: tuned.append(kname)
-      with viz.section(kname, "kernel"):
-        viz.snapshot("scheduled AST", it.ast)
-        kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key))
-      asts[kname] = it.ast
-      by_ast[it.ast.key] = kname
-  data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
+    if it.ast.key in by_ast: continue
+    kname = kernel_name(name, len(kernels), it.meta.get("nodes", ()))
+    opts = opts_for(it) if opts_for else None
+    if opts is not None: tuned.append(kname)
+    with viz.section(kname, "kernel"):
+      viz.snapshot("scheduled AST", it.ast)
+      kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key),
+                             comment=node_comment(kname, _nodes_of(items, it.ast.key)))
+    asts[kname] = it.ast
+    by_ast[it.ast.key] = kname
+  return kernels, asts, by_ast, tuned
+
+
+def _named_buffers(inputs: list, outputs: list, weights: list, data: dict[UOp, np.ndarray]):
+  """The inputs', outputs' and weights' BufferInfos (weights as their kernels read them; one folded into another is
+  left out), the position of each BUFFER among them, and the weights' data by name."""
   used: set[str] = set()
   buffers: list[BufferInfo] = []
   index: dict[UOp, int] = {}
@@ -178,24 +213,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     buffers.append(BufferInfo(BufferKind.WEIGHT, len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
                               _nbytes(b) if b.dtype.storage_only else arr.nbytes))
     weight_data[nm] = arr
-  # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
-  calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
-  inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
-  slots, arena = plan_memory(calls_bufs, inter)
-  for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
-    index[s.key] = len(buffers)
-    buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
-  calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
-           for it, bufs in zip(items, calls_bufs)]
-  variants, vtargets = _variants(target, kernels, asts, own)
-  cm = CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
-                     {"renderer": str(target), "tuned": tuned}, variants, vtargets,
-                     {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()})
-  for programs in [kernels, *variants.values()]:
-    for kname, k in programs.items():
-      head = node_comment(kname, cm.kernel_nodes(kname))
-      programs[kname] = replace(k, src=k.src.replace(k.function, head + k.function, 1), function=head + k.function)
-  return cm
+  return buffers, index, weight_data
 
 
 SHORT_OPS = {"BatchNormalization": "bn", "LayerNormalization": "layernorm", "InstanceNormalization": "instnorm",

@@ -273,10 +273,11 @@ def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
 
 
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
-          name: str | None = None, weights: dict[int, int] | None = None) -> KernelProgram:
+          name: str | None = None, weights: dict[int, int] | None = None, comment: str = "") -> KernelProgram:
   """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
   fold constant work into them and store them in the order the kernel reads them (`KernelProgram.relayouts` says
-  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`)."""
+  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`). `comment`: lines
+  (already comments of the language) that head the function, e.g. the model nodes it computes."""
   target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   renderer = get_renderer(target)
   k, opts, relayouts, args, vectors = _optimized(ast, target, renderer, opts, weights or {})
@@ -288,6 +289,7 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
     scalar, _, _ = _program(k.ast, target, renderer, False)
     function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
     prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
+  function = comment + function
   src = "\n".join(prefix + [function])
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)

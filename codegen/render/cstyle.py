@@ -5,7 +5,7 @@ function and, as data, what callers need to know about it (`RenderedKernel`: the
 parameters, workgroup memory bytes, device features), so that artifact writers and runtimes never parse source."""
 from __future__ import annotations
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.target import Target
 
@@ -165,108 +165,41 @@ class CStyleRenderer:
                           self.features(program))
 
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
-    """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it."""
-    names: dict[UOp, str] = {}
-    uses: dict[UOp, int] = {}
-    for u in program:
-      for s in u.src: uses[s] = uses.get(s, 0) + 1
-    lines: list[str] = []
-    depth = 1
-    counter = [0]
-
-    def new_name(prefix: str) -> str:
-      counter[0] += 1
-      return f"{prefix}{counter[0]}"
-
-    def r(u: UOp) -> str: return names[u] if u.op is not Ops.CONST else self.render_const(u.arg, u.dtype)
-
+    """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it. Each op is
+    a statement of STATEMENTS or a value (`render_value`), named or inlined."""
     bufs = _buffers(program)
-    args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs]
-    task = task_range(program)
-    for b in bufs: names[b] = f"data{b.arg[0]}"
+    body = KernelBody(self, task_range(program))
+    for u in program:
+      for s in u.src: body.uses[s] = body.uses.get(s, 0) + 1
+    for b in bufs: body.names[b] = f"data{b.arg[0]}"
     # workgroup memory is declared at the kernel's outermost scope (OpenCL and Metal require it), before anything else
     program = [u for u in program if u.op is Ops.DEFINE_LOCAL] + [u for u in program if u.op is not Ops.DEFINE_LOCAL]
     for u in program:
-      pad = "  " * depth
-      if u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype); continue
       if u.op is Ops.DEFINE_GLOBAL: continue
-      if u.op is Ops.DEFINE_LOCAL:
-        names[u] = u.arg[0]
-        if (decl := self.render_local(u.arg[0], u.dtype, u.arg[1])) is not None: lines.append(f"{pad}{decl}")
-        continue
-      if u.op is Ops.BARRIER:
-        lines.append(f"{pad}{self.barrier}")
-        continue
-      if u.op is Ops.RANGE:
-        kind = u.arg.kind
-        nm = _RANGE_NAMES.get(kind, "ridx") + str(u.arg.id)
-        names[u] = nm
-        if kind in _GRID and self.target.has_workgroups:
-          lines.append(f"{pad}{self.render_grid_decl(nm, u, r(u.src[0]))}")
-        else:
-          lines.append(f"{pad}{self.render_for(nm, r(u.src[0]), task=u is task)}")
-          depth += 1
-        continue
-      if u.op is Ops.ENDRANGE:
-        depth -= 1
-        lines.append("  " * depth + "}")
-        continue
-      if u.op is Ops.IF:
-        lines.append(f"{pad}if ({r(u.src[0])}) {{")
-        depth += 1
-        continue
-      if u.op is Ops.ELSE:
-        lines.append("  " * (depth - 1) + "} else {")
-        continue
-      if u.op is Ops.ENDIF:
-        depth -= 1
-        lines.append("  " * depth + "}")
-        continue
-      if u.op is Ops.DEFINE_ACC:
-        names[u] = new_name("acc")
-        init = r(u.src[0]) if u.dtype.count == 1 else self.render_vector([r(u.src[0])] * u.dtype.count, u.dtype)
-        lines.append(f"{pad}{self.render_decl(names[u], u.dtype, init, mutable=True)}")
-        continue
-      if u.op is Ops.ASSIGN:
-        acc, val, red = u.src[0], u.src[1], u.arg
-        combine = {Ops.ADD: Ops.ADD, Ops.MUL: Ops.MUL, Ops.MAX: Ops.MAX}[red.arg]
-        op = UOp(combine, acc.dtype, (acc, val))
-        expr = self.render_vector_alu(op, [r(acc), r(val)]) if acc.dtype.count > 1 else \
-          self.render_alu(op, [r(acc), r(val)])
-        lines.append(f"{pad}{r(acc)} = {expr};")
-        names[red] = r(acc)
-        continue
-      if u.op is Ops.STORE:
-        buf, idx, val = u.src[:3]
-        st = self.render_store(r(buf), r(idx), r(val), buf.dtype) if val.dtype.count == 1 else \
-          self.render_vector_store(r(buf), r(idx), r(val), val.dtype)
-        gate = store_gate(u)
-        lines.append(f"{pad}{self.render_if(r(gate), st)}" if gate is not None else f"{pad}{st}")
-        continue
-      if u.op is Ops.LOAD:
-        buf, idx = u.src[:2]
-        ld = self.render_load(r(buf), r(idx), buf.dtype) if u.dtype.count == 1 else \
-          self.render_vector_load(r(buf), r(idx), u.dtype)
-        gate = load_gate(u)
-        expr = self.render_gated_load(r(gate), ld, u.dtype) if gate is not None else ld
-      elif u.op is Ops.VECTORIZE:
-        expr = self.render_vector([r(s) for s in u.src] * (u.dtype.count if len(u.src) == 1 else 1), u.dtype)
-      elif u.op is Ops.GEP: expr = self.render_gep(r(u.src[0]), u.arg, u.src[0].dtype)
-      elif u.dtype.count > 1 or any(s.dtype.count > 1 for s in u.src):
-        expr = self.render_vector_alu(u, [r(s) for s in u.src])
-      elif u.op is Ops.CAST: expr = self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
-      elif u.op is Ops.BITCAST: expr = self.render_bitcast(r(u.src[0]), u.src[0].dtype, u.dtype)
-      else: expr = self.render_alu(u, [r(s) for s in u.src])
-      if uses.get(u, 0) == 1 and u.op is not Ops.LOAD and u.dtype == dtypes.index:
-        names[u] = expr      # single-use index math is inlined
-        continue
-      names[u] = new_name("alu" if u.op is not Ops.LOAD else "val")
-      lines.append(f"{pad}{self.render_decl(names[u], u.dtype, expr)}")
-    while depth > 1:
-      depth -= 1
-      lines.append("  " * depth + "}")
-    sig = self.kernel_signature(name, args, local_size)
-    return "\n".join([sig + " {"] + self.kernel_preamble(task) + lines + ["}", ""])
+      if u.op in STATEMENTS: STATEMENTS[u.op](body, u)
+      else: body.value(u, self.render_value(body, u))
+    while body.depth > 1: _close_block(body, None)
+    sig = self.kernel_signature(name, [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs], local_size)
+    return "\n".join([sig + " {"] + self.kernel_preamble(body.task) + body.lines + ["}", ""])
+
+  def render_value(self, body: KernelBody, u: UOp) -> str:
+    """The expression of a value op (a load, a vector, an element of one, arithmetic, a cast)."""
+    r = body.r
+    if u.op is Ops.CONST: return self.render_const(u.arg, u.dtype)
+    if u.op is Ops.LOAD:
+      buf, idx = u.src[:2]
+      ld = self.render_load(r(buf), r(idx), buf.dtype) if u.dtype.count == 1 else \
+        self.render_vector_load(r(buf), r(idx), u.dtype)
+      gate = load_gate(u)
+      return self.render_gated_load(r(gate), ld, u.dtype) if gate is not None else ld
+    if u.op is Ops.VECTORIZE:
+      return self.render_vector([r(s) for s in u.src] * (u.dtype.count if len(u.src) == 1 else 1), u.dtype)
+    if u.op is Ops.GEP: return self.render_gep(r(u.src[0]), u.arg, u.src[0].dtype)
+    if u.dtype.count > 1 or any(s.dtype.count > 1 for s in u.src):
+      return self.render_vector_alu(u, [r(s) for s in u.src])
+    if u.op is Ops.CAST: return self.render_cast(r(u.src[0]), u.src[0].dtype, u.dtype)
+    if u.op is Ops.BITCAST: return self.render_bitcast(r(u.src[0]), u.src[0].dtype, u.dtype)
+    return self.render_alu(u, [r(s) for s in u.src])
 
   def kernel_preamble(self, task: UOp | None) -> list[str]:
     """Statements before the body (C: marks the task bounds used when the kernel has no output loop)."""
@@ -275,6 +208,103 @@ class CStyleRenderer:
 
 _RANGE_NAMES = {AxisType.GLOBAL: "gidx", AxisType.LOCAL: "lidx", AxisType.GROUP: "lidx"}
 _GRID = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP)
+
+
+@dataclass
+class KernelBody:
+  """One kernel function being written: the rendered name (or inlined text) of each value, how often each is used,
+  the lines so far and their nesting depth."""
+  renderer: CStyleRenderer
+  task: UOp | None                      # the range a parallel-for splits (C), if any
+  names: dict[UOp, str] = field(default_factory=dict)
+  uses: dict[UOp, int] = field(default_factory=dict)
+  lines: list[str] = field(default_factory=list)
+  depth: int = 1
+  counter: int = 0
+
+  def new_name(self, prefix: str) -> str:
+    self.counter += 1
+    return f"{prefix}{self.counter}"
+
+  def r(self, u: UOp) -> str:
+    """A value as the source spells it."""
+    return self.names[u] if u.op is not Ops.CONST else self.renderer.render_const(u.arg, u.dtype)
+
+  def line(self, text: str, depth: int | None = None) -> None:
+    self.lines.append("  " * (self.depth if depth is None else depth) + text)
+
+  def value(self, u: UOp, expr: str) -> None:
+    """A value: single-use index math is inlined, anything else declared under a new name."""
+    if u.op is Ops.CONST or (self.uses.get(u, 0) == 1 and u.op is not Ops.LOAD and u.dtype == dtypes.index):
+      self.names[u] = expr
+      return
+    self.names[u] = self.new_name("alu" if u.op is not Ops.LOAD else "val")
+    self.line(self.renderer.render_decl(self.names[u], u.dtype, expr))
+
+
+def _define_local(body: KernelBody, u: UOp) -> None:
+  body.names[u] = u.arg[0]
+  if (decl := body.renderer.render_local(u.arg[0], u.dtype, u.arg[1])) is not None: body.line(decl)
+
+
+def _range(body: KernelBody, u: UOp) -> None:
+  kind, rd = u.arg.kind, body.renderer
+  body.names[u] = nm = _RANGE_NAMES.get(kind, "ridx") + str(u.arg.id)
+  if kind in _GRID and rd.target.has_workgroups: body.line(rd.render_grid_decl(nm, u, body.r(u.src[0])))
+  else:
+    body.line(rd.render_for(nm, body.r(u.src[0]), task=u is body.task))
+    body.depth += 1
+
+
+def _open_if(body: KernelBody, u: UOp) -> None:
+  body.line(f"if ({body.r(u.src[0])}) {{")
+  body.depth += 1
+
+
+def _close_block(body: KernelBody, u: UOp | None) -> None:
+  body.depth -= 1
+  body.line("}")
+
+
+def _define_acc(body: KernelBody, u: UOp) -> None:
+  body.names[u] = body.new_name("acc")
+  init = body.r(u.src[0])
+  if u.dtype.count > 1: init = body.renderer.render_vector([init] * u.dtype.count, u.dtype)
+  body.line(body.renderer.render_decl(body.names[u], u.dtype, init, mutable=True))
+
+
+def _assign(body: KernelBody, u: UOp) -> None:
+  acc, val, red = u.src[0], u.src[1], u.arg
+  combine = {Ops.ADD: Ops.ADD, Ops.MUL: Ops.MUL, Ops.MAX: Ops.MAX}[red.arg]
+  op = UOp(combine, acc.dtype, (acc, val))
+  operands = [body.r(acc), body.r(val)]
+  rd = body.renderer
+  expr = rd.render_vector_alu(op, operands) if acc.dtype.count > 1 else rd.render_alu(op, operands)
+  body.line(f"{body.r(acc)} = {expr};")
+  body.names[red] = body.r(acc)
+
+
+def _store(body: KernelBody, u: UOp) -> None:
+  (buf, idx, val), r, rd = u.src[:3], body.r, body.renderer
+  st = rd.render_store(r(buf), r(idx), r(val), buf.dtype) if val.dtype.count == 1 else \
+    rd.render_vector_store(r(buf), r(idx), r(val), val.dtype)
+  gate = store_gate(u)
+  body.line(rd.render_if(r(gate), st) if gate is not None else st)
+
+
+# op -> the statement it writes (every other op is a value: CStyleRenderer.render_value)
+STATEMENTS = {
+  Ops.DEFINE_LOCAL: _define_local,                                   # workgroup memory, declared once
+  Ops.BARRIER: lambda body, u: body.line(body.renderer.barrier),     # work-group barrier
+  Ops.RANGE: _range,                                                 # a loop, or a grid index on GPUs
+  Ops.ENDRANGE: _close_block,                                        # end of a loop
+  Ops.IF: _open_if,                                                  # if (gate) {
+  Ops.ELSE: lambda body, u: body.line("} else {", body.depth - 1),   # } else {
+  Ops.ENDIF: _close_block,                                           # }
+  Ops.DEFINE_ACC: _define_acc,                                       # an accumulator, initialized
+  Ops.ASSIGN: _assign,                                               # acc = acc op value
+  Ops.STORE: _store,                                                 # buf[idx] = value (gated)
+}
 
 
 def load_gate(u: UOp) -> UOp | None:
