@@ -20,9 +20,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
-from tgc.ir import UOp
 from tgc.ir.config import config
-from tgc.codegen.compiled import own_weights
+from tgc.codegen.compiled import buffer_nbytes, own_weights
 from tgc.codegen.lower import KernelProgram, lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.search import SearchResult, Tuning, beam_search
@@ -123,10 +122,6 @@ def local_device(target: Target) -> str:
   except (RuntimeUnavailable, ValueError): return ""
 
 
-def _nbytes(b: UOp) -> int:
-  return math.prod(b.arg[1]) * b.dtype.itemsize
-
-
 def tune(items: list, weights: list, target: Target, width: int = 2, budget: float | None = None, jobs: int = 1,
          measurer=None, progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[Opt]], TuneReport]:
   """Search the opts of the model's kernels (`items`: ScheduleItems; `weights`: (name, BUFFER, data)); returns
@@ -144,7 +139,7 @@ def tune(items: list, weights: list, target: Target, width: int = 2, budget: flo
   base: dict[str, float] = {}
   for key, (it, calls) in distinct.items():
     prg = lower(it.ast, target, None, name="tg_base", weights=own.get(key))
-    base[key] = measurer.for_kernel([_nbytes(b) for b in it.bufs])([prg], math.inf)[0] * calls
+    base[key] = measurer.for_kernel([buffer_nbytes(b) for b in it.bufs])([prg], math.inf)[0] * calls
   total = sum(t for t in base.values() if math.isfinite(t)) or 1.0
   order = sorted(distinct, key=lambda k: -base[k] if math.isfinite(base[k]) else 0.0)
   deadline = None if budget is None else start + budget
@@ -156,7 +151,7 @@ def tune(items: list, weights: list, target: Target, width: int = 2, budget: flo
     if deadline is not None and time.monotonic() >= deadline:
       report.kernels.append(KernelTuning(key, calls, share, None))
       continue
-    result = beam_search(it.ast, target, measurer.for_kernel([_nbytes(b) for b in it.bufs]), width,
+    result = beam_search(it.ast, target, measurer.for_kernel([buffer_nbytes(b) for b in it.bufs]), width,
                          measurer.device, weights=own.get(key), deadline=deadline)
     found[key] = result.opts
     report.kernels.append(KernelTuning(key, calls, share, result))

@@ -20,7 +20,7 @@ from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.memory import plan_memory
 from tgc.codegen.names import symbol, comment_lines
-from tgc.codegen.target import Target
+from tgc.codegen.target import Precision, Target
 
 
 class BufferKind(str, Enum):
@@ -83,10 +83,9 @@ class CompiledModel:
   def outputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.OUTPUT)
 
 
-def _nbytes(b: UOp) -> int:
-  n = 1
-  for s in b.arg[1]: n *= s
-  return n * b.dtype.itemsize
+def buffer_nbytes(b: UOp) -> int:
+  """Bytes of a BUFFER's elements (shape times item size)."""
+  return math.prod(b.arg[1]) * b.dtype.itemsize
 
 
 CPU_VARIANT = "cpu"
@@ -94,14 +93,15 @@ CPU_VARIANT = "cpu"
 
 def variant_name(target: Target) -> str:
   """gpu | cpu (without workgroup tiles), + "-f16" when computing in half precision."""
-  return ("gpu" if target.workgroup_tiles else "cpu") + ("-f16" if target.precision == "f16" else "")
+  return ("gpu" if target.workgroup_tiles else "cpu") + ("-f16" if target.precision is Precision.F16 else "")
 
 
 def variant_targets(target: Target) -> dict[str, Target]:
   """Every flavor of `target` an artifact carries, by name, in order of preference (the target itself first)."""
   flavors = [target]
   if target.has_workgroups and target.fallbacks:
-    precisions = [target] + ([replace(target, precision="f32", f16=False)] if target.precision == "f16" else [])
+    half = target.precision is Precision.F16
+    precisions = [target] + ([replace(target, precision=Precision.F32, f16=False)] if half else [])
     flavors = [t for p in precisions for t in ([p, replace(p, workgroup_tiles=False)] if p.workgroup_tiles else [p])]
   return {variant_name(t): t for t in flavors}
 
@@ -151,7 +151,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   buffers, index, weight_data = _named_buffers(inputs, outputs, weights, data)
   # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
   calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
-  inter = {b: _nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
+  inter = {b: buffer_nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
@@ -202,7 +202,7 @@ def _named_buffers(inputs: list, outputs: list, weights: list, data: dict[UOp, n
     for i, (nm, b) in enumerate(group):
       if b in index: continue
       index[b] = len(buffers)
-      buffers.append(BufferInfo(kind, i, nm, symbol(nm, used, kind[:2]), tuple(b.arg[1]), b.dtype, _nbytes(b)))
+      buffers.append(BufferInfo(kind, i, nm, symbol(nm, used, kind[:2]), tuple(b.arg[1]), b.dtype, buffer_nbytes(b)))
   weight_data: dict[str, np.ndarray] = {}
   for nm, b, _ in weights:
     if b not in data: continue          # folded into another weight: no kernel reads it
@@ -211,7 +211,7 @@ def _named_buffers(inputs: list, outputs: list, weights: list, data: dict[UOp, n
     shape = tuple(arr.shape) if not b.dtype.storage_only else tuple(b.arg[1])
     dtype = b.dtype if b.dtype.storage_only or arr.dtype == b.dtype.numpy else dtypes.from_numpy(arr.dtype)
     buffers.append(BufferInfo(BufferKind.WEIGHT, len(weight_data), nm, symbol(nm, used, "w"), shape, dtype,
-                              _nbytes(b) if b.dtype.storage_only else arr.nbytes))
+                              buffer_nbytes(b) if b.dtype.storage_only else arr.nbytes))
     weight_data[nm] = arr
   return buffers, index, weight_data
 

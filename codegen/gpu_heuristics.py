@@ -20,7 +20,7 @@
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
-from tgc.codegen.opts import Kernel, Opt, OptOps
+from tgc.codegen.opts import Kernel, Opt, OptOps, divisors
 from tgc.codegen.target import Target
 from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit, reduce_body_loads,
                                        stride, try_opt)
@@ -120,8 +120,8 @@ def register_block(k: Kernel) -> Kernel:
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
-      for na in _divisors(Kernel.size(ra), 8):
-        for nb in (_divisors(Kernel.size(rb), 8) if b != a else [1]):
+      for na in divisors(Kernel.size(ra), 8):
+        for nb in (divisors(Kernel.size(rb), 8) if b != a else [1]):
           n = na * nb
           if n < 2 or n * lanes > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
           cost = block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
@@ -154,7 +154,6 @@ def unroll_reduce(k: Kernel) -> Kernel:
   return k
 
 
-def _divisors(n: int, limit: int) -> list[int]: return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
 def _local_amount(n: int, budget: int, cap: int) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
-from tgc.codegen.opts import Kernel, Opt
+from tgc.codegen.opts import Kernel, Opt, divisors
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
@@ -20,7 +20,7 @@ from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.precision import half_precision
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
-from tgc.codegen.target import Target, as_target
+from tgc.codegen.target import Precision, Target, as_target
 
 INDEX = dtypes.index
 G = AxisType.GLOBAL
@@ -142,12 +142,6 @@ def _fold_into_x(k_ast: UOp, globs: list[UOp]) -> tuple[UOp, list[UOp]]:
   return k_ast, [merged]
 
 
-def _divisors(n: int) -> list[int]:
-  """Every divisor of n (trial division up to its square root)."""
-  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-  return small + [n // d for d in reversed(small) if d * d != n]
-
-
 def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
                 limits: tuple[int, ...]) -> tuple[UOp, list[UOp]]:
   """Split each global range of more work-groups than its launch dimension allows (`limits` per dimension) as
@@ -161,7 +155,7 @@ def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
     g = max(over, key=lambda r: r.src[0].arg)
     total, dim = g.src[0].arg, len(globs) - 1 - globs.index(g)
     lo_limit, hi_limit = limits[dim], limits[dim + 1]
-    lo_n = max((d for d in _divisors(total) if d <= lo_limit and total // d <= hi_limit), default=None)
+    lo_n = max((d for d in divisors(total) if d <= lo_limit and total // d <= hi_limit), default=None)
     if lo_n is None: lo_n = -(-total // -(-total // lo_limit))
     hi_n = -(-total // lo_n)
     new_id = 1 + max(n.arg.id for n in k_ast.toposort() if n.op is Ops.RANGE)
@@ -257,7 +251,7 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   relaid_ast, args = _compact_args(relaid_ast, nargs)
   if target.has_threads: relaid_ast = task_loop(relaid_ast)
   k = Kernel(stage(relaid_ast, target), k.opts)
-  if target.precision == "f16": k = Kernel(half_precision(k.ast), k.opts)
+  if target.precision is Precision.F16: k = Kernel(half_precision(k.ast), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
   return k, opts, relayouts, args, vectors

@@ -9,6 +9,7 @@ multiple of it (work-groups of any shape on GPUs), the padded work-items compute
 UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
 register blocks of 4: the extra lanes and copies recompute the last element and store nothing)."""
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
@@ -35,6 +36,13 @@ class OptOps(str, Enum):
 OPT_KINDS: dict[OptOps, tuple[tuple[AxisType, ...], AxisType | None]] = {
   OptOps.UPCAST: ((G,), AxisType.UPCAST), OptOps.LOCAL: ((G,), AxisType.LOCAL), OptOps.UNROLL: ((R,), AxisType.UNROLL),
   OptOps.GROUP: ((R,), AxisType.GROUP), OptOps.VECTOR: ((G, R), AxisType.VECTOR), OptOps.SWAP: ((G, R), None)}
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+  """Every divisor of n (up to `limit`), ascending (trial division up to its square root)."""
+  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+  out = small + [n // d for d in reversed(small) if d * d != n]
+  return out if limit is None else [d for d in out if d <= limit]
 
 
 class OptError(ValueError):

@@ -15,9 +15,19 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, replace
+from enum import Enum
 from tgc.codegen.registry import target_spec
 
-PRECISIONS = ("f32", "f16")
+
+
+class Precision(str, Enum):
+  """How float32 arithmetic is computed: in float32, or in float16 with float32 sums (GPU targets). The value is
+  the --precision word and what manifests record."""
+  F32 = "f32"
+  F16 = "f16"
+
+  def __str__(self) -> str: return self.value
+  def __hash__(self) -> int: return hash(self.value)
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class Target:
   narrow_int64: bool = False                         # webgpu: 64-bit integers held and computed as 32-bit words
   narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
   workgroup_tiles: bool = True                       # GPUs: stage operands work-items share in workgroup memory
-  precision: str = "f32"                             # "f16": float32 arithmetic in float16, sums in float32 (GPUs)
+  precision: Precision = Precision.F32               # F16: float32 arithmetic in float16, sums in float32 (GPUs)
   fallbacks: bool = False                            # artifacts carry variants for CPU-backed, f16-less devices
 
   @staticmethod
@@ -125,9 +135,11 @@ class Target:
     `artifact`: for an artifact (the spec's `artifact_limits` apply: WebGPU artifacts narrow 64-bit types to 32-bit
     words at the boundary; the eager runtime refuses them instead)."""
     spec = target_spec(name)
-    if kw.get("precision", "f32") not in PRECISIONS:
-      raise ValueError(f"unknown --precision {kw['precision']!r}; choose one of {', '.join(PRECISIONS)}")
-    if kw.get("precision", "f32") != "f32":
+    choices = [p.value for p in Precision]
+    if kw.get("precision", "f32") not in choices:
+      raise ValueError(f"unknown --precision {kw['precision']!r}; choose one of {', '.join(choices)}")
+    kw["precision"] = Precision(kw.get("precision", "f32"))
+    if kw["precision"] is not Precision.F32:
       if spec.cpu: raise ValueError(f"--precision f16 applies to GPU targets, not {name}")
       kw.setdefault("f16", True)               # half arithmetic: the device must have it
     if spec.cpu:
@@ -163,7 +175,7 @@ class Target:
     if self.cpu is not None: parts.append(self.cpu.level)
     parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
                               ("no_tiles", self.has_workgroups and not self.workgroup_tiles),
-                              ("precision_f16", self.precision == "f16")) if on]
+                              ("precision_f16", self.precision is Precision.F16)) if on]
     if self.max_buffers is not None and self.max_buffers != target_spec(self.name).limits.get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")
     return "+".join(parts)

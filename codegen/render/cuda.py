@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
 from tgc.codegen.registry import TargetSpec
+from tgc.codegen.render.c import CRenderer
 from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
@@ -46,10 +47,7 @@ class CUDARenderer(GPUVectors, CStyleRenderer):
   restrict = "__restrict__ "
   local_qualifier = "__shared__ "
   barrier = "__syncthreads();"
-  types = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
-           dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
-           dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
-           dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int"}
+  types = {**CRenderer.types, dtypes.bool: "bool"}       # C's, with C++'s bool
   storage_types = {dtypes.bool: "unsigned char", dtypes.float16: "__half"}
   math_fns = {(op, d): name + ("f" if d != dtypes.float64 else "")
               for op, name in _MATH for d in (dtypes.float16, dtypes.float32, dtypes.float64)}

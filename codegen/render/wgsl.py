@@ -50,7 +50,7 @@ from tgc.ir.symbolic import simplify
 from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes
 from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, is_multiple
-from tgc.codegen.target import Target, TargetLimitError
+from tgc.codegen.target import Precision, Target, TargetLimitError
 
 U32 = dtypes.uint32
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
@@ -281,7 +281,7 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
       return f"({x} != {self.render_const(0, src)})"
     if src.is_bool: return f"{self.type_name(dst)}({x})"
     if dst.is_float:
-      if dst == dtypes.float16 and self.target.precision == "f16" and src == dtypes.float32: return f"f16({x})"
+      if dst == dtypes.float16 and self.target.precision is Precision.F16 and src == dtypes.float32: return f"f16({x})"
       if dst == dtypes.float16:
         return self._from_half_bits(self._half_bits(x if src.is_float else f"f32({x})"))
       return x if self.type_name(src) == "f32" else f"f32({x})"
