@@ -15,6 +15,7 @@ worker that reports a device other than the first one's is refused.
 `searched_opts` is what `tgc compile` asks for (--beam, --tuning); `tune_model` is `tgc tune`."""
 from __future__ import annotations
 import math
+import socket
 import os
 import sys
 import time
@@ -79,6 +80,7 @@ class RayMeasure:
     except ImportError:
       raise UserError("--beam-cluster needs Ray: pip install 'tgc[ray]'") from None
     self.ray, self.target = ray, target
+    _check_reachable(address)
     try:
       if not ray.is_initialized(): ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     # ConnectionError and Ray's own errors: the cluster is not there (Ray 2.60 exits the process when its GCS
@@ -103,6 +105,15 @@ class RayMeasure:
         for j, t in enumerate(ts): times[i + j * self.workers] = t
       return [times[i] for i in range(len(programs))]
     return measure
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+  """A UserError at once when a host:port cluster address accepts no connection (Ray itself retries for minutes)."""
+  host, _, port = address.rpartition(":")
+  if address == "auto" or not host or not port.isdigit(): return
+  try: socket.create_connection((host, int(port)), timeout=timeout).close()
+  except OSError as error:
+    raise UserError(f"--beam-cluster {address}: cannot reach a Ray cluster ({error.strerror or error})") from None
 
 
 def _measure_on_worker(target_name: str, programs: list, item_bytes: list[int], stop_after: float):

@@ -16,7 +16,7 @@ import os
 import platform
 from dataclasses import dataclass, replace
 from enum import Enum
-from tgc.codegen.registry import target_spec
+from tgc.codegen.registry import target_names, target_spec
 
 
 
@@ -140,7 +140,9 @@ class Target:
       raise ValueError(f"unknown --precision {kw['precision']!r}; choose one of {', '.join(choices)}")
     kw["precision"] = Precision(kw.get("precision", "f32"))
     if kw["precision"] is not Precision.F32:
-      if spec.cpu: raise ValueError(f"--precision f16 applies to GPU targets, not {name}")
+      if spec.cpu:
+        gpus = ", ".join(n for n in target_names() if not target_spec(n).cpu)
+        raise ValueError(f"--precision f16 applies to GPU targets ({gpus}), not {name}")
       kw.setdefault("f16", True)               # half arithmetic: the device must have it
     if spec.cpu:
       return Target(name, cpu=cpu if isinstance(cpu, CPU) else cpu_level(cpu), **kw)
