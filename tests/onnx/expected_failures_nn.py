@@ -1,5 +1,5 @@
-"""Known failures of the neural-network ONNX operators (frontend/onnx/ops_nn.py) in the official node test cases:
-case name -> (category, reason). Categories: "nondeterministic" (random results; the compiler refuses them)."""
+"""Known failures of the neural-network ONNX operators (test_ops_nn.py's NN_MODULES) in the official node test
+cases: case name -> (category, reason). Categories: "nondeterministic" (random results; the compiler refuses them)."""
 from __future__ import annotations
 
 _RANDOM_DROPOUT = "training-mode Dropout with a non-zero ratio is random; tgc refuses it at import"

@@ -1,10 +1,10 @@
 """The ONNX importer refuses invalid models with one line naming the node, the attribute or input and the bad value.
 
 One small hand-built model per rule (frontend/onnx: `NodeContext.axis/axes/perm`, the conv/pool window checks of
-ops_nn, node_checks' schema type constraints and 0/1 flags), each with a valid counterpart that differs only in
-the culprit: the counterpart must import, run on the numpy device and match onnx.reference on seeded random
-inputs. The counterparts include what the spec allows and a careless check would refuse (negative axes, Flatten's
-axis equal to the rank, Unsqueeze's axes counted on the output rank, negative Pad pads that crop)."""
+`node_helpers.window_ints`, node_checks' schema type constraints and 0/1 flags), each with a valid counterpart that
+differs only in the culprit: the counterpart must import, run on the numpy device and match onnx.reference on
+seeded random inputs. The counterparts include what the spec allows and a careless check would refuse (negative
+axes, Flatten's axis equal to the rank, Unsqueeze's axes counted on the output rank, negative Pad pads that crop)."""
 from __future__ import annotations
 import zlib
 from typing import NamedTuple

@@ -1,6 +1,6 @@
-"""The neural-network ONNX operators (frontend/onnx/ops_nn.py): hand-built models that cover attributes the
-official node tests miss (checked against onnx.reference, or onnxruntime where the reference ignores attributes),
-a sample of the node test cases on the compiled C device, and the known failures of
+"""The neural-network ONNX operators (the frontend/onnx handler families of NN_MODULES): hand-built models that
+cover attributes the official node tests miss (checked against onnx.reference, or onnxruntime where the reference
+ignores attributes), a sample of the node test cases on the compiled C device, and the known failures of
 tests/onnx/expected_failures_nn.py. All node cases run on "numpy" in tests/onnx/test_conformance.py.
 
 Run as a script for a pass/fail summary of every node case of these operators on one device:
@@ -19,9 +19,13 @@ from expected_failures_nn import NN_EXPECTED_FAILURES  # noqa: E402
 
 from tgc.frontend.tensor import Tensor  # noqa: E402
 from tgc.frontend.onnx import OPS, load_model  # noqa: E402
-import tgc.frontend.onnx.ops_nn as ops_nn  # noqa: E402
+from tgc.frontend.onnx import (ops_attention, ops_conv, ops_linalg, ops_normalization, ops_quantization,  # noqa: E402
+                               ops_rnn, ops_signal, ops_spatial, ops_training)
 
-NN_OPS = sorted(name.split(":")[-1] for name, fn in OPS.items() if fn.__module__ == ops_nn.__name__)
+NN_MODULES = (ops_conv, ops_linalg, ops_normalization, ops_attention, ops_rnn, ops_quantization, ops_signal,
+              ops_spatial, ops_training)
+NN_OPS = sorted(name.split(":")[-1] for name, fn in OPS.items()
+                if fn.__module__ in {m.__name__ for m in NN_MODULES})
 
 
 def _nn_cases() -> list:

@@ -1,0 +1,151 @@
+"""ONNX quantization operators: QuantizeLinear and DequantizeLinear (per-tensor, per-axis and blocked; integer,
+4/2-bit and float8 types), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv
+(exact int32 accumulation, then round-half-even requantization). onnxruntime's com.microsoft QLinear* operators are
+in `ops_contrib`."""
+from __future__ import annotations
+import numpy as np
+from tgc.ir import dtypes, promote
+from tgc.frontend.tensor import Tensor
+from tgc.frontend import functional
+from tgc.frontend.onnx.registry import NodeContext, onnx_op
+from tgc.frontend.onnx.dtypes import ONNX_DTYPES
+from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
+
+
+# ---------------------------------------------------------------- integer matrix products and convolutions
+def _minus_zero_point(x: Tensor, zp, axis_shape=None) -> Tensor:
+  """x widened to int32 minus its zero point (exact integer arithmetic)."""
+  xi = x.cast(dtypes.int32)
+  if zp is None: return xi
+  z = zp.cast(dtypes.int32)
+  if axis_shape is not None and z.ndim == 1 and z.shape[0] > 1: z = z.reshape(axis_shape)
+  elif z.ndim == 1 and z.shape[0] == 1: z = z.reshape(())
+  return xi - z
+
+
+@onnx_op("MatMulInteger")
+def matmul_integer(ctx: NodeContext):
+  a, b = ctx.input(0), ctx.input(1)
+  ai = _minus_zero_point(a, ctx.input(2), (-1, 1))
+  bi = _minus_zero_point(b, ctx.input(3))
+  return ai.matmul(bi)
+
+
+@onnx_op("ConvInteger")
+def conv_integer(ctx: NodeContext):
+  x, w = ctx.input(0), ctx.input(1)
+  strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
+  xi = _minus_zero_point(x, ctx.input(2))
+  wi = _minus_zero_point(w, ctx.input(3), (-1,) + (1,) * (w.ndim - 1))
+  return functional.conv(xi, wi, None, strides, pads, dilations, int(ctx.attr("group", 1)))
+
+
+def _requantize(acc: Tensor, scale: Tensor, zp, out_dtype) -> Tensor:
+  """Round-half-even acc*scale + zero point, saturated to `out_dtype` (an 8/16-bit integer type)."""
+  y = acc.cast(dtypes.float32) * scale.cast(dtypes.float32)
+  if zp is not None: y = y + zp.cast(dtypes.float32).reshape(zp.shape if zp.ndim != 1 or zp.shape[0] != 1 else ())
+  info = np.iinfo(out_dtype.numpy)
+  return y.round().clip(float(info.min), float(info.max)).cast(out_dtype)
+
+
+def _scalar_or(t: Tensor, shape) -> Tensor:
+  if t.ndim == 0 or t.numel() == 1: return t.reshape(())
+  return t.reshape(shape)
+
+
+@onnx_op("QLinearMatMul")
+def qlinear_matmul(ctx: NodeContext):
+  a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (ctx.input(i) for i in range(8))
+  acc = _minus_zero_point(a, a_zp, (-1, 1)).matmul(_minus_zero_point(b, b_zp))
+  scale = _scalar_or(a_scale, (-1, 1)) * _scalar_or(b_scale, (-1,)) / y_scale.reshape(())
+  return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else a).dtype)
+
+
+@onnx_op("QLinearConv")
+def qlinear_conv(ctx: NodeContext):
+  x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (ctx.input(i) for i in range(9))
+  strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
+  xi = _minus_zero_point(x, x_zp)
+  wi = _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1))
+  acc = functional.conv(xi, wi, None, strides, pads, dilations, int(ctx.attr("group", 1)))
+  if bias is not None: acc = acc + bias.cast(dtypes.int32).reshape(channel_shape(acc))
+  scale = x_scale.reshape(()) * _scalar_or(w_scale, channel_shape(acc)) / y_scale.reshape(())
+  return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else x).dtype)
+
+
+# ---------------------------------------------------------------- quantize and dequantize
+def _quant_param(p: Tensor, shape, axis: int, block_size: int) -> Tensor:
+  """A scale or zero point broadcast against `shape`: scalar, per-axis (1-D along `axis`) or blocked (same rank,
+  each entry covering `block_size` consecutive elements along `axis`)."""
+  if p.ndim == 0 or p.numel() == 1: return p.reshape(())
+  axis %= len(shape)
+  if not block_size:
+    return p.reshape(tuple(p.shape[0] if a == axis else 1 for a in range(len(shape))))
+  rep = p.unsqueeze(axis + 1)
+  rep = rep.expand(rep.shape[:axis + 1] + (block_size,) + rep.shape[axis + 2:])
+  rep = rep.reshape(p.shape[:axis] + (p.shape[axis] * block_size,) + p.shape[axis + 1:])
+  return rep.shrink(tuple((0, shape[axis]) if a == axis else None for a in range(len(shape))))
+
+
+_INT_RANGES = {dtypes.int4: (-8, 7), dtypes.uint4: (0, 15), dtypes.int2: (-2, 1), dtypes.uint2: (0, 3)}
+
+
+def _int_range(dt) -> tuple[int, int]:
+  if dt in _INT_RANGES: return _INT_RANGES[dt]
+  info = np.iinfo(dt.numpy)
+  return int(info.min), int(info.max)
+
+
+@onnx_op("QuantizeLinear")
+def quantize_linear(ctx: NodeContext):
+  x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
+  axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+  if scale.numel() > 1: axis = ctx.axis(axis, x.ndim)      # per-axis or blocked: the axis is used
+  if zp is not None: out_dt = zp.dtype
+  elif ctx.attr("output_dtype"): out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype")))
+  else: out_dt = dtypes.uint8
+  if out_dt is None or out_dt.is_bool or out_dt in (dtypes.bfloat16, dtypes.float16, dtypes.float32,
+                                                   dtypes.float64) or out_dt.itemsize > 2:
+    raise ctx.fail(f"quantizing to {out_dt.name if out_dt else ctx.attr('output_dtype')} is not supported")
+  precision = ONNX_DTYPES.get(int(ctx.attr("precision", 0) or 0))
+  dt = precision or promote(x.dtype, scale.dtype)
+  if dt.storage_only: dt = dtypes.float32
+  v = x.cast(dt) / _quant_param(scale, x.shape, axis, block).cast(dt)
+  zero = _quant_param(zp, x.shape, axis, block).cast(dtypes.float32) if zp is not None else None
+  if out_dt.is_float:                     # float8: zero point unused, saturate as Cast; float4e2m1 adds it
+    v = v.cast(dtypes.float32)
+    if zero is not None and out_dt == dtypes.float4e2m1: v = v + zero
+    return v.cast(out_dt, saturate=bool(ctx.attr("saturate", 1)))
+  v = v.round().cast(dtypes.float32)
+  if zero is not None: v = v + zero
+  lo, hi = _int_range(out_dt)
+  v = v.clip(float(lo), float(hi))
+  return v.cast(dtypes.int32).cast(out_dt) if out_dt.storage_only else v.cast(out_dt)
+
+
+@onnx_op("DequantizeLinear")
+def dequantize_linear(ctx: NodeContext):
+  x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
+  axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+  if scale.numel() > 1: axis = ctx.axis(axis, x.ndim)      # per-axis or blocked: the axis is used
+  out_dt = ONNX_DTYPES.get(int(ctx.attr("output_dtype", 0) or 0)) or scale.dtype
+  if x.dtype.is_float: v = x.cast(dtypes.float32)            # float8 / float4e2m1: the zero point must be 0
+  elif x.dtype.storage_only or x.dtype.itemsize <= 2:
+    xi = x.cast(dtypes.int32)
+    if zp is not None: xi = xi - _quant_param(zp, x.shape, axis, block).cast(dtypes.int32)
+    v = xi.cast(dtypes.float32)
+  else:
+    v = x.cast(dtypes.float32)
+    if zp is not None: v = v - _quant_param(zp, x.shape, axis, block).cast(dtypes.float32)
+  return (v * _quant_param(scale, x.shape, axis, block).cast(dtypes.float32)).cast(out_dt)
+
+
+@onnx_op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx: NodeContext):
+  x = ctx.input(0).cast(dtypes.float32)
+  hi = x.max().maximum(0.0)
+  lo = x.min().minimum(0.0)
+  scale = (hi == lo).where(1.0, hi - lo) / 255.0
+  zp = (0.0 - lo / scale).clip(0.0, 255.0).round()
+  y = ((x / scale).round() + zp).clip(0.0, 255.0).cast(dtypes.uint8)
+  return [y, scale.cast(ctx.input(0).dtype), zp.cast(dtypes.uint8)]
