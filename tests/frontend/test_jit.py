@@ -1,4 +1,5 @@
 """jit: call 1 eager, call 2 captures, 3+ replay without building graph; errors as users know them; trace."""
+import math
 import numpy as np
 import pytest
 from tgc.frontend import Tensor
@@ -81,3 +82,20 @@ def test_trace_gives_every_output_its_own_buffer():
   bufs = [b for _, b in cap.outputs]
   assert len(set(bufs)) == 3 and cap.inputs[0][1] not in bufs
   assert len(cap.items) == 3        # one kernel for x+1, a copy for its second use, a copy of the input
+
+
+def test_matmul_broadcast_over_batch_packs_the_weights_once():
+  """x (T, 1, K) @ w (K, M), as an RNN's input projection over T steps: w's panels are packed once, at trace time,
+  and broadcast over T as index math; no buffer holds a copy of w per step. Checked against numpy."""
+  from tgc.frontend.tensor import MATMUL_PACK_MIN, MATMUL_PANEL
+  k, m, steps = MATMUL_PACK_MIN, 2 * MATMUL_PANEL * 4, 9
+  wn = np.random.default_rng(5).standard_normal((k, m), dtype=np.float32)
+  w = Tensor(wn, device="c")
+  x = rnd(steps, 1, k, seed=6)
+  cap = trace(lambda x: x @ w, x)
+  assert all(math.prod(b.arg[1]) < steps * k * m for b in cap.intermediates())
+  assert [v.size for v in cap.weights.values()] == [k * m]
+  f = jit(lambda x: (x @ w).realize())
+  for seed in (7, 8, 9):
+    xs = rnd(steps, 1, k, seed=seed)
+    np.testing.assert_allclose(f(xs).numpy(), xs.numpy() @ wn, rtol=1e-4, atol=1e-4)
