@@ -253,3 +253,31 @@ def test_dequantized_weights_stay_int8_in_the_artifact(tmp_path):
     got = rep.run([x])[0]
     assert rep.last.report.weights_bytes < w.size * 2, "the int8 weight was stored as float32"
   np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_recurrent_model_sizes_on_c():
+  """A GRU as torch exports one (weights as initializers, linear_before_reset, bidirectional) with 128 inputs and
+  hidden units, so its input projection over the time steps is a packed matmul, and an STFT as a strided Conv1d
+  with 130 filters (a padded vector): compiled for C, they match onnxruntime, and the arena holds no copy of the
+  weights per time step."""
+  from onnx import numpy_helper
+  from tgc.aot.onnx_backend import TgcBackend
+  ort = pytest.importorskip("onnxruntime")
+  t, i, h = 12, 128, 128
+  inits = {"w": _randn(2, 3 * h, i) * 0.1, "r": _randn(2, 3 * h, h) * 0.1, "b": _randn(2, 6 * h) * 0.1,
+           "basis": _randn(130, 1, 64) * 0.1}
+  nodes = [helper.make_node("GRU", ["x", "w", "r", "b"], ["y", "yh"], hidden_size=h, direction="bidirectional",
+                            linear_before_reset=1),
+           helper.make_node("Conv", ["audio", "basis"], ["spec"], strides=[32])]
+  graph = helper.make_graph(nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, 1, i]),
+                                           helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, 32 * 9])],
+                            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in
+                             (("y", [t, 2, 1, h]), ("yh", [2, 1, h]), ("spec", [1, 130, 8]))],
+                            [numpy_helper.from_array(v, k) for k, v in inits.items()])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+  feeds = {"x": _randn(t, 1, i), "audio": _randn(1, 1, 32 * 9)}
+  expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+  with TgcBackend.prepare(model, "c") as rep:
+    got = rep.run([feeds["x"], feeds["audio"]])
+    assert rep.last.report.arena_bytes < t * inits["w"][0].nbytes, "the input projection copied W per time step"
+  for g, e in zip(got, expected): np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
