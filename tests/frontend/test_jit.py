@@ -99,3 +99,19 @@ def test_matmul_broadcast_over_batch_packs_the_weights_once():
   for seed in (7, 8, 9):
     xs = rnd(steps, 1, k, seed=seed)
     np.testing.assert_allclose(f(xs).numpy(), xs.numpy() @ wn, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_with_the_same_contents_are_one_buffer():
+  """Two weight tensors holding the same values (a loop that carries its weights as state hands each unrolled step
+  a copy) are stored once; a weight with other values stays apart."""
+  a = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
+  w1, w2, w3 = Tensor(a, device="c"), Tensor(a.copy(), device="c"), Tensor(a + 1, device="c")
+  x = rnd(4, 16, seed=12)
+  cap = trace(lambda x: [(x @ w1).relu() @ w2.T, x @ w3], x)
+  assert sorted(v.size for v in cap.weights.values()) == [16 * 8, 16 * 8]
+  f = jit(lambda x: [((x @ w1).relu() @ w2.T).realize(), (x @ w3).realize()])
+  for seed in (13, 14, 15):
+    xs = rnd(4, 16, seed=seed)
+    y1, y2 = f(xs)
+    np.testing.assert_allclose(y1.numpy(), np.maximum(xs.numpy() @ a, 0) @ a.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y2.numpy(), xs.numpy() @ (a + 1), rtol=1e-4, atol=1e-4)
