@@ -8,6 +8,8 @@ from __future__ import annotations
 from tgc.ir import Ops, GroupOp, UOp, provenance, substitute
 
 MAX_SPAN = 2      # a group computes the steps between its first and last: at most this many per step it uses
+MAX_REGION = 64   # a reduction computing more nodes than this in its kernel is not looked at (compile time: the state
+                  # of an LSTM is elementwise from one step to the next, so a step's region can reach back to step 0)
 _BOUNDARY = (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.ARANGE)
 
 
@@ -52,22 +54,23 @@ def _is_cut(n: UOp) -> int | None:
   return cut[0] if len(cut) == 1 and n.arg[cut[0]][1] - n.arg[cut[0]][0] == 1 else None
 
 
-def _region(r: UOp) -> list[UOp]:
+def _region(r: UOp) -> list[UOp] | None:
   """The nodes a reduction computes in its own kernel, down to buffers, constants, other reductions and cut slices
-  (what a slice is cut from is no business of the reduction)."""
+  (what a slice is cut from is no business of the reduction); None when there are more than MAX_REGION."""
   out, seen, stack = [], set(), [r.src[0]]
   while stack:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
     out.append(n)
+    if len(out) > MAX_REGION: return None
     if n.op not in _BOUNDARY and _is_cut(n) is None: stack.extend(n.src)
   return out
 
 
 def _step_slices(r: UOp) -> list[tuple[UOp, int]]:
   """The cut slices (`_is_cut`) of `r`'s region with their axes: each may be the step a group of reductions varies."""
-  return [(n, a) for n in _region(r) if (a := _is_cut(n)) is not None]
+  return [(n, a) for n in _region(r) or () if (a := _is_cut(n)) is not None]
 
 
 def _canonical(s: UOp, axis: int) -> UOp:
@@ -78,7 +81,7 @@ def _canonical(s: UOp, axis: int) -> UOp:
 
 def _depends(r: UOp, s: UOp) -> set[UOp]:
   """The nodes of `r`'s kernel (itself included) computed from `s`."""
-  region = set(_region(r))
+  region = set(_region(r) or ())
   memo: dict[UOp, bool] = {s: True}
   stack = [(r, False)]
   while stack:     # post-order without recursion: a kernel's elementwise chain can be deep
