@@ -102,7 +102,9 @@ def _rebuild(r: UOp, s: UOp, leaf: UOp) -> UOp:
   memo: dict[UOp, UOp] = {s: leaf}
 
   def build(n: UOp) -> UOp:
-    if n not in memo: memo[n] = n if n not in deps else n.replace(src=tuple(build(x) for x in n.src))
+    if n not in memo:
+      memo[n] = n if n not in deps else n.replace(src=tuple(build(x) for x in n.src))
+      provenance.inherit(memo[n], n)
     return memo[n]
   return build(r)
 
