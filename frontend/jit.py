@@ -236,16 +236,18 @@ def _shared_weights(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
   """Weights with the same contents become one buffer. A Loop body that carries its weights as loop state (Keras
   LSTMs through tf2onnx) hands every unrolled step a copy of the same values: as one buffer they are stored once,
   and the steps' work on them (packed matmul panels, the reductions batched over steps) is one and the same."""
-  by_shape: dict[tuple, list[UOp]] = {}
+  shaped: dict[tuple, dict[UOp, None]] = {}
   for r in roots:
     for n in r.toposort():
-      if n.op is Ops.BUFFER and n not in inputs and n not in by_shape.get((n.dtype, n.arg[1]), ()):
-        by_shape.setdefault((n.dtype, n.arg[1]), []).append(n)
+      if n.op is Ops.BUFFER and n not in inputs: shaped.setdefault((n.dtype, n.arg[1]), {})[n] = None
   mapping: dict[UOp, UOp] = {}
-  for bufs in by_shape.values():
-    if len(bufs) < 2: continue
-    first: dict[bytes, UOp] = {}
+  for bufs in (list(b) for b in shaped.values() if len(b) > 1):
+    alike: dict[bytes, list[UOp]] = {}      # the same first and last elements: maybe the same contents
     for b in bufs:
+      flat = np.ascontiguousarray(_read(b)).reshape(-1)
+      alike.setdefault(flat[:16].tobytes() + flat[-16:].tobytes(), []).append(b)
+    first: dict[bytes, UOp] = {}
+    for b in (b for same in alike.values() if len(same) > 1 for b in same):
       digest = hashlib.sha256(np.ascontiguousarray(_read(b)).tobytes()).digest()
       if digest in first: mapping[b] = first[digest]
       else: first[digest] = b
