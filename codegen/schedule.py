@@ -10,6 +10,7 @@ from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
+from tgc.codegen.batch_steps import batch_sliced_reductions
 
 INDEX = dtypes.index
 TRANSPOSE_MULTIPLE = 16     # transposed_operands: the axis made contiguous is a multiple of this many elements
@@ -404,6 +405,7 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
   `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default).
   Returns the kernels in execution order and, per root, the BUFFER holding its value."""
   viz.snapshot("graph to schedule", *roots)
+  roots = batch_sliced_reductions(roots)
   realize = find_realize_points(roots)
   if max_buffers is not None: _limit_buffers(roots, realize, max_buffers)
   realized: dict[UOp, UOp] = {}

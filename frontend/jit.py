@@ -2,6 +2,7 @@
 with the new input buffers and builds no graph) and `trace` (the capture directly, for ahead-of-time compiles).
 A `Capture` is target-independent: kernel ASTs, the buffers each binds, input/output specs and weights."""
 from __future__ import annotations
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -231,12 +232,36 @@ def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
   except TensorTooLarge as error: raise TensorTooLargeError(str(error)) from None
 
 
+def _shared_weights(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
+  """Weights with the same contents become one buffer. A Loop body that carries its weights as loop state (Keras
+  LSTMs through tf2onnx) hands every unrolled step a copy of the same values: as one buffer they are stored once,
+  and the steps' work on them (packed matmul panels, the reductions batched over steps) is one and the same."""
+  shaped: dict[tuple, dict[UOp, None]] = {}
+  for r in roots:
+    for n in r.toposort():
+      if n.op is Ops.BUFFER and n not in inputs: shaped.setdefault((n.dtype, n.arg[1]), {})[n] = None
+  mapping: dict[UOp, UOp] = {}
+  for bufs in (list(b) for b in shaped.values() if len(b) > 1):
+    alike: dict[bytes, list[UOp]] = {}      # the same first and last elements: maybe the same contents
+    for b in bufs:
+      flat = np.ascontiguousarray(_read(b)).reshape(-1)
+      alike.setdefault(flat[:16].tobytes() + flat[-16:].tobytes(), []).append(b)
+    first: dict[bytes, UOp] = {}
+    for b in (b for same in alike.values() if len(same) > 1 for b in same):
+      digest = hashlib.sha256(np.ascontiguousarray(_read(b)).tobytes()).digest()
+      if digest in first: mapping[b] = first[digest]
+      else: first[digest] = b
+  return [substitute(r, mapping) for r in roots] if mapping else roots
+
+
 def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None) -> list[UOp]:
   """Replace what depends on no input by its value: kernel-sized subgraphs (realize points) and the constant
   arithmetic feeding input-dependent ops (a BatchNorm's scale and shift: computed once here, not per element in a
   kernel) become BUFFERs holding their values, unless a value is bigger than the buffers it comes from (`_grows`);
   one-element values and weights become CONSTs (no buffer, no load). With `limits`, every tensor that will be
-  held in a buffer (folded or computed by a kernel) and every reduction is checked first."""
+  held in a buffer (folded or computed by a kernel) and every reduction is checked first. Weights with the same
+  contents become one buffer first (`_shared_weights`)."""
+  roots = _shared_weights(roots, inputs)
   depends: dict[UOp, bool] = {}
   # index arithmetic: computed from ARANGEs (and constants) alone, e.g. a causal mask or a gather's comparison:
   # cheaper computed in the kernel that uses it than loaded, and a kernel sees through it (True / False / None:

@@ -102,3 +102,29 @@ def test_attention_scores_keep_their_layout():
   load = _loads(last.ast, 1)[0]
   red = next(r for r in Kernel(last.ast).ranges() if r.arg.kind is AxisType.REDUCE)
   assert stride(load.src[1], red) == 1      # rows of the scores are still contiguous
+
+
+def test_weights_behind_a_padded_vector_are_relaid():
+  """An STFT as a strided Conv1d with 130 filters (a Fourier basis: n_fft/2+1 complex bins), vectorized along the
+  filters with the last vector padded: the weights are still stored in read order (stride 1 along the lanes, no
+  lane-by-lane gathers), although the padded lanes take 144/130 of the weights' bytes; every lane reads the value
+  the original layout gave it."""
+  x = Tensor(RNG.standard_normal((1, 1, 32 * 5)).astype(np.float32))
+  w = Tensor(RNG.standard_normal((130, 1, 64)).astype(np.float32))
+  items, _ = schedule([x.conv2d(w, stride=32).uop], _alloc("c"))
+  it = items[-1]
+  k = Kernel(it.ast).apply_all([Opt("VECTOR", 0, 16), Opt("UPCAST", 0, 9)])
+  pos = next(i for i, b in enumerate(it.bufs) if b.arg[1] == (130, 1, 64))
+  (old,) = _loads(k.ast, pos)
+  new_ast, made = relayout(k.ast, {pos: 130 * 64})
+  assert pos in made
+  (new,) = _loads(new_ast, pos)
+  vec = next(r for r in Kernel(new_ast).ranges() if r.arg.kind is AxisType.VECTOR)
+  assert stride(new.src[1], vec) == 1
+  old_data = RNG.standard_normal(130 * 64).astype(np.float32)
+  new_data = made[pos].apply({pos: old_data})
+  ranges = sorted({n for n in old.src[1].toposort() if n.op is Ops.RANGE}, key=lambda r: r.arg.id)
+  env = {r: np.arange(r.src[0].arg).reshape([-1 if j == i else 1 for j in range(len(ranges))])
+         for i, r in enumerate(ranges)}
+  old_vals = evaluate(old, env, {pos: old_data})
+  np.testing.assert_array_equal(old_vals, np.broadcast_to(evaluate(new, env, {pos: new_data}), old_vals.shape))

@@ -1,4 +1,5 @@
 """jit: call 1 eager, call 2 captures, 3+ replay without building graph; errors as users know them; trace."""
+import math
 import numpy as np
 import pytest
 from tgc.frontend import Tensor
@@ -81,3 +82,36 @@ def test_trace_gives_every_output_its_own_buffer():
   bufs = [b for _, b in cap.outputs]
   assert len(set(bufs)) == 3 and cap.inputs[0][1] not in bufs
   assert len(cap.items) == 3        # one kernel for x+1, a copy for its second use, a copy of the input
+
+
+def test_matmul_broadcast_over_batch_packs_the_weights_once():
+  """x (T, 1, K) @ w (K, M), as an RNN's input projection over T steps: w's panels are packed once, at trace time,
+  and broadcast over T as index math; no buffer holds a copy of w per step. Checked against numpy."""
+  from tgc.frontend.tensor import MATMUL_PACK_MIN, MATMUL_PANEL
+  k, m, steps = MATMUL_PACK_MIN, 2 * MATMUL_PANEL * 4, 9
+  wn = np.random.default_rng(5).standard_normal((k, m), dtype=np.float32)
+  w = Tensor(wn, device="c")
+  x = rnd(steps, 1, k, seed=6)
+  cap = trace(lambda x: x @ w, x)
+  assert all(math.prod(b.arg[1]) < steps * k * m for b in cap.intermediates())
+  assert [v.size for v in cap.weights.values()] == [k * m]
+  f = jit(lambda x: (x @ w).realize())
+  for seed in (7, 8, 9):
+    xs = rnd(steps, 1, k, seed=seed)
+    np.testing.assert_allclose(f(xs).numpy(), xs.numpy() @ wn, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_with_the_same_contents_are_one_buffer():
+  """Two weight tensors holding the same values (a loop that carries its weights as state hands each unrolled step
+  a copy) are stored once; a weight with other values stays apart."""
+  a = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
+  w1, w2, w3 = Tensor(a, device="c"), Tensor(a.copy(), device="c"), Tensor(a + 1, device="c")
+  x = rnd(4, 16, seed=12)
+  cap = trace(lambda x: [(x @ w1).relu() @ w2.T, x @ w3], x)
+  assert sorted(v.size for v in cap.weights.values()) == [16 * 8, 16 * 8]
+  f = jit(lambda x: [((x @ w1).relu() @ w2.T).realize(), (x @ w3).realize()])
+  for seed in (13, 14, 15):
+    xs = rnd(4, 16, seed=seed)
+    y1, y2 = f(xs)
+    np.testing.assert_allclose(y1.numpy(), np.maximum(xs.numpy() @ a, 0) @ a.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y2.numpy(), xs.numpy() @ (a + 1), rtol=1e-4, atol=1e-4)

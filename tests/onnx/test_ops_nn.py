@@ -6,8 +6,10 @@ tests/onnx/expected_failures_nn.py. All node cases run on "numpy" in tests/onnx/
 Run as a script for a pass/fail summary of every node case of these operators on one device:
     python tests/onnx/test_ops_nn.py [--device numpy|c] [-k substring]"""
 from __future__ import annotations
+import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -257,3 +259,74 @@ def test_dequantized_weights_stay_int8_in_the_artifact(tmp_path):
     got = rep.run([x])[0]
     assert rep.last.report.weights_bytes < w.size * 2, "the int8 weight was stored as float32"
   np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_recurrent_model_sizes_on_c():
+  """A GRU as torch exports one (weights as initializers, linear_before_reset, bidirectional) with 128 inputs and
+  hidden units, so its input projection over the time steps is a packed matmul, and an STFT as a strided Conv1d
+  with 130 filters (a padded vector): compiled for C, they match onnxruntime, and the arena holds no copy of the
+  weights per time step."""
+  from onnx import numpy_helper
+  from tgc.aot.onnx_backend import TgcBackend
+  ort = pytest.importorskip("onnxruntime")
+  t, i, h = 12, 128, 128
+  inits = {"w": _randn(2, 3 * h, i) * 0.1, "r": _randn(2, 3 * h, h) * 0.1, "b": _randn(2, 6 * h) * 0.1,
+           "basis": _randn(130, 1, 64) * 0.1}
+  nodes = [helper.make_node("GRU", ["x", "w", "r", "b"], ["y", "yh"], hidden_size=h, direction="bidirectional",
+                            linear_before_reset=1),
+           helper.make_node("Conv", ["audio", "basis"], ["spec"], strides=[32])]
+  graph = helper.make_graph(nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, 1, i]),
+                                           helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, 32 * 9])],
+                            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in
+                             (("y", [t, 2, 1, h]), ("yh", [2, 1, h]), ("spec", [1, 130, 8]))],
+                            [numpy_helper.from_array(v, k) for k, v in inits.items()])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+  feeds = {"x": _randn(t, 1, i), "audio": _randn(1, 1, 32 * 9)}
+  expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+  with TgcBackend.prepare(model, "c") as rep:
+    got = rep.run([feeds["x"], feeds["audio"]])
+    assert rep.last.report.arena_bytes < t * inits["w"][0].nbytes, "the input projection copied W per time step"
+  for g, e in zip(got, expected): np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_loop_carrying_its_weights_on_c():
+  """An RNN as tf2onnx writes a Keras LSTM: a Loop whose body gathers x[t], multiplies it by a weight the loop
+  carries as state (passed through an Identity every step) and updates h. Compiled for C: it matches onnxruntime,
+  the weight is stored once, and the input projection of all steps is one kernel."""
+  from onnx import numpy_helper
+  from tgc.aot.onnx_backend import TgcBackend
+  ort = pytest.importorskip("onnxruntime")
+  steps, f, h = 6, 32, 16
+  body = helper.make_graph(
+    [helper.make_node("Gather", ["x", "i"], ["xt"], axis=0),
+     helper.make_node("MatMul", ["xt", "w_in"], ["xw"]), helper.make_node("MatMul", ["h_in", "u"], ["hu"]),
+     helper.make_node("Add", ["xw", "hu"], ["pre"]), helper.make_node("Tanh", ["pre"], ["h_out"]),
+     helper.make_node("Identity", ["w_in"], ["w_out"]), helper.make_node("Identity", ["cond"], ["cond_out"]),
+     helper.make_node("Identity", ["h_out"], ["scan"])],
+    "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, h]),
+             helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [f, h])],
+    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, h]),
+     helper.make_tensor_value_info("w_out", TensorProto.FLOAT, [f, h]),
+     helper.make_tensor_value_info("scan", TensorProto.FLOAT, [1, h])])
+  inits = [numpy_helper.from_array(np.array(steps, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go"),
+           numpy_helper.from_array(np.zeros((1, h), np.float32), "h0"), numpy_helper.from_array(_randn(f, h), "w"),
+           numpy_helper.from_array(_randn(h, h) * 0.3, "u")]
+  graph = helper.make_graph(
+    [helper.make_node("Loop", ["trips", "go", "h0", "w"], ["h_last", "w_last", "hs"], body=body)], "keras_rnn",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, f])],
+    [helper.make_tensor_value_info("hs", TensorProto.FLOAT, [steps, 1, h])], inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  x = _randn(steps, 1, f)
+  expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+  with TgcBackend.prepare(model, "c") as rep:
+    got = rep.run([x])
+    assert rep.last.report.weights_bytes < 2 * f * h * 4, "the loop's weight was stored once per step"
+    manifest = json.loads((Path(rep.last.report.out_dir) / "manifest.json").read_text())
+    tensors = manifest["weights"]["tensors"]
+    w_index = next(i for i, t in enumerate(tensors) if t["name"] == "w")
+    reads_w = [c for c in manifest["calls"] if {"kind": "weight", "index": w_index} in c["args"]]
+    assert len(reads_w) == 1, "the input projection ran step by step"
+  np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
