@@ -15,9 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import headless_chromium as chromium
 from aot_helpers import ROOT, tgc
-from test_viz import open_page, page_data
+from test_viz import browser, open_page, page_data  # noqa: F401 (browser: the page's fixture)
 from tgc.aot.compile import compile_model
 
 OPEN_LIMIT_MS = 3000
@@ -56,16 +55,6 @@ def benchmark_model(name: str) -> onnx.ModelProto:
   if name == "resnet18": return onnx_models.resnet18(image=32, classes=10)
   if name == "mobilenet_v2": return onnx_models.mobilenet_v2(image=32, classes=10)
   return onnx_models.transformer_encoder(layers=1, d_model=64, heads=2, ffn=128, seq=16)
-
-
-@pytest.fixture(scope="module")
-def browser():
-  reason = chromium.missing_browser()
-  if reason: pytest.skip(reason)
-  with chromium.playwright_session() as instance:
-    context, profile = chromium.launch(instance, webgpu=False)
-    yield context
-    chromium.close(context, profile)
 
 
 @pytest.fixture(scope="module", params=["resnet18", "mobilenet_v2", "transformer"])
