@@ -238,10 +238,19 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
   return (program if target.has_workgroups else unswitch_gated_loops(program)), gsz, lsz
 
 
-def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weights: dict[int, int]):
-  """(kernel with its opts applied, constant work folded into its weights and weights relaid, its arguments
-  compacted, shared loads staged; the opts; the relayouts; the AST positions of its arguments; whether its VECTOR
-  axis becomes vectors)."""
+@dataclass(frozen=True)
+class Optimized:
+  """A kernel AST made ready to linearize: `kernel` with its opts applied, constant work folded into its weights and
+  weights relaid, its arguments compacted, shared loads staged."""
+  kernel: Kernel
+  opts: list[Opt]                     # the opts applied (the heuristics' when none were given)
+  relayouts: dict[int, Relayout]      # how each relaid weight argument is stored
+  args: tuple[int, ...]               # the AST positions of the kernel's arguments
+  vectors: bool                       # its VECTOR axis becomes SIMD vectors
+
+
+def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weights: dict[int, int]) -> Optimized:
+  """The kernel of `ast` for `target` with `opts` (None: the heuristics'); `weights`: see `lower`."""
   k = Kernel(ast)
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
@@ -254,7 +263,7 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   if target.precision is Precision.F16: k = Kernel(half_precision(k.ast), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
-  return k, opts, relayouts, args, vectors
+  return Optimized(k, opts, relayouts, args, vectors)
 
 
 def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
@@ -262,8 +271,8 @@ def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
   """The linearized program `lower` renders, with its global and local sizes (for analyses of a kernel)."""
   target = as_target(target)
   renderer = get_renderer(target)
-  k, _, _, _, vectors = _optimized(ast, target, renderer, opts, weights or {})
-  return _program(k.ast, target, renderer, vectors)
+  done = _optimized(ast, target, renderer, opts, weights or {})
+  return _program(done.kernel.ast, target, renderer, done.vectors)
 
 
 def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
@@ -274,21 +283,22 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   (already comments of the language) that head the function, e.g. the model nodes it computes."""
   target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   renderer = get_renderer(target)
-  k, opts, relayouts, args, vectors = _optimized(ast, target, renderer, opts, weights or {})
-  program, gsz, lsz = _program(k.ast, target, renderer, vectors)
+  done = _optimized(ast, target, renderer, opts, weights or {})
+  program, gsz, lsz = _program(done.kernel.ast, target, renderer, done.vectors)
   name = name or _default_name(ast, gsz)
   rendered = renderer.render_kernel(name, program, lsz)
   function, prefix = rendered.function, list(rendered.prefix)
-  if vectors and not target.has_workgroups:   # the same kernel in plain C for compilers without vector extensions
-    scalar, _, _ = _program(k.ast, target, renderer, False)
+  if done.vectors and not target.has_workgroups:   # the same kernel in plain C for compilers without vector extensions
+    scalar, _, _ = _program(done.kernel.ast, target, renderer, False)
     function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
     prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
   function = comment + function
   src = "\n".join(prefix + [function])
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else math.prod(gsz)
-  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(args), tuple(opts), ops * work_items,
-                       rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features, relayouts, args)
+  return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(done.args), tuple(done.opts),
+                       ops * work_items, rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features,
+                       done.relayouts, done.args)
 
 
 def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:

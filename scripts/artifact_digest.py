@@ -23,12 +23,18 @@ VARIANTS = {"c": (("--cpu", "x86-64-v3"), ("--cpu", "armv8-a")), "opencl": ((), 
 
 
 def digest_folder(folder: str) -> dict[str, str]:
-  """sha256 of every file under `folder`, by path relative to it."""
+  """sha256 of every file under `folder`, by path relative to it; manifest.json without the model file's path (where
+  the checkout lies is not generated code)."""
   out = {}
   for base, _, files in os.walk(folder):
     for f in files:
       path = os.path.join(base, f)
-      with open(path, "rb") as fh: out[os.path.relpath(path, folder)] = hashlib.sha256(fh.read()).hexdigest()
+      with open(path, "rb") as fh: data = fh.read()
+      if f == "manifest.json":
+        manifest = json.loads(data)
+        manifest.get("source", {}).pop("path", None)
+        data = json.dumps(manifest, sort_keys=True).encode()
+      out[os.path.relpath(path, folder)] = hashlib.sha256(data).hexdigest()
   return dict(sorted(out.items()))
 
 
