@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from enum import Enum
 import numpy as np
+from tgc.ir.words import WordEnum
 from tgc.ir import UOp, DType, dtypes, viz
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
@@ -23,16 +23,13 @@ from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Precision, Target
 
 
-class BufferKind(str, Enum):
+class BufferKind(WordEnum):
   """Where a buffer of a compiled model lives: given by the caller (input, output), stored with the artifact (weight)
   or placed in the arena (an intermediate). Its value is the manifest's word for it."""
   INPUT = "input"
   OUTPUT = "output"
   WEIGHT = "weight"
   ARENA = "arena"
-
-  def __str__(self) -> str: return self.value
-  def __hash__(self) -> int: return hash(self.value)
 
 
 @dataclass(frozen=True)

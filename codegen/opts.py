@@ -11,7 +11,7 @@ register blocks of 4: the extra lanes and copies recompute the last element and 
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from tgc.ir.words import WordEnum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
 from tgc.ir.symbolic import simplify
 
@@ -19,7 +19,7 @@ INDEX = dtypes.index
 G, R = AxisType.GLOBAL, AxisType.REDUCE
 
 
-class OptOps(str, Enum):
+class OptOps(WordEnum):
   """The opt actions (module docstring). The value is the name tuning files, search caches and manifests store."""
   UPCAST = "UPCAST"
   UNROLL = "UNROLL"
@@ -27,9 +27,6 @@ class OptOps(str, Enum):
   SWAP = "SWAP"
   LOCAL = "LOCAL"
   GROUP = "GROUP"
-
-  def __str__(self) -> str: return self.value
-  def __hash__(self) -> int: return hash(self.value)
 
 
 # which range kinds each opt applies to (its axis numbers index Kernel.axes of these kinds) and the new inner kind

@@ -15,19 +15,15 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, replace
-from enum import Enum
+from tgc.ir.words import WordEnum
 from tgc.codegen.registry import target_names, target_spec
 
 
-
-class Precision(str, Enum):
+class Precision(WordEnum):
   """How float32 arithmetic is computed: in float32, or in float16 with float32 sums (GPU targets). The value is
   the --precision word and what manifests record."""
   F32 = "f32"
   F16 = "f16"
-
-  def __str__(self) -> str: return self.value
-  def __hash__(self) -> int: return hash(self.value)
 
 
 @dataclass(frozen=True)
