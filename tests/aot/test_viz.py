@@ -276,6 +276,7 @@ def check_hostile_page(browser, url: str) -> None:
   try:
     assert page.evaluate("() => window.tgcPwned === undefined && window.tgcViz.ready")
     page.locator("#node-table > summary").click()
+    page.locator("#nodes table td").first.wait_for()     # the table is built when the section first opens
     cells = page.locator("#nodes table td").all_inner_texts()
     assert HOSTILE + "mm" in cells
     titles = page.locator("#graph-view svg g.g-node > title").all_text_contents()     # the drawing: text nodes too
