@@ -55,7 +55,7 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset) -> float:
 
 
 def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
-  if not lanes_are_32bit(k): return None
+  if not lanes_are_32bit(k, narrow=True): return None
   lanes = target.vector_lanes(4)
   best, best_key = None, None
   glob = k.axes(G)

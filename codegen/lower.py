@@ -227,7 +227,7 @@ def _reduced(ast: UOp, r: UOp) -> bool:
 def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
   expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
-  if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access)
+  if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
                                target.max_groups_per_dim[:target.grid_dims] if target.max_groups_per_dim else None)

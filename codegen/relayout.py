@@ -10,8 +10,9 @@ argument positions of the weights only this kernel reads (`own`):
    next to each other), so nothing is repacked or recomputed at run time. The new buffer takes the argument position
    of one of the expression's weights; weights no longer read are dropped by the caller. Elements the kernel never
    reads are dropped; gated loads give zeros where their gate is off (when the gate depends only on the expression's
-   loops). An expression whose values would take more than a quarter more than its weights is left alone (int8
-   weights stay int8; the copies of a padded VECTOR or UPCAST axis, a few percent more, are stored).
+   loops). An expression whose values would take more than a quarter more than its weights is left alone, but for
+   its values before a conversion (int8 weights stay int8 and are converted on load; the copies of a padded VECTOR
+   or UPCAST axis, a few percent more, are stored).
    On GPUs (`GPU_ORDER`) the work-item axes come after the upcast and unroll copies, just outside the vector lanes:
    neighbouring work-items of a work-group then read neighbouring elements at each step (coalesced), and what a
    work-group reads in one step of its reduction is one contiguous block.
@@ -84,8 +85,13 @@ def _is_weights(n: UOp, own: frozenset) -> bool:
     any(m.op is Ops.LOAD for m in n.toposort())
 
 
+def _narrow_weights(w: UOp) -> bool:
+  """Weights stored narrower than they are used (int8 converted to float): scaling them would store them wide."""
+  return any(n.op is Ops.LOAD and n.dtype.itemsize < w.dtype.itemsize for n in w.toposort())
+
+
 def _scale_into_reduce(ctx: frozenset, red: UOp, a: UOp, w: UOp, s: UOp) -> UOp | None:
-  if red.arg is not Ops.ADD or not _is_weights(w, ctx) or not _is_weights(s, ctx): return None
+  if red.arg is not Ops.ADD or not _is_weights(w, ctx) or not _is_weights(s, ctx) or _narrow_weights(w): return None
   if any(r in s.toposort() for r in red.src[1:]): return None
   return UOp(Ops.REDUCE, red.dtype, (a * (w * s),) + red.src[1:], red.arg)
 
@@ -135,9 +141,9 @@ def relayout(ast: UOp, sizes: dict[int, int], order: dict | None = None) -> tupl
     free = [b for b in leaves if b.arg[0] not in out and reads[b.arg[0]] == {e} and
             sum(1 for n in e.toposort() if n.op is Ops.LOAD and n.src[0] is b) == all_loads[b.arg[0]]]
     if not free or any(b.dtype.storage_only for b in leaves): continue
-    made = _relayout_expr(e, free[0], sum(sizes[b.arg[0]] * b.dtype.itemsize for b in leaves), order or _ORDER)
+    made = _relayout_narrowest(e, free[0], sum(sizes[b.arg[0]] * b.dtype.itemsize for b in leaves), order or _ORDER)
     if made is None: continue
-    sub[e], out[free[0].arg[0]] = made
+    sub[made[0]], out[free[0].arg[0]] = made[1]
   return (simplify(substitute(ast, sub)) if sub else ast), out
 
 
@@ -149,6 +155,15 @@ def _maximal_weight_exprs(ast: UOp, own: frozenset) -> list[UOp]:
   weighty = {n for n in ast.toposort() if n.op is not Ops.DEFINE_GLOBAL and n.dtype != INDEX and
              not n.dtype.is_bool and _is_weights(n, own)}
   return [n for n in ast.toposort() if n in weighty and not any(u in weighty for u in users.get(n, ()))]
+
+
+def _relayout_narrowest(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UOp, tuple] | None:
+  """(the expression relaid, `_relayout_expr` of it) for `e`, or for its values before a conversion when `e` would
+  take too many bytes (int8 weights converted to float: stored as int8, converted on load)."""
+  while True:
+    made = _relayout_expr(e, target, old_bytes, order)
+    if made is not None or e.op is not Ops.CAST: return (e, made) if made is not None else None
+    e = e.src[0]
 
 
 def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UOp, Relayout] | None:

@@ -453,13 +453,18 @@ def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp
     if it is None: continue
     for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
+      if n is None or n in roots or n in picked or not _layout_free(n.dtype): continue
       dims = _image_dims(n.shape)
       if dims is not None and _channel_access(ld.src[1], n.shape, dims):
         c, w = dims[0], dims[2]
         picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
           tuple(d for d in range(len(n.shape)) if d > w)
   return picked
+
+
+def _layout_free(dtype) -> bool:
+  """Values whose layout the scheduler may choose: floats and integers computed in their own type."""
+  return (dtype.is_float or dtype.is_int) and not dtype.storage_only
 
 
 def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]

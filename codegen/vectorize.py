@@ -25,6 +25,7 @@ class VectorCtx:
   v: UOp                                   # the VECTOR range
   native: frozenset                        # ops the renderer does on vectors
   aligned: Callable[[UOp, UOp], bool] | None = None    # (buffer, base) -> a vector access there is allowed
+  itemsizes: frozenset = frozenset({4})    # element sizes the renderer loads and stores as vectors
   depends: dict = field(default_factory=dict)
 
   @property
@@ -70,7 +71,7 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   if ld.dtype.count > 1 or not any(ctx.on_v(s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
   base = contiguous_base(idx, ctx.v)
-  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and ld.dtype.itemsize == 4:
+  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
   # each lane's load: only the sources that depend on v change (a workgroup-memory read keeps its barrier as is)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(
@@ -83,7 +84,7 @@ def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   # a vector store (every output index depends on the output's VECTOR axis: one without it is already rewritten)
   if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate): return None
   base = contiguous_base(idx, ctx.v)
-  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate):
+  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and val.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)
   vals = ctx.vec(val)
   return UOp(Ops.SINK, dtypes.bool, tuple(UOp(Ops.STORE, dtypes.bool, (buf, ctx.lane(idx, i), gep(vals, i)) +
@@ -100,9 +101,19 @@ def _alu(ctx: VectorCtx, x: UOp) -> UOp | None:
   out = x.dtype.vec(ctx.lanes)
   if x.op in ctx.native and all(_lanes32(d) for d in (x.dtype, *(s.dtype for s in x.src))):
     return UOp(x.op, out, tuple(ctx.vec(s) for s in x.src), x.arg)
+  # a conversion between 32-bit lanes and narrow integers the renderer loads and stores as vectors
+  if x.op is Ops.CAST and x.op in ctx.native and _narrow_cast(ctx, x.dtype, x.src[0].dtype):
+    return UOp(x.op, out, (ctx.vec(x.src[0]),), x.arg)
   srcs = [ctx.vec(s) for s in x.src]
   return UOp(Ops.VECTORIZE, out, tuple(UOp(x.op, x.dtype, tuple(gep(s, i) for s in srcs), x.arg)
                                        for i in range(ctx.lanes)))
+
+
+def _narrow_cast(ctx: VectorCtx, dst, src) -> bool:
+  """A cast of 32-bit lanes from or to 8/16-bit integers stored as vectors (int8 weights to float, float to uint8
+  activations)."""
+  narrow = [d for d in (dst, src) if not _lanes32(d)]
+  return len(narrow) == 1 and narrow[0].scalar.is_int and narrow[0].scalar.itemsize in ctx.itemsizes
 
 
 def _lanes32(d) -> bool:
@@ -142,12 +153,14 @@ vectorizer = PatternMatcher([
 ])
 
 
-def vectorize(ast: UOp, native: frozenset, aligned: Callable[[UOp, UOp], bool] | None = None) -> UOp:
-  """`ast` with its VECTOR range (if any) turned into vector values (`aligned`: see the module docstring)."""
+def vectorize(ast: UOp, native: frozenset, aligned: Callable[[UOp, UOp], bool] | None = None,
+              itemsizes: frozenset = frozenset({4})) -> UOp:
+  """`ast` with its VECTOR range (if any) turned into vector values (`aligned`: see the module docstring; `itemsizes`:
+  the element sizes loaded and stored as vectors, others lane by lane)."""
   vs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR]
   if not vs: return ast
   if len(vs) > 1: raise ValueError("a kernel vectorizes one axis")
-  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned))
+  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned, itemsizes))
   return _flatten(out)
 
 

@@ -354,11 +354,7 @@ class Tensor:
     return (self > t).where(t + 1, t)
   def round(self) -> Tensor:
     """Round half to even, as numpy."""
-    if not self.dtype.is_float: return self
-    f = self.floor()
-    d = self - f
-    half_up = (d > 0.5).logical_or((d == 0.5).logical_and((f * 0.5).floor() * 2 != f))
-    return half_up.where(f + 1, f)
+    return self._alu(Ops.RINT) if self.dtype.is_float else self
   def abs(self) -> Tensor:
     if self.dtype.is_unsigned or self.dtype.is_bool: return self
     return (self < 0).where(-self, self)

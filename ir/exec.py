@@ -26,7 +26,7 @@ def _shift_amount(b, a):
 
 _UNARY = {
   Ops.NEG: lambda a: np.negative(a) if a.dtype != np.bool_ else np.logical_not(a),
-  Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc,
+  Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.TRUNC: np.trunc, Ops.RINT: np.rint,
   Ops.RECIP: lambda a: np.reciprocal(a.astype(a.dtype)),
 }
 _BINARY = {

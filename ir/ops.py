@@ -12,6 +12,7 @@ class Ops(Enum):
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
   # unary
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); TRUNC = auto()  # noqa: E702
+  RINT = auto()          # round half to even (numpy's round)
   CAST = auto(); BITCAST = auto()  # noqa: E702
   # binary
   ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
@@ -44,7 +45,7 @@ class Ops(Enum):
 class GroupOp:
   """Sets of ops by kind."""
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
-  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC, Ops.RINT}
   Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
             Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
   Ternary = {Ops.WHERE, Ops.MULACC}

@@ -17,7 +17,7 @@ from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import CStyleRenderer
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
-         (Ops.POW, "pow"))
+         (Ops.RINT, "rint"), (Ops.POW, "pow"))
 HALF_HELPERS = r"""static float tg_h2f(unsigned short h) {
   unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
   float f;
@@ -63,13 +63,16 @@ SIMD_PRELUDE = """#ifndef TG_KERNEL
 #pragma GCC optimize("fp-contract=fast")
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif"""
-_VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32"}
-_VEC_C = {"f32": "float", "i32": "int", "u32": "unsigned int"}
+_VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32",
+              dtypes.int8: "i8", dtypes.uint8: "u8", dtypes.int16: "i16", dtypes.uint16: "u16"}
+_VEC_C = {"f32": ("float", 4), "i32": ("int", 4), "u32": ("unsigned int", 4), "i8": ("signed char", 1),
+          "u8": ("unsigned char", 1), "i16": ("short", 2), "u16": ("unsigned short", 2)}
 _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 
 
 def vector_type(d: DType) -> str:
-  """The C name of a 32-bit-lane vector type (bool vectors are masks of int32)."""
+  """The C name of a vector type: 32-bit lanes (bool vectors are masks of int32), or 8- and 16-bit integers (only
+  loaded, converted and stored)."""
   return f"tg_{_VEC_NAMES[d.scalar]}x{d.count}"
 
 
@@ -91,9 +94,11 @@ def _exp2_helper(lanes: int) -> str:
 
 
 def _typedefs(kind: str, lanes: int) -> str:
-  c, size = _VEC_C[kind], 4 * lanes
+  c, itemsize = _VEC_C[kind]
+  size = itemsize * lanes
   return (f"#if TG_SIMD\ntypedef {c} tg_{kind}x{lanes} __attribute__((vector_size({size})));\n"
-          f"typedef {c} tg_{kind}x{lanes}u __attribute__((vector_size({size}), aligned(4), __may_alias__));\n#endif")
+          f"typedef {c} tg_{kind}x{lanes}u __attribute__((vector_size({size}), aligned({itemsize}), __may_alias__));\n"
+          "#endif")
 
 
 class CRenderer(CStyleRenderer):
@@ -102,6 +107,7 @@ class CRenderer(CStyleRenderer):
   vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.WHERE, Ops.CMPLT,
                           Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP,
                           Ops.EXP2})
+  vector_itemsizes = frozenset({1, 2, 4})
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",

@@ -53,6 +53,7 @@ class CStyleRenderer:
   math_fns: dict[tuple[Ops, DType], str] = {}
   has_half = False
   vector_ops: frozenset = frozenset()     # ops the language does on SIMD vectors (empty: vectors are expanded)
+  vector_itemsizes: frozenset = frozenset({4})   # element sizes loaded and stored as vectors (others lane by lane)
 
   def __init__(self, target: Target | None = None):
     self.target = target if target is not None else Target.make(self.language, artifact=False)
@@ -136,7 +137,7 @@ class CStyleRenderer:
       bits = d.itemsize * 8
       return f"({s[0]}{'<<' if u.op is Ops.SHL else '>>'}(({s[1]})&{bits - 1}))"
     if u.op is Ops.RECIP: return f"({self.render_const(1.0, d)}/{s[0]})"
-    if u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
+    if u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.RINT, Ops.POW):
       return f"{self.fn(u.op, d)}({', '.join(s)})"
     if u.op is Ops.NEG and d.is_bool: return f"(!{s[0]})"
     if u.op in (Ops.AND, Ops.OR) and d.is_bool: return f"({s[0]}{'&&' if u.op is Ops.AND else '||'}{s[1]})"

@@ -13,7 +13,7 @@ from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
-         (Ops.POW, "pow"))
+         (Ops.RINT, "rint"), (Ops.POW, "pow"))
 _F64_BITS = {"nan": "0x7ff8000000000000LL", "inf": "0x7ff0000000000000LL"}
 _F32_BITS = {"nan": "0x7fc00000", "inf": "0x7f800000"}
 # (src, dst) -> format: the bit-reinterpreting intrinsics; float16 values live in float registers
@@ -33,7 +33,8 @@ _BITCASTS = {
 _TO_HALF = {dtypes.int32: "__int2half_rn", dtypes.uint32: "__uint2half_rn", dtypes.int64: "__ll2half_rn",
             dtypes.uint64: "__ull2half_rn", dtypes.float64: "__double2half"}
 _VECTORS = {"float": "float", "int": "int", "unsigned int": "uint"}
-_HALF_MATH = {Ops.EXP2: "hexp2", Ops.LOG2: "hlog2", Ops.SIN: "hsin", Ops.SQRT: "hsqrt", Ops.TRUNC: "htrunc"}
+_HALF_MATH = {Ops.EXP2: "hexp2", Ops.LOG2: "hlog2", Ops.SIN: "hsin", Ops.SQRT: "hsqrt", Ops.TRUNC: "htrunc",
+              Ops.RINT: "hrint"}
 BITCAST_HELPER = """template <typename D, typename S> __device__ __forceinline__ D tg_bitcast(S s) {
   union { S s; D d; } u;
   u.s = s;

@@ -39,7 +39,8 @@ class MetalRenderer(GPUVectors, CStyleRenderer):
   storage_types = {dtypes.bool: "uchar"}
   math_fns = {**{(op, dtypes.float32): f"metal::precise::{name}" for op, name in _PRECISE},
               **{(op, dtypes.float16): name for op, name in _PRECISE},
-              (Ops.TRUNC, dtypes.float32): "trunc", (Ops.TRUNC, dtypes.float16): "trunc"}
+              (Ops.TRUNC, dtypes.float32): "trunc", (Ops.TRUNC, dtypes.float16): "trunc",
+              (Ops.RINT, dtypes.float32): "rint", (Ops.RINT, dtypes.float16): "rint"}
 
   def type_name(self, d: DType) -> str:
     if d.scalar == dtypes.float64: raise TargetLimitError("metal", "float64 is not supported (Metal has no double)")

@@ -9,7 +9,7 @@ from tgc.codegen.render.cstyle import CStyleRenderer
 from tgc.codegen.render.gpu_vectors import GPUVectors
 
 _FNS = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
-        (Ops.POW, "pow"))
+        (Ops.RINT, "rint"), (Ops.POW, "pow"))
 
 
 class OpenCLRenderer(GPUVectors, CStyleRenderer):

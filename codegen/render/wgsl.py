@@ -56,7 +56,7 @@ U32 = dtypes.uint32
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
 _WIDE_INTS = (dtypes.int64, dtypes.uint64)
 _WRAPPING_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.SHL, Ops.IDIV, Ops.MOD)
-_BUILTINS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+_BUILTINS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.RINT: "round"}
 _DIMS = "xyz"
 
 

@@ -64,6 +64,7 @@ class OnnxGraph:
       self._weight_dtypes[sp.values.name] = onnx_dtype(sp.values.data_type, f"initializer {sp.values.name!r}")
     self._set_inputs(input_shapes or {}, consts or {})
     self._folded: dict[tuple, list] = {}
+    self.dequantized: dict = {}     # DequantizeLinear outputs: UOp -> quantized_compute.Dequantized
     self._declared: dict[str, int] = {}
     collect_types(self.graph, self._declared)
     self._declared_shapes = static_shapes(self.graph, self._declared) if limits is not None else {}

@@ -8,6 +8,7 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
+from tgc.frontend.onnx.quantized_compute import quantized_conv
 from tgc.frontend.shapes import prod
 from tgc.frontend.onnx.node_helpers import (attr_ints, attr_str, const_input, conv_window, declared_outputs,
                                             has_input, strides_dilations, window_ints)
@@ -18,7 +19,10 @@ from tgc.frontend.onnx.node_helpers import (attr_ints, attr_str, const_input, co
 def conv(ctx: NodeContext):
   x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
   strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
-  return functional.conv(x, w, b, strides, pads, dilations, int(ctx.attr("group", 1))).cast(x.dtype)
+  group = int(ctx.attr("group", 1))
+  quantized = quantized_conv(ctx, x, w, b, strides, pads, dilations, group)
+  if quantized is not None: return quantized
+  return functional.conv(x, w, b, strides, pads, dilations, group).cast(x.dtype)
 
 
 @onnx_op("ConvTranspose")

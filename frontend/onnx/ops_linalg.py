@@ -5,6 +5,7 @@ from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose as C
 from tgc.frontend.onnx import compose_nn as nn
 from tgc.frontend.onnx.node_helpers import attr_str, first_input
+from tgc.frontend.onnx.quantized_compute import quantized_matmul
 
 
 @onnx_op("MatMul")
@@ -12,13 +13,17 @@ def matmul(ctx: NodeContext):
   a, b = ctx.input(0), ctx.input(1)
   dt = promote(a.dtype, b.dtype)
   if a.ndim == 1 and b.ndim == 1: return (a.cast(dt) * b.cast(dt)).sum(0, dtype=dt)
-  return a.matmul(b)
+  quantized = quantized_matmul(ctx, a, b)
+  return quantized if quantized is not None else a.matmul(b)
 
 
 @onnx_op("Gemm")
 def gemm(ctx: NodeContext):
   a, b, c = ctx.input(0), ctx.input(1), ctx.input(2)
   alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+  quantized = None if ctx.attr("transA", 0) or alpha != 1.0 else quantized_matmul(ctx, a, b, bool(ctx.attr("transB", 0)))
+  if quantized is not None:
+    return quantized + (c * beta if beta != 1.0 else c) if c is not None and beta != 0.0 else quantized
   if ctx.attr("transA", 0): a = a.T
   if ctx.attr("transB", 0): b = b.T
   y = a.matmul(b)

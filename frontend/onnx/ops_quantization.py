@@ -10,6 +10,7 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
+from tgc.frontend.onnx.quantized_compute import record_dequantized
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -120,7 +121,9 @@ def quantize_linear(ctx: NodeContext):
   if zero is not None: v = v + zero
   lo, hi = _int_range(out_dt)
   v = v.clip(float(lo), float(hi))
-  return v.cast(dtypes.int32).cast(out_dt) if out_dt.storage_only else v.cast(out_dt)
+  if out_dt.storage_only: return v.cast(dtypes.int32).cast(out_dt)
+  # 8-bit activations are stored as such between kernels (the consumers read them through a cast)
+  return v.cast(out_dt).contiguous() if out_dt.itemsize == 1 else v.cast(out_dt)
 
 
 @onnx_op("DequantizeLinear")
@@ -137,7 +140,9 @@ def dequantize_linear(ctx: NodeContext):
   else:
     v = x.cast(dtypes.float32)
     if zp is not None: v = v - _quant_param(zp, x.shape, axis, block).cast(dtypes.float32)
-  return (v * _quant_param(scale, x.shape, axis, block).cast(dtypes.float32)).cast(out_dt)
+  out = (v * _quant_param(scale, x.shape, axis, block).cast(dtypes.float32)).cast(out_dt)
+  record_dequantized(ctx, out, axis, block)
+  return out
 
 
 @onnx_op("DynamicQuantizeLinear")

@@ -50,4 +50,5 @@ inline __half hlog2(__half x) { return (__half)log2f((float)x); }
 inline __half hsin(__half x) { return (__half)sinf((float)x); }
 inline __half hsqrt(__half x) { return (__half)sqrtf((float)x); }
 inline __half htrunc(__half x) { return (__half)truncf((float)x); }
+inline __half hrint(__half x) { return (__half)rintf((float)x); }
 inline __half __ushort_as_half(unsigned short x) { return __builtin_bit_cast(__half, x); }

@@ -1,0 +1,97 @@
+"""Convolutions and matrix products of dequantized operands computed on the quantized values.
+
+A QDQ model (onnxruntime.quantization, tf2onnx, ...) writes `Conv(DequantizeLinear(xq), DequantizeLinear(wq))`:
+taken literally, every weight is dequantized to float each run into a buffer of its own, and every activation is
+kept as float between kernels. With compile-time scales and zero points the same value is
+
+    conv(DQ(xq; sx, zx), DQ(wq; sw[c], 0)) = conv(xq - zx, wq) * (sx * sw[c])
+
+so the reduction reads the 8-bit tensors themselves (a cast on load; the weights stay 8-bit in the weights file
+and can be laid out at compile time like any constant) and the scales are applied once per output element. The
+integer products summed in float32 are exact up to 2**24, then rounded as the float reference rounds; outputs
+equal the QDQ reference within its tolerance. `DequantizeLinear` records what it dequantized (`record_dequantized`)
+and the Conv, MatMul and Gemm handlers ask for it (`quantized_conv`, `quantized_matmul`); anything else (blocked or
+non-constant scales, weight zero points, float8 inputs) keeps the literal form."""
+from __future__ import annotations
+from dataclasses import dataclass
+import numpy as np
+from tgc.ir import dtypes
+from tgc.frontend.tensor import Tensor
+from tgc.frontend import functional
+from tgc.frontend.onnx.registry import NodeContext
+
+_EIGHT_BIT = (dtypes.int8, dtypes.uint8)
+
+
+@dataclass(frozen=True)
+class Dequantized:
+  """What a DequantizeLinear output is: `(q - zero) * scale`, scale and zero known at compile time; `axis` is the
+  axis a per-axis scale runs along (None: one scale for the whole tensor)."""
+  q: Tensor
+  scale: np.ndarray      # float32, 0-d or 1-d
+  zero: np.ndarray       # int64, same shape as scale
+  axis: int | None
+
+
+def record_dequantized(ctx: NodeContext, out: Tensor, axis: int, block: int) -> None:
+  """Remember that `out` is the dequantized 8-bit input 0 of this DequantizeLinear (when its scale and zero point
+  are constants and it is no blocked quantization)."""
+  x = ctx.input(0)
+  graph = ctx.extra.get("graph")
+  if graph is None or block or x.dtype not in _EIGHT_BIT or out.dtype != dtypes.float32: return
+  if not ctx.is_const(1) or (ctx.input(2) is not None and not ctx.is_const(2)): return
+  scale = np.asarray(ctx.const_value(1), np.float32)
+  zero = np.asarray(ctx.const_value(2), np.int64) if ctx.input(2) is not None else np.zeros_like(scale, np.int64)
+  if scale.size == 1: scale, zero, axis = scale.reshape(()), zero.reshape(()), None
+  elif scale.ndim != 1: return
+  graph.dequantized[out.uop] = Dequantized(x, scale, zero, axis)
+
+
+def _source(ctx: NodeContext, t: Tensor | None) -> Dequantized | None:
+  graph = ctx.extra.get("graph")
+  if graph is None or t is None: return None
+  return graph.dequantized.get(t.uop)
+
+
+def _activation(ctx: NodeContext, t: Tensor) -> tuple[Tensor, float] | None:
+  """A per-tensor dequantized activation as (q - zero in float32, its scale)."""
+  src = _source(ctx, t)
+  if src is None or src.axis is not None: return None
+  q = src.q.cast(dtypes.float32)
+  zero = int(src.zero)
+  return (q - float(zero) if zero else q), float(src.scale)
+
+
+def _weight(ctx: NodeContext, t: Tensor, channels: int, axis: int) -> tuple[Tensor, np.ndarray] | None:
+  """Dequantized weights with zero points 0 and one scale or one per output channel (`axis`), as (q in float32,
+  the `channels` scales)."""
+  src = _source(ctx, t)
+  if src is None or np.any(src.zero != 0): return None
+  if src.axis is not None and (src.axis % t.ndim != axis or src.scale.shape[0] != channels): return None
+  return src.q.cast(dtypes.float32), np.broadcast_to(src.scale, (channels,)).astype(np.float32)
+
+
+def quantized_conv(ctx: NodeContext, x: Tensor, w: Tensor, b: Tensor | None, strides, pads, dilations,
+                   group: int) -> Tensor | None:
+  """Conv of a dequantized activation and dequantized weights on their 8-bit values, or None."""
+  act = _activation(ctx, x)
+  wgt = _weight(ctx, w, w.shape[0], 0) if act is not None else None
+  if wgt is None: return None
+  (xq, sx), (wq, sw) = act, wgt
+  acc = functional.conv(xq, wq, None, strides, pads, dilations, group)
+  scale = Tensor(sw * np.float32(sx), device=x.device).reshape((1, -1) + (1,) * (acc.ndim - 2))
+  y = acc * scale
+  return y + b.reshape((1, -1) + (1,) * (acc.ndim - 2)) if b is not None else y
+
+
+def quantized_matmul(ctx: NodeContext, a: Tensor, b: Tensor, b_transposed: bool = False) -> Tensor | None:
+  """a @ b (b given as [N, K] when `b_transposed`) of a dequantized activation and 2-d dequantized weights with one
+  scale or one per output column, on their 8-bit values; or None."""
+  if b.ndim != 2: return None
+  act = _activation(ctx, a)
+  n = b.shape[0] if b_transposed else b.shape[1]
+  wgt = _weight(ctx, b, n, 0 if b_transposed else 1) if act is not None else None
+  if wgt is None: return None
+  (aq, sa), (bq, sb) = act, wgt
+  acc = aq.matmul(bq.T if b_transposed else bq)
+  return acc * Tensor(sb * np.float32(sa), device=a.device)

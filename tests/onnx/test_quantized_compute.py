@@ -1,0 +1,112 @@
+"""QDQ models computed on their 8-bit values (frontend/onnx/quantized_compute.py): a hand-built QDQ network (uint8
+activations with a zero point, per-channel int8 conv weights, per-tensor int8 Gemm weights, padding, a residual add)
+compiled for each target and run on random inputs against onnx.reference within one output quantization step; the
+artifact keeps its weights and activations 8-bit and dequantizes no weight at run time."""
+from __future__ import annotations
+import json
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from tgc.aot.compile import compile_model
+from tgc.aot.artifact import runner_class
+
+RNG = np.random.default_rng(21)
+OUT_SCALE = 0.05
+C = 48          # channels: weights big enough to stay weights (smaller ones are folded to float)
+
+
+def _const(name: str, arr: np.ndarray) -> onnx.TensorProto: return numpy_helper.from_array(arr, name)
+
+
+def _qdq(nodes: list, inits: list, x: str, name: str, scale: float, zero: int) -> str:
+  """x -> QuantizeLinear(uint8) -> DequantizeLinear; the dequantized name."""
+  inits += [_const(f"{name}.s", np.array(scale, np.float32)), _const(f"{name}.z", np.array(zero, np.uint8))]
+  nodes += [helper.make_node("QuantizeLinear", [x, f"{name}.s", f"{name}.z"], [f"{name}.q"], name=f"{name}_Q"),
+            helper.make_node("DequantizeLinear", [f"{name}.q", f"{name}.s", f"{name}.z"], [f"{name}.dq"],
+                             name=f"{name}_DQ")]
+  return f"{name}.dq"
+
+
+def _weight(nodes: list, inits: list, name: str, shape: tuple, per_channel: bool, axis: int = 0) -> str:
+  """int8 weights, symmetric (zero point 0), one scale or one per channel along `axis`; the dequantized name."""
+  q = RNG.integers(-127, 128, shape).astype(np.int8)
+  scale = (RNG.uniform(0.002, 0.01, shape[axis]) if per_channel else np.array(0.005)).astype(np.float32)
+  inits += [_const(f"{name}.q", q), _const(f"{name}.s", scale), _const(f"{name}.z", np.zeros(scale.shape, np.int8))]
+  nodes.append(helper.make_node("DequantizeLinear", [f"{name}.q", f"{name}.s", f"{name}.z"], [f"{name}.dq"],
+                                axis=axis, name=f"{name}_DQ"))
+  return f"{name}.dq"
+
+
+def qdq_model() -> onnx.ModelProto:
+  nodes: list = []
+  inits: list = []
+  x = _qdq(nodes, inits, "x", "in", 0.03, 128)
+  w1 = _weight(nodes, inits, "w1", (C, 3, 3, 3), per_channel=True)
+  inits.append(_const("b1", RNG.standard_normal(C).astype(np.float32) * 0.1))
+  nodes += [helper.make_node("Conv", [x, w1, "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+            helper.make_node("Relu", ["c1"], ["r1"], name="relu1")]
+  r1 = _qdq(nodes, inits, "r1", "a1", 0.05, 0)
+  w2 = _weight(nodes, inits, "w2", (C, C, 3, 3), per_channel=True)
+  nodes.append(helper.make_node("Conv", [r1, w2], ["c2"], pads=[1, 1, 1, 1], name="conv2"))
+  c2 = _qdq(nodes, inits, "c2", "a2", 0.2, 100)
+  nodes.append(helper.make_node("Add", [c2, r1], ["s"], name="residual"))
+  s = _qdq(nodes, inits, "s", "a3", 0.2, 90)
+  nodes += [helper.make_node("GlobalAveragePool", [s], ["g"], name="gap"),
+            helper.make_node("Flatten", ["g"], ["f"], name="flatten")]
+  f = _qdq(nodes, inits, "f", "a4", 0.02, 60)
+  w3 = _weight(nodes, inits, "w3", (10, C), per_channel=False)
+  inits.append(_const("b3", RNG.standard_normal(10).astype(np.float32) * 0.1))
+  nodes.append(helper.make_node("Gemm", [f, w3, "b3"], ["logits"], transB=1, name="fc"))
+  y = _qdq(nodes, inits, "logits", "out", OUT_SCALE, 128)
+  nodes.append(helper.make_node("Identity", [y], ["y"], name="output"))
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph(nodes, "qdq_net", [info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                            [info("y", TensorProto.FLOAT, [1, 10])], inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+  onnx.checker.check_model(model)
+  return model
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+  path = tmp_path_factory.mktemp("qdq") / "qdq_net.onnx"
+  onnx.save(qdq_model(), str(path))
+  return path
+
+
+@pytest.mark.parametrize("target", ["c", "opencl", "webgpu"])
+def test_qdq_network_matches_reference(model_path, tmp_path, target):
+  report = compile_model(str(model_path), target, str(tmp_path / target), force=True)
+  ref = ReferenceEvaluator(str(model_path))
+  with runner_class(target)(report.out_dir) as runner:
+    for seed in range(3):
+      x = np.random.default_rng(seed).uniform(-3, 3, (1, 3, 10, 10)).astype(np.float32)
+      want = ref.run(None, {"x": x})[0]
+      got = runner.run({"x": x})["y"]
+      # the float reference may round a value on a quantization boundary the other way: one output step apart
+      np.testing.assert_allclose(got, want, rtol=0, atol=OUT_SCALE * 1.01)
+      assert np.count_nonzero(got != want) <= want.size // 4, (got, want)
+
+
+def test_qdq_network_stays_8bit(model_path, tmp_path):
+  report = compile_model(str(model_path), "c", str(tmp_path / "c"), force=True)
+  with open(f"{report.out_dir}/manifest.json") as f: manifest = json.load(f)
+  weights = {t["name"]: t for t in manifest["weights"]["tensors"]}
+  # the conv and Gemm weights are stored as int8, not dequantized to float at compile time
+  assert sum(t["nbytes"] for t in weights.values() if t["dtype"] == "int8") >= C * C * 9
+  assert not any(t["dtype"] == "float32" and t["nbytes"] >= C * C * 9 for t in weights.values())
+  # no weight is dequantized at run time by a kernel of its own; the conv kernels read 8-bit buffers
+  ops = {k["name"]: {n["op"] for n in k["nodes"]} for k in manifest["kernels"]}
+  for c in manifest["calls"]:
+    assert ops[c["kernel"]] != {"DequantizeLinear"} or all(a["kind"] != "weight" for a in c["args"]), c
+  eight_bit = {b["index"] for b in manifest["arena_buffers"] if b["dtype"] in ("uint8", "int8")}
+  # (conv1's weights are too small to stay weights: folded to float, it reads its input dequantized)
+  conv_calls = [c for c in manifest["calls"] if "conv2" in c["nodes"]]
+  assert conv_calls and all(any(a["kind"] == "arena" and a["index"] in eight_bit for a in c["args"][1:])
+                            for c in conv_calls)
+  with open(f"{report.out_dir}/model.c") as f: source = f.read()
+  # int8 weights and uint8 activations move as SIMD vectors, converted on load
+  assert "__builtin_convertvector" in source and "tg_i8x" in source
