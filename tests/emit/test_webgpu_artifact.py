@@ -25,6 +25,7 @@ from wgsl_source import declared_bindings, reported_bindings
 from tgc.aot.validate import F16_TOLERANCE
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
+from tgc.emit import npm
 from tgc.emit import webgpu as emit_webgpu
 from tgc.emit.manifest import validate_manifest
 from tgc.emit.webgpu import DEFAULT_LIMITS, webgpu_sources
@@ -35,7 +36,7 @@ from tgc.runtimes import artifact_webgpu
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
-BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
+BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors", "package.json"}
 HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
 
 
@@ -161,6 +162,24 @@ def test_files_manifest_and_plan(bundles, name):
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
   assert plan["weightsBytes"] == manifest["weights"]["nbytes"]
   assert plan["weightsSha256"] == manifest["weights"]["sha256"]
+  data = Path(folder, "weights.safetensors").read_bytes()
+  size = plan["weightsBlockBytes"]
+  assert size % 16 == 0 and size >= manifest["weights"]["header_bytes"]
+  assert plan["weightsBlocks"] == [hashlib.sha256(data[i:i + size]).hexdigest() for i in range(0, len(data), size)]
+  assert plan["weightsParts"] == [{"file": "weights.safetensors", "bytes": len(data)}]
+  # what a page downloads: model.js (the WGSL inside it) and the weights
+  sizes = info["download_bytes"]
+  assert sizes["js"] == os.path.getsize(Path(folder, "model.js")) and sizes["weights"] == len(data)
+  assert sizes["total"] == sizes["js"] + sizes["weights"]
+  wgsl = sum(len("\n".join(w).encode()) for k in plan["kernels"] for w in [k["wgsl"], *k.get("variants", {}).values()])
+  assert 0 < sizes["wgsl_cpu"] <= sizes["wgsl"] == wgsl < sizes["js"]
+  package = json.loads(Path(folder, "package.json").read_text())
+  assert package["name"] == npm.check_package_name(npm.default_package_name(case.name))
+  assert package["version"] == "1.0.0" and case.name in package["description"]
+  assert package["exports"]["."] == {"types": "./model.d.ts", "default": "./model.js"}
+  assert package["exports"]["./weights.safetensors"] == "./weights.safetensors" and package["type"] == "module"
+  assert set(package["files"]) == BUNDLE_FILES - {"package.json"}
+  assert info["npm_package"] == {"name": package["name"], "version": "1.0.0"}
   header = Path(folder, "weights.safetensors").read_bytes()[:manifest["weights"]["header_bytes"]]
   assert header[8:].decode("ascii") == plan["header"]
   assert [w["offset"] for w in plan["weights"]] == [t["offset"] for t in manifest["weights"]["tensors"]]
@@ -531,12 +550,49 @@ console.log(JSON.stringify(results));
   assert results[0] == prefix + "the weights file is truncated (5 bytes)"
   assert results[1] == prefix + "the weights file is truncated (100 bytes)"
   assert results[2] == prefix + "the weights file is truncated (1196 of 1200 bytes)"
-  assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 is ")
+  assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 differs from the "
+                                        "compiled one's (bytes 0 to 1200: ")
   assert results[4].startswith(prefix + "the weights file does not belong to this model: ")
   need = plan_of(str(folder))["limits"]["maxStorageBuffersPerShaderStage"]
   assert results[5] == prefix + f"the given GPUDevice allows maxStorageBuffersPerShaderStage = 2; the model needs " \
                                 f"{need}"
   assert results[6] == prefix + "the weights must be a URL, a string, an ArrayBuffer or a typed array, not number"
+
+
+def test_model_js_sha256_without_webcrypto(bundles, node, tmp_path):
+  """Without crypto.subtle (a page served over plain http) model.js hashes the weights in JS: a flipped bit is
+  still refused, the right file passes the check (and only then fails on the fake device), and the JS SHA-256
+  agrees with hashlib on lengths around its block boundaries."""
+  folder = shutil.copytree(bundles["mlp"][1], tmp_path / "mlp")
+  body = FAKE_DEVICE + """
+Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+const flipped = weights.slice(); flipped[700] ^= 4;
+console.log(JSON.stringify([await attempt(flipped), await attempt(weights)]));
+"""
+  bad, good = json.loads(node_eval(node, str(folder), body))
+  assert bad.startswith('tgc model "mlp": the weights file does not belong to this model: its sha256 differs')
+  plan = plan_of(str(folder))
+  assert plan["weightsBlocks"] == [hashlib.sha256(Path(folder, "weights.safetensors").read_bytes()).hexdigest()]
+  assert "sha256" not in good and "weights" not in good, good
+  source = Path(folder, "model.js").read_text()
+  sha_class = source[source.index("const SHA_K"):source.index("// ------------------------------------------------------------"
+                                                              "---- the device")]
+  lengths = [0, 1, 55, 56, 63, 64, 65, 119, 120, 1000, 70000]
+  script = sha_class + f"""
+const out = [];
+for (const n of {lengths}) {{
+  const data = new Uint8Array(n).map((_, i) => (i * 131 + 7) & 255);
+  for (const piece of [1, 63, 4096]) {{
+    const h = new Sha256();
+    for (let i = 0; i < n; i += piece) h.update(data.subarray(i, i + piece));
+    out.push(h.hex());
+  }}
+}}
+console.log(JSON.stringify(out));
+"""
+  got = json.loads(run([node, "--input-type=module", "-e", script]).stdout)
+  want = [hashlib.sha256(bytes((i * 131 + 7) & 255 for i in range(n))).hexdigest() for n in lengths for _ in range(3)]
+  assert got == want
 
 
 def test_model_js_float16_helpers(bundles, node, tmp_path):
