@@ -860,3 +860,93 @@ def test_browser_without_webgpu(playwright_instance, server, bundles):
     assert page.is_visible("#error") and page.inner_text("#status") == "Failed."
   finally:
     chromium.close(context, profile)
+
+
+# ---------------------------------------------------------------- weights over the network
+
+STREAM_JS = """async ({cache, image}) => {
+  const writes = [];
+  const write = GPUQueue.prototype.writeBuffer;
+  GPUQueue.prototype.writeBuffer = function (buffer, offset, data, dataOffset, size) {
+    if (buffer.label.includes(": weight ")) writes.push(size === undefined ? data.byteLength : size);
+    return write.apply(this, arguments);
+  };
+  let whole = 0;
+  for (const name of ["arrayBuffer", "blob"]) {
+    const original = Response.prototype[name];
+    Response.prototype[name] = function () { whole++; return original.apply(this, arguments); };
+  }
+  const m = await import("./model.js");
+  const progress = [];
+  let model;
+  try {
+    model = await m.load(undefined, {cache, onProgress: (done, total) => progress.push([done, total])});
+  } catch (e) {
+    return {error: e.message};
+  }
+  const out = await model.run({image: Float32Array.from(image)});
+  await model.dispose();
+  const outputs = Object.fromEntries(Object.entries(out).map(([k, v]) => [k, {data: Array.from(v.data), shape: v.shape}]));
+  return {progress, writes, whole, timings: model.loadTimings, outputs};
+}"""
+
+
+@pytest.fixture(scope="module")
+def small_blocks(tmp_path_factory):
+  """The cnn bundle with 256-byte sha256 blocks (so that its weights stream in many), a copy whose weights have a
+  flipped bit, and a blank page beside each."""
+  root = tmp_path_factory.mktemp("webgpu_blocks")
+  original = emit_webgpu.BLOCK_BYTES
+  emit_webgpu.BLOCK_BYTES = 256
+  try:
+    case, folder = emit_cases(root, {"cnn": cnn_case}, "webgpu")["cnn"]
+  finally:
+    emit_webgpu.BLOCK_BYTES = original
+  bad = Path(shutil.copytree(folder, root / "bad"))
+  data = bytearray((bad / "weights.safetensors").read_bytes())
+  data[-100] ^= 8
+  (bad / "weights.safetensors").write_bytes(bytes(data))
+  for f in (Path(folder), bad): (f / "blank.html").write_text("<!doctype html><title>blank</title>")
+  return case, folder
+
+
+def test_browser_streams_and_caches_weights(small_blocks, references, browser):
+  """load() streams the weights in blocks (no Response.arrayBuffer(), no write larger than a block), reports
+  progress up to the file's size, and with {cache: true} a second load in a new page reads the weights from the Cache
+  API: the server sees one request for them, and both loads' outputs match the reference. A flipped bit in the file
+  is refused by the block's sha256."""
+  case, folder = small_blocks
+  plan = plan_of(folder)
+  requests: list[str] = []
+  image = case.inputs["image"].reshape(-1).astype(np.float64).tolist()
+  weights_url = "/cnn/weights.safetensors"
+  with chromium.serve(os.path.dirname(folder), requests) as url:
+    def load(cache, where="cnn"):
+      page = browser.new_page()
+      try:
+        page.goto(f"{url}/{where}/blank.html")
+        return page.evaluate(STREAM_JS, {"cache": cache, "image": image})
+      finally:
+        page.close()
+    first, second = load(True), load(True)
+    assert requests.count(weights_url) == 1, requests
+    third = load(False)
+    assert requests.count(weights_url) == 2
+    bad = load(False, "bad")
+  for result, where in ((first, "network"), (second, "cache"), (third, "network")):
+    assert result["timings"]["weightsFrom"] == where
+    got = outputs_from(result["outputs"], manifest_of(folder))
+    compare(got, references["cnn"], case)
+    total = plan["weightsBytes"]
+    assert result["progress"][-1] == [total, total]
+    assert all(t == total for _, t in result["progress"])
+    assert [d for d, _ in result["progress"]] == sorted(d for d, _ in result["progress"])
+    assert result["whole"] == 0
+    assert max(result["writes"]) <= plan["weightsBlockBytes"] < total
+    assert len(result["writes"]) >= total // plan["weightsBlockBytes"] - len(plan["weights"])
+  assert len(plan["weightsBlocks"]) >= 3
+  timings = first["timings"]
+  assert timings["kernels"] == len(plan["kernels"]) >= timings["pipelines"] >= 1
+  assert timings["totalMs"] >= max(timings["pipelinesMs"], timings["weightsMs"]) > 0
+  assert bad["error"].startswith('tgc model "cnn": the weights file does not belong to this model: its sha256 '
+                                 'differs'), bad
