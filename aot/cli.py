@@ -401,6 +401,13 @@ def _inspect_artifact(folder: str) -> None:
                + (f"  <- {', '.join(map(str, c['nodes']))}" if c.get("nodes") else ""))
   click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
                                    for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
+  sizes = m.get("target_info", {}).get("download_bytes")
+  if isinstance(sizes, dict) and sizes.get("total"):
+    click.echo(f"a page downloads {_bytes(sizes['total'])}: model.js {_bytes(sizes.get('js', 0))} (WGSL of every "
+               f"kernel variant {_bytes(sizes.get('wgsl', 0))}, of the one software adapters run "
+               f"{_bytes(sizes.get('wgsl_cpu', 0))}), weights {_bytes(sizes.get('weights', 0))}")
+  package = m.get("target_info", {}).get("npm_package")
+  if isinstance(package, dict): click.echo(f"npm package: {package.get('name')} {package.get('version')}")
 
 
 def _arg(a) -> str:

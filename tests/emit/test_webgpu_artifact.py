@@ -439,6 +439,30 @@ def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
   check_cli_round_trip("webgpu", tmp_path, ["model.js", "index.html"])
 
 
+def test_cli_npm_name_and_download_sizes(tmp_path):
+  """--npm-name/--npm-version name the package (a name npm refuses is a one-line user error, nothing written);
+  `tgc inspect` reports the bytes a page downloads and the package."""
+  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
+  for option, value, why in (("--npm-name", "Tiny MLP", "npm names are lower case"),
+                             ("--npm-name", "_tiny", "may not start with a dot or an underscore"),
+                             ("--npm-name", "a/b", "only lower-case letters"),
+                             ("--npm-version", "1.0", "is not a semantic version")):
+    result = tgc("compile", model, "--target", "webgpu", "-o", out, option, value)
+    assert result.exit_code == 2 and why in result.output and len(result.output.strip().splitlines()) == 1, \
+      result.output
+    assert not out.exists()
+  assert "not supported for target c" in tgc("compile", model, "--target", "c", "-o", out, "--npm-name", "x").output
+  result = tgc("compile", model, "--target", "webgpu", "-o", out, "--npm-name", "@acme/tiny-mlp", "--npm-version",
+               "0.3.1-rc.1")
+  assert result.exit_code == 0, result.output
+  package = json.loads((out / "package.json").read_text())
+  assert (package["name"], package["version"]) == ("@acme/tiny-mlp", "0.3.1-rc.1")
+  sizes = manifest_of(str(out))["target_info"]["download_bytes"]
+  text = tgc("inspect", out).output
+  assert f"a page downloads {sizes['total']} bytes" in text and f"model.js {sizes['js']} bytes" in text
+  assert "npm package: @acme/tiny-mlp 0.3.1-rc.1" in text
+
+
 def _onnx_model(path: Path, kind: str = "int64") -> str:
   import onnx
   from onnx import TensorProto as T, helper
