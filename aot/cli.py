@@ -189,6 +189,8 @@ def search_options(fn):
 @click.option("--npm-name", default=None, metavar="NAME",
               help="Name of the npm package the artifact folder is (webgpu; default: from the model's name).")
 @click.option("--npm-version", default=None, metavar="X.Y.Z", help="Version of that package (webgpu; default 1.0.0).")
+@click.option("--weight-chunk-mb", default=None, type=float, metavar="MIB",
+              help="Split the weights into files of at most MIB MiB (webgpu: hosts with a file-size limit).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
               help="Fix the shape of an ONNX input with dynamic dimensions (repeatable).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
@@ -206,8 +208,8 @@ def search_options(fn):
               help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
 @search_options
-def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, input_shapes, consts,
-                    beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision, max_bytes):
+def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
+                    input_shapes, consts, beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
@@ -218,7 +220,8 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
                          input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
                          search=search, max_bytes=limit, precision=precision,
-                         emit_options={"npm_name": npm_name, "npm_version": npm_version})
+                         emit_options={"npm_name": npm_name, "npm_version": npm_version,
+                                       "weight_chunk_mb": weight_chunk_mb})
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")

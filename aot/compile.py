@@ -75,14 +75,14 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   precision: str | None = None, emit_options: dict | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
   `precision`: f32 or f16, GPU targets; `emit_options`: more options of the target's emitter, webgpu: `npm_name`,
-  `npm_version`) into the artifact folder `out_dir`. An existing tgc artifact there is
+  `npm_version`, `weight_chunk_mb`) into the artifact folder `out_dir`. An existing tgc artifact there is
   replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
   than kernels can index, is refused before anything of its size is allocated."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
   options = {"embed_weights": embed_weights, **(emit_options or {})}
-  options = {k: v for k, v in options.items() if v}
+  options = {k: v for k, v in options.items() if v is not None and v is not False}
   _check_emit_options(target, options)
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
@@ -154,6 +154,8 @@ def _check_emit_options(target: str, options: dict) -> None:
       if options.get(option): check(options[option])
     except ValueError as error:
       raise UserError(f"--{option.replace('_', '-')}: {error}") from None
+  chunk = options.get("weight_chunk_mb")
+  if chunk is not None and not chunk > 0: raise UserError(f"--weight-chunk-mb must be positive, not {chunk}")
 
 
 def _target_limit(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:

@@ -98,8 +98,16 @@ def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
   return plan_slots(calls, {b.index: buffer_size(device_nbytes(b)) for b in cm.of_kind(BufferKind.ARENA)})
 
 
-def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
-  """The plan model.js runs (see the module docstring)."""
+def weight_parts(data: bytes, chunk_bytes: int | None) -> list[dict]:
+  """The files the weights are served as: the weights file whole, or (`chunk_bytes`) parts of at most that many
+  bytes (`weights.safetensors.000`, ...), which model.js fetches in order as one stream."""
+  if not chunk_bytes or chunk_bytes >= len(data): return [{"file": WEIGHTS_FILE, "bytes": len(data)}]
+  return [{"file": f"{WEIGHTS_FILE}.{i // chunk_bytes:03d}", "bytes": len(data[i:i + chunk_bytes])}
+          for i in range(0, len(data), chunk_bytes)]
+
+
+def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None = None) -> dict:
+  """The plan model.js runs (see the module docstring); `chunk_bytes`: see `weight_parts`."""
   slot_of, slot_sizes = slot_plan(cm)
   buffers: list[dict] = []
   where: dict[int, int] = {}       # CompiledModel buffer index -> plan buffer index
@@ -141,7 +149,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
                   "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
-          "weightsParts": [{"file": WEIGHTS_FILE, "bytes": len(weights.data)}],
+          "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],
@@ -234,19 +242,24 @@ def _check_narrow_weights(cm: CompiledModel) -> None:
                        f"[{info.min}, {info.max}]; WGSL computes {numpy_name(b.dtype)} as 32-bit words")
 
 
-def webgpu_sources(cm: CompiledModel, npm_name: str | None = None,
-                   npm_version: str | None = None) -> tuple[dict[str, bytes], dict]:
+def webgpu_sources(cm: CompiledModel, npm_name: str | None = None, npm_version: str | None = None,
+                   weight_chunk_mb: float | None = None) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
   sym, weights = bundle_start(cm, "webgpu", _check_narrow_weights)
-  plan = build_plan(cm, weights)
+  chunk = chunk_bytes(weight_chunk_mb)
+  plan = build_plan(cm, weights, chunk)
+  parts = plan["weightsParts"]
   values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
             "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
   files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
            for name in SOURCE_FILES}
-  files[WEIGHTS_FILE] = weights.data
+  start = 0
+  for part in parts:
+    files[part["file"]] = weights.data[start:start + part["bytes"]]
+    start += part["bytes"]
   package = npm.check_package_name(npm_name) if npm_name else npm.default_package_name(cm.name)
   files[PACKAGE_FILE] = npm.package_json(package, npm.check_version(npm_version or npm.DEFAULT_VERSION), cm.name,
-                                         tgc_version(), [*files, "manifest.json"], [WEIGHTS_FILE])
+                                         tgc_version(), [*files, "manifest.json"], [p["file"] for p in parts])
   kernel_args = {}
   for name, k in cm.kernels.items():
     call = next(c for c in cm.calls if c.kernel == name)
@@ -264,7 +277,15 @@ def webgpu_sources(cm: CompiledModel, npm_name: str | None = None,
           "npm_package": {"name": package, "version": npm.check_version(npm_version or npm.DEFAULT_VERSION)},
           "download_bytes": download_bytes(plan, files)}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
+  if len(parts) > 1: manifest["weights"]["parts"] = [{"file": p["file"], "nbytes": p["bytes"]} for p in parts]
   return files, manifest
+
+
+def chunk_bytes(weight_chunk_mb: float | None) -> int | None:
+  """Bytes per weights part for --weight-chunk-mb (MiB; None: one file); a multiple of 16, at least 16."""
+  if weight_chunk_mb is None: return None
+  if not weight_chunk_mb > 0: raise ValueError(f"the weight chunk size must be positive, not {weight_chunk_mb}")
+  return max(16, int(weight_chunk_mb * (1 << 20)) // 16 * 16)
 
 
 def download_bytes(plan: dict, files: dict[str, bytes]) -> dict:
@@ -279,8 +300,9 @@ def download_bytes(plan: dict, files: dict[str, bytes]) -> dict:
   return {"js": js, "wgsl": every, "wgsl_cpu": wgsl("cpu"), "weights": weights, "total": js + weights}
 
 
-def write_webgpu_bundle(cm: CompiledModel, out_dir: str, npm_name: str | None = None,
-                        npm_version: str | None = None) -> list[str]:
+def write_webgpu_bundle(cm: CompiledModel, out_dir: str, npm_name: str | None = None, npm_version: str | None = None,
+                        weight_chunk_mb: float | None = None) -> list[str]:
   """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written.
-  `npm_name`/`npm_version`: the name and version of its package.json (default: from the model's name, 1.0.0)."""
-  return write_bundle(out_dir, lambda: webgpu_sources(cm, npm_name, npm_version))
+  `npm_name`/`npm_version`: the name and version of its package.json (default: from the model's name, 1.0.0);
+  `weight_chunk_mb`: the weights as parts of at most that many MiB instead of one file (hosts with a size limit)."""
+  return write_bundle(out_dir, lambda: webgpu_sources(cm, npm_name, npm_version, weight_chunk_mb))

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 import headless_chromium as chromium
-from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
+from headless_chromium import (PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, demo_outputs, from_plain, open_demo, outputs_from,
+                               plain_inputs)
 from artifact_cases import (ROOT, ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
                             softmax_case, tgc)
 from wgsl_source import declared_bindings, reported_bindings
+from tgc.aot.artifact import artifact_runtime, open_artifact
 from tgc.aot.validate import F16_TOLERANCE
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
@@ -974,3 +976,39 @@ def test_browser_streams_and_caches_weights(small_blocks, references, browser):
   assert timings["totalMs"] >= max(timings["pipelinesMs"], timings["weightsMs"]) > 0
   assert bad["error"].startswith('tgc model "cnn": the weights file does not belong to this model: its sha256 '
                                  'differs'), bad
+
+
+def test_chunked_weights(references, browser, wgpu_runtime, tmp_path):
+  """--weight-chunk-mb: the weights as parts of at most that size (no whole file), listed in the manifest and the
+  package; the page fetches them in order as one stream and the Python runtime joins them: both match the
+  reference. A bad size is a user error."""
+  case = cnn_case()
+  folder = tmp_path / "cnn"
+  folder.mkdir()
+  write_artifact(case.compile("webgpu"), str(folder), weight_chunk_mb=1000 / 2 ** 20)
+  manifest = manifest_of(str(folder))
+  validate_manifest(manifest)
+  parts = manifest["weights"]["parts"]
+  assert len(parts) >= 3 and not (folder / "weights.safetensors").exists()
+  assert all(p["nbytes"] == 992 for p in parts[:-1]) and set(p["file"] for p in parts) <= set(manifest["files"])
+  joined = b"".join((folder / p["file"]).read_bytes() for p in parts)
+  assert hashlib.sha256(joined).hexdigest() == manifest["weights"]["sha256"]
+  assert [p["file"] for p in plan_of(str(folder))["weightsParts"]] == [p["file"] for p in parts]
+  package = json.loads((folder / "package.json").read_text())
+  assert all(f"./{p['file']}" in package["exports"] and p["file"] in package["files"] for p in parts)
+  runner = artifact_runtime(open_artifact(str(folder)))     # the files checked against the manifest first
+  try:
+    compare(runner.run(case.inputs), references["cnn"], case)
+  finally:
+    runner.close()
+  requests: list[str] = []
+  with chromium.serve(str(tmp_path), requests) as url:
+    page = open_demo(browser, f"{url}/cnn/index.html?runs=1", plain_inputs(case.inputs))
+    try:
+      compare(demo_outputs(page, manifest), references["cnn"], case)
+    finally:
+      page.close()
+  assert [r for r in requests if "weights" in r] == [f"/cnn/{p['file']}" for p in parts]
+  result = tgc("compile", str(ROOT / "examples" / "tiny_mlp.py") + ":build", "--target", "webgpu", "-o",
+               tmp_path / "bad", "--weight-chunk-mb", "0")
+  assert result.exit_code == 2 and "--weight-chunk-mb must be positive" in result.output
