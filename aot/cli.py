@@ -186,6 +186,11 @@ def search_options(fn):
 @click.option("--name", help="Model name used in generated symbols (default: the file name).")
 @click.option("--force", is_flag=True, help="Replace OUT even when it exists and is not a tgc artifact.")
 @click.option("--embed-weights", is_flag=True, help="Embed the weights in the generated source (C).")
+@click.option("--npm-name", default=None, metavar="NAME",
+              help="Name of the npm package the artifact folder is (webgpu; default: from the model's name).")
+@click.option("--npm-version", default=None, metavar="X.Y.Z", help="Version of that package (webgpu; default 1.0.0).")
+@click.option("--weight-chunk-mb", default=None, type=float, metavar="MIB",
+              help="Split the weights into files of at most MIB MiB (webgpu: hosts with a file-size limit).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
               help="Fix the shape of an ONNX input with dynamic dimensions (repeatable).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
@@ -203,8 +208,8 @@ def search_options(fn):
               help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
 @search_options
-def compile_command(model, target, out_dir, name, force, embed_weights, input_shapes, consts, beam, tuning, cpu,
-                    beam_budget, jobs, beam_cluster, precision, max_bytes):
+def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
+                    input_shapes, consts, beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
@@ -214,7 +219,9 @@ def compile_command(model, target, out_dir, name, force, embed_weights, input_sh
   search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
                          input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
-                         search=search, max_bytes=limit, precision=precision)
+                         search=search, max_bytes=limit, precision=precision,
+                         emit_options={"npm_name": npm_name, "npm_version": npm_version,
+                                       "weight_chunk_mb": weight_chunk_mb})
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")
@@ -397,6 +404,13 @@ def _inspect_artifact(folder: str) -> None:
                + (f"  <- {', '.join(map(str, c['nodes']))}" if c.get("nodes") else ""))
   click.echo("files: " + ", ".join(f"{n} ({os.path.getsize(os.path.join(folder, n))} bytes)"
                                    for n in m.get("files", {}) if os.path.exists(os.path.join(folder, n))))
+  sizes = m.get("target_info", {}).get("download_bytes")
+  if isinstance(sizes, dict) and sizes.get("total"):
+    click.echo(f"a page downloads {_bytes(sizes['total'])}: model.js {_bytes(sizes.get('js', 0))} (WGSL of every "
+               f"kernel variant {_bytes(sizes.get('wgsl', 0))}, of the one software adapters run "
+               f"{_bytes(sizes.get('wgsl_cpu', 0))}), weights {_bytes(sizes.get('weights', 0))}")
+  package = m.get("target_info", {}).get("npm_package")
+  if isinstance(package, dict): click.echo(f"npm package: {package.get('name')} {package.get('version')}")
 
 
 def _arg(a) -> str:

@@ -20,6 +20,7 @@ from tgc.codegen.target import Target, TargetLimitError
 from tgc.frontend.limits import DEFAULT_MAX_BYTES, SizeLimits
 from tgc.runtimes.artifact import MANIFEST, is_artifact
 from tgc import emit
+from tgc.emit import npm
 from tgc.aot import models, viz_session
 from tgc.aot.errors import UserError
 from tgc.aot.targets import make_target
@@ -71,16 +72,18 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
                   const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
                   search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                  precision: str | None = None) -> CompileReport:
+                  precision: str | None = None, emit_options: dict | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
-  `precision`: f32 or f16, GPU targets) into the artifact folder `out_dir`. An existing tgc artifact there is
+  `precision`: f32 or f16, GPU targets; `emit_options`: more options of the target's emitter, webgpu: `npm_name`,
+  `npm_version`, `weight_chunk_mb`) into the artifact folder `out_dir`. An existing tgc artifact there is
   replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
   than kernels can index, is refused before anything of its size is allocated."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
-  if embed_weights and "embed_weights" not in target_spec(target).emit_options:
-    raise UserError(f"--embed-weights is not supported for target {target}")
+  options = {"embed_weights": embed_weights, **(emit_options or {})}
+  options = {k: v for k, v in options.items() if v is not None and v is not False}
+  _check_emit_options(target, options)
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
@@ -88,7 +91,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   cm.meta["source"] = loaded.source_info()
   staging = _staging_dir(final)
   try:
-    try: written = emit.write_artifact(cm, staging, embed_weights=embed_weights)
+    try: written = emit.write_artifact(cm, staging, **options)
     except ValueError as error: raise _target_limit(spec, target, error)
     _check_out_dir(out_dir, final, force)
     _move_into_place(staging, final)
@@ -139,6 +142,20 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
               "lower+render": time.perf_counter() - progress.start}
     print(f"tgc: {name}: phases " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
   return cm, loaded
+
+
+def _check_emit_options(target: str, options: dict) -> None:
+  """Options the target's emitter does not take, or an npm name or version npm would refuse, before compiling."""
+  for option in options:
+    if option not in target_spec(target).emit_options:
+      raise UserError(f"--{option.replace('_', '-')} is not supported for target {target}")
+  for option, check in (("npm_name", npm.check_package_name), ("npm_version", npm.check_version)):
+    try:
+      if options.get(option): check(options[option])
+    except ValueError as error:
+      raise UserError(f"--{option.replace('_', '-')}: {error}") from None
+  chunk = options.get("weight_chunk_mb")
+  if chunk is not None and not chunk > 0: raise UserError(f"--weight-chunk-mb must be positive, not {chunk}")
 
 
 def _target_limit(spec: models.ModelSpec, target: str, error: ValueError) -> BaseException:

@@ -58,6 +58,11 @@ BLANK_PAGE = "<!doctype html><meta charset=utf-8><title>tgc browser benchmark</t
 FEEDS_JS = """const typed = (f) => f.dtype === "int64" ? BigInt64Array.from(f.data, (v) => BigInt(v))
   : f.dtype === "int32" ? Int32Array.from(f.data) : Float32Array.from(f.data);"""
 
+# the bytes the page fetched (bodies, by file), from the resource timing entries (same origin: sizes are exposed)
+DOWNLOADED_JS = """
+  const downloaded = () => Object.fromEntries(performance.getEntriesByType("resource")
+    .map((e) => [new URL(e.name).pathname.split("/").pop(), e.decodedBodySize]));"""
+
 # each returns {loadMs, firstMs, times: [ms], outputs: {name: [values]}, info}
 TGC_JS = """async ({module, weights, feeds, runs, warmup, wanted}) => {
   %s
@@ -80,9 +85,10 @@ TGC_JS = """async ({module, weights, feeds, runs, warmup, wanted}) => {
   const a = model.device.adapterInfo || {};
   const info = [a.vendor, a.architecture, a.description].filter(Boolean).join(" ");
   const variant = model.variant || "";
+  const phases = model.loadTimings || null;
   await model.dispose();
-  return {loadMs, firstMs, times, outputs, info, variant};
-}""" % FEEDS_JS
+  return {loadMs, firstMs, times, outputs, info, variant, phases, downloaded: downloaded()};
+}""" % (FEEDS_JS + DOWNLOADED_JS)
 
 ORT_JS = """async ({module, wasm, modelUrl, feeds, runs, warmup}) => {
   %s
@@ -111,8 +117,9 @@ ORT_JS = """async ({module, wasm, modelUrl, feeds, runs, warmup}) => {
   const a = (device && device.adapterInfo) || {};
   const info = [a.vendor, a.architecture, a.description].filter(Boolean).join(" ");
   await session.release();
-  return {loadMs, firstMs, times, outputs, info: (device ? "webgpu " : "no webgpu device ") + info, variant: ""};
-}""" % FEEDS_JS
+  return {loadMs, firstMs, times, outputs, info: (device ? "webgpu " : "no webgpu device ") + info, variant: "",
+          phases: null, downloaded: downloaded()};
+}""" % (FEEDS_JS + DOWNLOADED_JS)
 
 
 class BenchError(Exception):
@@ -211,7 +218,8 @@ def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str
     result[engine] = {"load_ms": got["loadMs"], "first_run_ms": got["firstMs"],
                       "median_run_ms": statistics.median(got["times"]) if got["times"] else got["firstMs"],
                       "runs": len(got["times"]), "scaled_error_vs_onnxruntime_cpu": errors(got["outputs"], prep["ref"]),
-                      "device": got["info"], "variant": got.get("variant", "")}
+                      "device": got["info"], "variant": got.get("variant", ""), "load_phases": got.get("phases"),
+                      "downloaded": got.get("downloaded") or {}}
   if only: return result
   t, o = result["tgc"], result["ort"]
   result["ratios"] = {"load": t["load_ms"] / o["load_ms"], "first_run": t["first_run_ms"] / o["first_run_ms"],
@@ -221,6 +229,12 @@ def bench_model(context, url: str, prep: dict, runs: int, warmup: int, only: str
 
 
 def _mib(n: int) -> str: return f"{n / 2 ** 20:.2f} MiB"
+
+
+def _downloads(files: dict) -> str:
+  """The bytes a page fetched: the total and the largest files."""
+  top = sorted(files.items(), key=lambda kv: -kv[1])[:3]
+  return f"{_mib(sum(files.values()))} (" + ", ".join(f"{name} {_mib(n)}" for name, n in top) + ")"
 
 
 def markdown(results: list[dict], meta: dict) -> str:
@@ -239,6 +253,14 @@ def markdown(results: list[dict], meta: dict) -> str:
     q = r["ratios"]
     lines.append(f"| {r['model']} | **tgc / ort** | {q['load']:.2f} | {q['first_run']:.2f} | {q['median_run']:.2f} | "
                  f"(load + first run: {q['load_plus_first_run']:.2f}) |")
+  lines += ["", "| model | tgc load(): device ms | pipelines ms (pipelines / kernels) | weights ms (overlapping) | "
+                "downloaded by the page: tgc | onnxruntime-web |", "|---|---|---|---|---|---|"]
+  for r in results:
+    p = r["tgc"].get("load_phases") or {}
+    phases = (f"{p['deviceMs']:.0f} | {p['pipelinesMs']:.0f} ({p['pipelines']} / {p['kernels']}) | "
+              f"{p['weightsMs']:.0f}") if p else "- | - | -"
+    lines.append(f"| {r['model']} | {phases} | {_downloads(r['tgc']['downloaded'])} | "
+                 f"{_downloads(r['ort']['downloaded'])} |")
   lines += ["", "| model | ONNX nodes | tgc kernels (dispatches) | median work-group | one-item work-groups (>= 64 "
                 "items) | intermediates: sum of all | arena (memory plan) | WebGPU slot buffers | arena / sum | "
                 "weights |",

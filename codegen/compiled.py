@@ -18,6 +18,7 @@ from tgc.ir.words import WordEnum
 from tgc.ir import UOp, DType, dtypes, viz
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
+from tgc.codegen.opts import OptOps
 from tgc.codegen.memory import plan_memory
 from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Precision, Target
@@ -115,7 +116,8 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
   for vname, vtarget in list(targets.items())[1:]:
     progs = {}
     for kname, k in kernels.items():
-      if k.shared_bytes == 0 and vtarget.precision == target.precision: continue    # nothing staged: the same kernel
+      if k.shared_bytes == 0 and vtarget.precision == target.precision and (
+          vtarget.workgroup_tiles or all(o.op is not OptOps.UNROLL for o in k.opts)): continue   # the same kernel
       v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
                 comment=comments[kname])
       if v.src == k.src: continue

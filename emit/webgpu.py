@@ -27,6 +27,7 @@ import dataclasses
 import html
 import json
 import math
+import struct
 
 import numpy as np
 
@@ -37,11 +38,13 @@ from tgc.codegen.memory import plan_slots
 from tgc.codegen.target import TargetLimitError
 from tgc.emit.bundle import bundle_start, launch_sizes, write_bundle
 from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
+from tgc.emit import npm
 from tgc.emit.manifest import build_manifest
 from tgc.emit.weights import WeightsFile
 
 WEIGHTS_FILE = "weights.safetensors"
 SOURCE_FILES = ("model.js", "model.d.ts", "index.html")
+PACKAGE_FILE = "package.json"
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
 PLAN_FORMAT = 2
 NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32"}   # host dtype -> device type (WGSL: no 64-bit)
@@ -55,6 +58,7 @@ DEFAULT_LIMITS = {"maxStorageBuffersPerShaderStage": 8, "maxStorageBufferBinding
                   "maxComputeWorkgroupSizeY": 256, "maxComputeWorkgroupSizeZ": 64,
                   "maxComputeWorkgroupStorageSize": 16384}
 PRETTY_WIDTH = 116
+BLOCK_BYTES = 4 << 20    # model.js checks the weights' sha256 per block of this many bytes (as they stream in)
 
 
 def _limit(detail: str) -> TargetLimitError: return TargetLimitError("webgpu", detail)
@@ -94,8 +98,16 @@ def slot_plan(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
   return plan_slots(calls, {b.index: buffer_size(device_nbytes(b)) for b in cm.of_kind(BufferKind.ARENA)})
 
 
-def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
-  """The plan model.js runs (see the module docstring)."""
+def weight_parts(data: bytes, chunk_bytes: int | None) -> list[dict]:
+  """The files the weights are served as: the weights file whole, or (`chunk_bytes`) parts of at most that many
+  bytes (`weights.safetensors.000`, ...), which model.js fetches in order as one stream."""
+  if not chunk_bytes or chunk_bytes >= len(data): return [{"file": WEIGHTS_FILE, "bytes": len(data)}]
+  return [{"file": f"{WEIGHTS_FILE}.{i // chunk_bytes:03d}", "bytes": len(data[i:i + chunk_bytes])}
+          for i in range(0, len(data), chunk_bytes)]
+
+
+def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None = None) -> dict:
+  """The plan model.js runs (see the module docstring); `chunk_bytes`: see `weight_parts`."""
   slot_of, slot_sizes = slot_plan(cm)
   buffers: list[dict] = []
   where: dict[int, int] = {}       # CompiledModel buffer index -> plan buffer index
@@ -136,13 +148,22 @@ def build_plan(cm: CompiledModel, weights: WeightsFile) -> dict:
     calls.append({"kernel": kernel_index[c.kernel], "workgroups": _workgroups(cm.kernels[c.kernel]), "args": args,
                   "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
-          "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data),
+          "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
+          "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],
           "buffers": buffers, "kernels": kernels, "calls": calls, "variants": plan_variants(cm),
           "limits": (limits := required_limits(cm, buffers, kernels, calls)),
           "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
+
+
+def weight_blocks(data: bytes) -> dict:
+  """The sha256 of each block of the weights file (`weightsBlocks`, blocks of `weightsBlockBytes`, a multiple of
+  16 that holds the whole header): model.js checks each block as it arrives instead of hashing the whole file at
+  the end, so the check needs neither the whole file in memory nor time after the last byte."""
+  size = BLOCK_BYTES * max(1, -(-struct.unpack_from("<Q", data)[0] // BLOCK_BYTES))
+  return {"weightsBlockBytes": size, "weightsBlocks": [sha256(data[i:i + size]) for i in range(0, len(data), size)]}
 
 
 def plan_variants(cm: CompiledModel) -> list[dict]:
@@ -221,15 +242,24 @@ def _check_narrow_weights(cm: CompiledModel) -> None:
                        f"[{info.min}, {info.max}]; WGSL computes {numpy_name(b.dtype)} as 32-bit words")
 
 
-def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
+def webgpu_sources(cm: CompiledModel, npm_name: str | None = None, npm_version: str | None = None,
+                   weight_chunk_mb: float | None = None) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
   sym, weights = bundle_start(cm, "webgpu", _check_narrow_weights)
-  plan = build_plan(cm, weights)
+  chunk = chunk_bytes(weight_chunk_mb)
+  plan = build_plan(cm, weights, chunk)
+  parts = plan["weightsParts"]
   values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
             "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
   files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
            for name in SOURCE_FILES}
-  files[WEIGHTS_FILE] = weights.data
+  start = 0
+  for part in parts:
+    files[part["file"]] = weights.data[start:start + part["bytes"]]
+    start += part["bytes"]
+  package = npm.check_package_name(npm_name) if npm_name else npm.default_package_name(cm.name)
+  files[PACKAGE_FILE] = npm.package_json(package, npm.check_version(npm_version or npm.DEFAULT_VERSION), cm.name,
+                                         tgc_version(), [*files, "manifest.json"], [p["file"] for p in parts])
   kernel_args = {}
   for name, k in cm.kernels.items():
     call = next(c for c in cm.calls if c.kernel == name)
@@ -243,11 +273,36 @@ def webgpu_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
           "float64": "stored and computed as float32 on the device",
           "float16": "stored packed, computed in f16 by the -f16 variants (shader-f16), else in f32",
           "precision": cm.target.precision,
-          "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1]}
+          "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1],
+          "npm_package": {"name": package, "version": npm.check_version(npm_version or npm.DEFAULT_VERSION)},
+          "download_bytes": download_bytes(plan, files)}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)
+  if len(parts) > 1: manifest["weights"]["parts"] = [{"file": p["file"], "nbytes": p["bytes"]} for p in parts]
   return files, manifest
 
 
-def write_webgpu_bundle(cm: CompiledModel, out_dir: str) -> list[str]:
-  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written."""
-  return write_bundle(out_dir, lambda: webgpu_sources(cm))
+def chunk_bytes(weight_chunk_mb: float | None) -> int | None:
+  """Bytes per weights part for --weight-chunk-mb (MiB; None: one file); a multiple of 16, at least 16."""
+  if weight_chunk_mb is None: return None
+  if not weight_chunk_mb > 0: raise ValueError(f"the weight chunk size must be positive, not {weight_chunk_mb}")
+  return max(16, int(weight_chunk_mb * (1 << 20)) // 16 * 16)
+
+
+def download_bytes(plan: dict, files: dict[str, bytes]) -> dict:
+  """What a page that runs the model downloads: model.js (the WGSL of every kernel variant inline: `wgsl`, and of
+  the variant a software adapter runs: `wgsl_cpu`) and the weights; `total` is model.js plus the weights."""
+  def wgsl(variant: str | None) -> int:
+    return sum(len("\n".join((k.get("variants", {}).get(variant) if variant else None) or k["wgsl"]).encode())
+               for k in plan["kernels"])
+  every = sum(len("\n".join(lines).encode()) for k in plan["kernels"]
+              for lines in [k["wgsl"], *k.get("variants", {}).values()])
+  js, weights = len(files["model.js"]), sum(len(files[p["file"]]) for p in plan["weightsParts"])
+  return {"js": js, "wgsl": every, "wgsl_cpu": wgsl("cpu"), "weights": weights, "total": js + weights}
+
+
+def write_webgpu_bundle(cm: CompiledModel, out_dir: str, npm_name: str | None = None, npm_version: str | None = None,
+                        weight_chunk_mb: float | None = None) -> list[str]:
+  """Write the bundle into the existing empty folder `out_dir`; manifest.json last. Returns the paths written.
+  `npm_name`/`npm_version`: the name and version of its package.json (default: from the model's name, 1.0.0);
+  `weight_chunk_mb`: the weights as parts of at most that many MiB instead of one file (hosts with a size limit)."""
+  return write_bundle(out_dir, lambda: webgpu_sources(cm, npm_name, npm_version, weight_chunk_mb))

@@ -112,7 +112,11 @@ class ArtifactFolder:
     a truncated one is reported as such."""
     weights = self.manifest.get("weights", {})
     wfile = weights.get("file")
-    if wfile and not weights.get("embedded"):
+    if weights.get("parts"):
+      for part in weights["parts"]:
+        if not os.path.isfile(self.path(part["file"])): raise ArtifactError(f"weights file {self.path(part['file'])} "
+                                                                            f"is missing")
+    elif wfile and not weights.get("embedded"):
       path = self.path(wfile)
       if not os.path.isfile(path): raise ArtifactError(f"weights file {path} is missing")
       size, want = os.path.getsize(path), int(weights.get("nbytes", -1))
@@ -134,6 +138,9 @@ class ArtifactFolder:
     """The weights file of a device bundle (`weights_path`, or the folder's own), checked as the bundle's own
     loader checks it (`checked_weights`); the folder's own file, once verified, is not hashed again."""
     own = self.manifest["weights"]["file"]
+    parts = [p["file"] for p in self.manifest["weights"].get("parts", [])]
+    if weights_path is None and parts and all(p in self._verified for p in parts):
+      return b"".join(read_file(self.path(p)) for p in parts)
     if weights_path is None and own in self._verified: return read_file(self.path(own))
     return checked_weights(os.path.abspath(self.folder), self.manifest, weights_path)
 
@@ -145,13 +152,22 @@ class ArtifactFolder:
     self._verified.add(name)
 
 
+def read_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
+  """The bytes of an artifact's weights file (`weights_path`, or the folder's own: the file, or its parts joined)."""
+  parts = [] if weights_path else [p["file"] for p in manifest["weights"].get("parts", [])]
+  paths = [os.path.join(folder, p) for p in parts] or [os.path.abspath(weights_path or os.path.join(
+    folder, manifest["weights"]["file"]))]
+  for path in paths:
+    if not os.path.isfile(path): raise ArtifactError(f"{path}: cannot open the weights file")
+  return b"".join(read_file(path) for path in paths)
+
+
 def checked_weights(folder: str, manifest: dict, weights_path: str | None = None) -> bytes:
   """The weights file of a device bundle (`weights_path`, or the folder's own), checked as the bundle's own loader
   checks it: present, its size, the safetensors header's length, and the manifest's sha256."""
   info = manifest["weights"]
   path = os.path.abspath(weights_path or os.path.join(folder, info["file"]))
-  if not os.path.isfile(path): raise ArtifactError(f"{path}: cannot open the weights file")
-  data = read_file(path)
+  data = read_weights(folder, manifest, weights_path)
   if len(data) < info["nbytes"]:
     raise ArtifactError(f"{path}: weights data is truncated ({len(data)} of {info['nbytes']} bytes)")
   if len(data) > info["nbytes"]:

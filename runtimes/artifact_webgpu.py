@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, read_file
+from tgc.runtimes.artifact import Artifact, ArtifactError, read_file, read_weights
 from tgc.codegen.render.wgsl import Binding
 from tgc.runtimes.base import CompileError, RuntimeUnavailable
 
@@ -79,7 +79,7 @@ class WebGPUArtifact(Artifact):
   def _weights(self, weights_path: str | None) -> bytes:
     """The weights file, checked as model.js checks it: size, header, sha256."""
     path = os.path.abspath(weights_path or os.path.join(self.folder, self.plan["weightsFile"]))
-    data = read_file(path)
+    data = read_weights(self.folder, self.manifest, weights_path)
     header = self.plan["header"].encode("latin-1")
     if len(data) < 8 + len(header) and data[8:] == header[:len(data) - 8]:
       raise ArtifactError(f"{path}: the weights file is truncated ({len(data)} bytes)")

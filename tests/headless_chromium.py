@@ -44,6 +44,7 @@ def missing_browser() -> str | None:
 class _Handler(http.server.SimpleHTTPRequestHandler):
   """Serves `routes` (URL prefix -> folder; the longest prefix wins), quietly."""
   routes: dict[str, str] = {}
+  requests: list | None = None       # when a list: the path of every GET request is appended to it
   extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **CONTENT_TYPES}
 
   def translate_path(self, path: str) -> str:
@@ -55,14 +56,20 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return os.path.join(self.routes[prefix], *rest)
     return os.path.join(tempfile.gettempdir(), "tgc-no-such-route", "x")   # 404
 
+  def do_GET(self) -> None:
+    if self.requests is not None: self.requests.append(self.path.split("?", 1)[0])
+    super().do_GET()
+
   def log_message(self, *args) -> None: pass
 
 
 @contextlib.contextmanager
-def serve(routes: dict[str, str] | str) -> Iterator[str]:
-  """Serve a folder (or {URL prefix: folder}) over http://127.0.0.1:<free port> from a thread; yields the base URL."""
+def serve(routes: dict[str, str] | str, requests: list | None = None) -> Iterator[str]:
+  """Serve a folder (or {URL prefix: folder}) over http://127.0.0.1:<free port> from a thread; yields the base URL.
+  `requests`: a list that gets the path of every GET request (to count what a page fetched)."""
   if isinstance(routes, str): routes = {"/": routes}
-  handler = type("RoutedHandler", (_Handler,), {"routes": {p: os.path.abspath(d) for p, d in routes.items()}})
+  handler = type("RoutedHandler", (_Handler,), {"routes": {p: os.path.abspath(d) for p, d in routes.items()},
+                                                "requests": requests})
   httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
   thread = threading.Thread(target=httpd.serve_forever, daemon=True)
   thread.start()

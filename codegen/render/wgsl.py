@@ -484,4 +484,5 @@ TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_web
                     limits=dict(max_local_size=(256, 256, 64), max_local_items=256,
                                 max_groups_per_dim=(65535, 65535, 65535), shared_bytes=16384, max_buffers=8,
                                 fallbacks=True),
-                    artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",))
+                    artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",),
+                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"))

@@ -17,14 +17,17 @@ import numpy as np
 import pytest
 
 import headless_chromium as chromium
-from headless_chromium import PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, from_plain, open_demo, outputs_from, plain_inputs
+from headless_chromium import (PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, demo_outputs, from_plain, open_demo, outputs_from,
+                               plain_inputs)
 from artifact_cases import (ROOT, ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
                             emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
                             softmax_case, tgc)
 from wgsl_source import declared_bindings, reported_bindings
+from tgc.aot.artifact import artifact_runtime, open_artifact
 from tgc.aot.validate import F16_TOLERANCE
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
+from tgc.emit import npm
 from tgc.emit import webgpu as emit_webgpu
 from tgc.emit.manifest import validate_manifest
 from tgc.emit.webgpu import DEFAULT_LIMITS, webgpu_sources
@@ -35,7 +38,7 @@ from tgc.runtimes import artifact_webgpu
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 
-BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors"}
+BUNDLE_FILES = {"manifest.json", "model.js", "model.d.ts", "index.html", "weights.safetensors", "package.json"}
 HOSTILE_INPUTS = ('we"ird\\ */ </script> name\n%s \u00fc', "int")
 
 
@@ -161,6 +164,24 @@ def test_files_manifest_and_plan(bundles, name):
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
   assert plan["weightsBytes"] == manifest["weights"]["nbytes"]
   assert plan["weightsSha256"] == manifest["weights"]["sha256"]
+  data = Path(folder, "weights.safetensors").read_bytes()
+  size = plan["weightsBlockBytes"]
+  assert size % 16 == 0 and size >= manifest["weights"]["header_bytes"]
+  assert plan["weightsBlocks"] == [hashlib.sha256(data[i:i + size]).hexdigest() for i in range(0, len(data), size)]
+  assert plan["weightsParts"] == [{"file": "weights.safetensors", "bytes": len(data)}]
+  # what a page downloads: model.js (the WGSL inside it) and the weights
+  sizes = info["download_bytes"]
+  assert sizes["js"] == os.path.getsize(Path(folder, "model.js")) and sizes["weights"] == len(data)
+  assert sizes["total"] == sizes["js"] + sizes["weights"]
+  wgsl = sum(len("\n".join(w).encode()) for k in plan["kernels"] for w in [k["wgsl"], *k.get("variants", {}).values()])
+  assert 0 < sizes["wgsl_cpu"] <= sizes["wgsl"] == wgsl < sizes["js"]
+  package = json.loads(Path(folder, "package.json").read_text())
+  assert package["name"] == npm.check_package_name(npm.default_package_name(case.name))
+  assert package["version"] == "1.0.0" and case.name in package["description"]
+  assert package["exports"]["."] == {"types": "./model.d.ts", "default": "./model.js"}
+  assert package["exports"]["./weights.safetensors"] == "./weights.safetensors" and package["type"] == "module"
+  assert set(package["files"]) == BUNDLE_FILES - {"package.json"}
+  assert info["npm_package"] == {"name": package["name"], "version": "1.0.0"}
   header = Path(folder, "weights.safetensors").read_bytes()[:manifest["weights"]["header_bytes"]]
   assert header[8:].decode("ascii") == plan["header"]
   assert [w["offset"] for w in plan["weights"]] == [t["offset"] for t in manifest["weights"]["tensors"]]
@@ -420,6 +441,30 @@ def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
   check_cli_round_trip("webgpu", tmp_path, ["model.js", "index.html"])
 
 
+def test_cli_npm_name_and_download_sizes(tmp_path):
+  """--npm-name/--npm-version name the package (a name npm refuses is a one-line user error, nothing written);
+  `tgc inspect` reports the bytes a page downloads and the package."""
+  model, out = str(ROOT / "examples" / "tiny_mlp.py") + ":build", tmp_path / "mlp"
+  for option, value, why in (("--npm-name", "Tiny MLP", "npm names are lower case"),
+                             ("--npm-name", "_tiny", "may not start with a dot or an underscore"),
+                             ("--npm-name", "a/b", "only lower-case letters"),
+                             ("--npm-version", "1.0", "is not a semantic version")):
+    result = tgc("compile", model, "--target", "webgpu", "-o", out, option, value)
+    assert result.exit_code == 2 and why in result.output and len(result.output.strip().splitlines()) == 1, \
+      result.output
+    assert not out.exists()
+  assert "not supported for target c" in tgc("compile", model, "--target", "c", "-o", out, "--npm-name", "x").output
+  result = tgc("compile", model, "--target", "webgpu", "-o", out, "--npm-name", "@acme/tiny-mlp", "--npm-version",
+               "0.3.1-rc.1")
+  assert result.exit_code == 0, result.output
+  package = json.loads((out / "package.json").read_text())
+  assert (package["name"], package["version"]) == ("@acme/tiny-mlp", "0.3.1-rc.1")
+  sizes = manifest_of(str(out))["target_info"]["download_bytes"]
+  text = tgc("inspect", out).output
+  assert f"a page downloads {sizes['total']} bytes" in text and f"model.js {sizes['js']} bytes" in text
+  assert "npm package: @acme/tiny-mlp 0.3.1-rc.1" in text
+
+
 def _onnx_model(path: Path, kind: str = "int64") -> str:
   import onnx
   from onnx import TensorProto as T, helper
@@ -531,12 +576,49 @@ console.log(JSON.stringify(results));
   assert results[0] == prefix + "the weights file is truncated (5 bytes)"
   assert results[1] == prefix + "the weights file is truncated (100 bytes)"
   assert results[2] == prefix + "the weights file is truncated (1196 of 1200 bytes)"
-  assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 is ")
+  assert results[3].startswith(prefix + "the weights file does not belong to this model: its sha256 differs from the "
+                                        "compiled one's (bytes 0 to 1200: ")
   assert results[4].startswith(prefix + "the weights file does not belong to this model: ")
   need = plan_of(str(folder))["limits"]["maxStorageBuffersPerShaderStage"]
   assert results[5] == prefix + f"the given GPUDevice allows maxStorageBuffersPerShaderStage = 2; the model needs " \
                                 f"{need}"
   assert results[6] == prefix + "the weights must be a URL, a string, an ArrayBuffer or a typed array, not number"
+
+
+def test_model_js_sha256_without_webcrypto(bundles, node, tmp_path):
+  """Without crypto.subtle (a page served over plain http) model.js hashes the weights in JS: a flipped bit is
+  still refused, the right file passes the check (and only then fails on the fake device), and the JS SHA-256
+  agrees with hashlib on lengths around its block boundaries."""
+  folder = shutil.copytree(bundles["mlp"][1], tmp_path / "mlp")
+  body = FAKE_DEVICE + """
+Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+const flipped = weights.slice(); flipped[700] ^= 4;
+console.log(JSON.stringify([await attempt(flipped), await attempt(weights)]));
+"""
+  bad, good = json.loads(node_eval(node, str(folder), body))
+  assert bad.startswith('tgc model "mlp": the weights file does not belong to this model: its sha256 differs')
+  plan = plan_of(str(folder))
+  assert plan["weightsBlocks"] == [hashlib.sha256(Path(folder, "weights.safetensors").read_bytes()).hexdigest()]
+  assert "sha256" not in good and "weights" not in good, good
+  source = Path(folder, "model.js").read_text()
+  sha_class = source[source.index("const SHA_K"):source.index("// ------------------------------------------------------------"
+                                                              "---- the device")]
+  lengths = [0, 1, 55, 56, 63, 64, 65, 119, 120, 1000, 70000]
+  script = sha_class + f"""
+const out = [];
+for (const n of {lengths}) {{
+  const data = new Uint8Array(n).map((_, i) => (i * 131 + 7) & 255);
+  for (const piece of [1, 63, 4096]) {{
+    const h = new Sha256();
+    for (let i = 0; i < n; i += piece) h.update(data.subarray(i, i + piece));
+    out.push(h.hex());
+  }}
+}}
+console.log(JSON.stringify(out));
+"""
+  got = json.loads(run([node, "--input-type=module", "-e", script]).stdout)
+  want = [hashlib.sha256(bytes((i * 131 + 7) & 255 for i in range(n))).hexdigest() for n in lengths for _ in range(3)]
+  assert got == want
 
 
 def test_model_js_float16_helpers(bundles, node, tmp_path):
@@ -804,3 +886,129 @@ def test_browser_without_webgpu(playwright_instance, server, bundles):
     assert page.is_visible("#error") and page.inner_text("#status") == "Failed."
   finally:
     chromium.close(context, profile)
+
+
+# ---------------------------------------------------------------- weights over the network
+
+STREAM_JS = """async ({cache, image}) => {
+  const writes = [];
+  const write = GPUQueue.prototype.writeBuffer;
+  GPUQueue.prototype.writeBuffer = function (buffer, offset, data, dataOffset, size) {
+    if (buffer.label.includes(": weight ")) writes.push(size === undefined ? data.byteLength : size);
+    return write.apply(this, arguments);
+  };
+  let whole = 0;
+  for (const name of ["arrayBuffer", "blob"]) {
+    const original = Response.prototype[name];
+    Response.prototype[name] = function () { whole++; return original.apply(this, arguments); };
+  }
+  const m = await import("./model.js");
+  const progress = [];
+  let model;
+  try {
+    model = await m.load(undefined, {cache, onProgress: (done, total) => progress.push([done, total])});
+  } catch (e) {
+    return {error: e.message};
+  }
+  const out = await model.run({image: Float32Array.from(image)});
+  await model.dispose();
+  const outputs = Object.fromEntries(Object.entries(out).map(([k, v]) => [k, {data: Array.from(v.data), shape: v.shape}]));
+  return {progress, writes, whole, timings: model.loadTimings, outputs};
+}"""
+
+
+@pytest.fixture(scope="module")
+def small_blocks(tmp_path_factory):
+  """The cnn bundle with 256-byte sha256 blocks (so that its weights stream in many), a copy whose weights have a
+  flipped bit, and a blank page beside each."""
+  root = tmp_path_factory.mktemp("webgpu_blocks")
+  original = emit_webgpu.BLOCK_BYTES
+  emit_webgpu.BLOCK_BYTES = 256
+  try:
+    case, folder = emit_cases(root, {"cnn": cnn_case}, "webgpu")["cnn"]
+  finally:
+    emit_webgpu.BLOCK_BYTES = original
+  bad = Path(shutil.copytree(folder, root / "bad"))
+  data = bytearray((bad / "weights.safetensors").read_bytes())
+  data[-100] ^= 8
+  (bad / "weights.safetensors").write_bytes(bytes(data))
+  for f in (Path(folder), bad): (f / "blank.html").write_text("<!doctype html><title>blank</title>")
+  return case, folder
+
+
+def test_browser_streams_and_caches_weights(small_blocks, references, browser):
+  """load() streams the weights in blocks (no Response.arrayBuffer(), no write larger than a block), reports
+  progress up to the file's size, and with {cache: true} a second load in a new page reads the weights from the Cache
+  API: the server sees one request for them, and both loads' outputs match the reference. A flipped bit in the file
+  is refused by the block's sha256."""
+  case, folder = small_blocks
+  plan = plan_of(folder)
+  requests: list[str] = []
+  image = case.inputs["image"].reshape(-1).astype(np.float64).tolist()
+  weights_url = "/cnn/weights.safetensors"
+  with chromium.serve(os.path.dirname(folder), requests) as url:
+    def load(cache, where="cnn"):
+      page = browser.new_page()
+      try:
+        page.goto(f"{url}/{where}/blank.html")
+        return page.evaluate(STREAM_JS, {"cache": cache, "image": image})
+      finally:
+        page.close()
+    first, second = load(True), load(True)
+    assert requests.count(weights_url) == 1, requests
+    third = load(False)
+    assert requests.count(weights_url) == 2
+    bad = load(False, "bad")
+  for result, where in ((first, "network"), (second, "cache"), (third, "network")):
+    assert result["timings"]["weightsFrom"] == where
+    got = outputs_from(result["outputs"], manifest_of(folder))
+    compare(got, references["cnn"], case)
+    total = plan["weightsBytes"]
+    assert result["progress"][-1] == [total, total]
+    assert all(t == total for _, t in result["progress"])
+    assert [d for d, _ in result["progress"]] == sorted(d for d, _ in result["progress"])
+    assert result["whole"] == 0
+    assert max(result["writes"]) <= plan["weightsBlockBytes"] < total
+    assert len(result["writes"]) >= total // plan["weightsBlockBytes"] - len(plan["weights"])
+  assert len(plan["weightsBlocks"]) >= 3
+  timings = first["timings"]
+  assert timings["kernels"] == len(plan["kernels"]) >= timings["pipelines"] >= 1
+  assert timings["totalMs"] >= max(timings["pipelinesMs"], timings["weightsMs"]) > 0
+  assert bad["error"].startswith('tgc model "cnn": the weights file does not belong to this model: its sha256 '
+                                 'differs'), bad
+
+
+def test_chunked_weights(references, browser, wgpu_runtime, tmp_path):
+  """--weight-chunk-mb: the weights as parts of at most that size (no whole file), listed in the manifest and the
+  package; the page fetches them in order as one stream and the Python runtime joins them: both match the
+  reference. A bad size is a user error."""
+  case = cnn_case()
+  folder = tmp_path / "cnn"
+  folder.mkdir()
+  write_artifact(case.compile("webgpu"), str(folder), weight_chunk_mb=1000 / 2 ** 20)
+  manifest = manifest_of(str(folder))
+  validate_manifest(manifest)
+  parts = manifest["weights"]["parts"]
+  assert len(parts) >= 3 and not (folder / "weights.safetensors").exists()
+  assert all(p["nbytes"] == 992 for p in parts[:-1]) and set(p["file"] for p in parts) <= set(manifest["files"])
+  joined = b"".join((folder / p["file"]).read_bytes() for p in parts)
+  assert hashlib.sha256(joined).hexdigest() == manifest["weights"]["sha256"]
+  assert [p["file"] for p in plan_of(str(folder))["weightsParts"]] == [p["file"] for p in parts]
+  package = json.loads((folder / "package.json").read_text())
+  assert all(f"./{p['file']}" in package["exports"] and p["file"] in package["files"] for p in parts)
+  runner = artifact_runtime(open_artifact(str(folder)))     # the files checked against the manifest first
+  try:
+    compare(runner.run(case.inputs), references["cnn"], case)
+  finally:
+    runner.close()
+  requests: list[str] = []
+  with chromium.serve(str(tmp_path), requests) as url:
+    page = open_demo(browser, f"{url}/cnn/index.html?runs=1", plain_inputs(case.inputs))
+    try:
+      compare(demo_outputs(page, manifest), references["cnn"], case)
+    finally:
+      page.close()
+  assert [r for r in requests if "weights" in r] == [f"/cnn/{p['file']}" for p in parts]
+  result = tgc("compile", str(ROOT / "examples" / "tiny_mlp.py") + ":build", "--target", "webgpu", "-o",
+               tmp_path / "bad", "--weight-chunk-mb", "0")
+  assert result.exit_code == 2 and "--weight-chunk-mb must be positive" in result.output
