@@ -7,11 +7,13 @@ kept as float between kernels. With compile-time scales and zero points the same
     conv(DQ(xq; sx, zx), DQ(wq; sw[c], 0)) = conv(xq - zx, wq) * (sx * sw[c])
 
 so the reduction reads the 8-bit tensors themselves (a cast on load; the weights stay 8-bit in the weights file
-and can be laid out at compile time like any constant) and the scales are applied once per output element. The
+and can be laid out at compile time like any constant) and the scales are applied once per output element. Weights
+that are float already (small ones, folded at compile time) give conv(xq - zx, w) * sx the same way. The
 integer products summed in float32 are exact up to 2**24, then rounded as the float reference rounds; outputs
 equal the QDQ reference within its tolerance. `DequantizeLinear` records what it dequantized (`record_dequantized`)
 and the Conv, MatMul and Gemm handlers ask for it (`quantized_conv`, `quantized_matmul`); anything else (blocked or
-non-constant scales, weight zero points, float8 inputs) keeps the literal form."""
+non-constant scales, per-axis activations, float8 inputs) keeps the literal form; dequantized weights with zero
+points are read dequantized."""
 from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
@@ -71,27 +73,31 @@ def _weight(ctx: NodeContext, t: Tensor, channels: int, axis: int) -> tuple[Tens
   return src.q.cast(dtypes.float32), np.broadcast_to(src.scale, (channels,)).astype(np.float32)
 
 
+def _scaled(acc: Tensor, sx: float, sw: np.ndarray | None, channel_axis: int) -> Tensor:
+  """acc times the activation's scale and the weights' (one per output channel along `channel_axis`, or none: the
+  weights are float already)."""
+  if sw is None: return acc * float(sx)
+  shape = tuple(-1 if a == channel_axis % acc.ndim else 1 for a in range(acc.ndim))
+  return acc * Tensor(sw * np.float32(sx), device=acc.device).reshape(shape)
+
+
 def quantized_conv(ctx: NodeContext, x: Tensor, w: Tensor, b: Tensor | None, strides, pads, dilations,
                    group: int) -> Tensor | None:
-  """Conv of a dequantized activation and dequantized weights on their 8-bit values, or None."""
+  """Conv of a dequantized activation (and dequantized or float weights) on its 8-bit values, or None."""
   act = _activation(ctx, x)
-  wgt = _weight(ctx, w, w.shape[0], 0) if act is not None else None
-  if wgt is None: return None
-  (xq, sx), (wq, sw) = act, wgt
-  acc = functional.conv(xq, wq, None, strides, pads, dilations, group)
-  scale = Tensor(sw * np.float32(sx), device=x.device).reshape((1, -1) + (1,) * (acc.ndim - 2))
-  y = acc * scale
-  return y + b.reshape((1, -1) + (1,) * (acc.ndim - 2)) if b is not None else y
+  if act is None: return None
+  xq, sx = act
+  wq, sw = _weight(ctx, w, w.shape[0], 0) or (w, None)
+  y = _scaled(functional.conv(xq, wq, None, strides, pads, dilations, group), sx, sw, 1)
+  return y + b.reshape((1, -1) + (1,) * (y.ndim - 2)) if b is not None else y
 
 
 def quantized_matmul(ctx: NodeContext, a: Tensor, b: Tensor, b_transposed: bool = False) -> Tensor | None:
-  """a @ b (b given as [N, K] when `b_transposed`) of a dequantized activation and 2-d dequantized weights with one
-  scale or one per output column, on their 8-bit values; or None."""
-  if b.ndim != 2: return None
+  """a @ b (b given as [N, K] when `b_transposed`) of a dequantized activation and 2-d weights (dequantized, with
+  one scale or one per output column, or float) on the activation's 8-bit values; or None."""
   act = _activation(ctx, a)
+  if act is None or b.ndim != 2 or b.dtype != dtypes.float32: return None
+  aq, sa = act
   n = b.shape[0] if b_transposed else b.shape[1]
-  wgt = _weight(ctx, b, n, 0 if b_transposed else 1) if act is not None else None
-  if wgt is None: return None
-  (aq, sa), (bq, sb) = act, wgt
-  acc = aq.matmul(bq.T if b_transposed else bq)
-  return acc * Tensor(sb * np.float32(sa), device=a.device)
+  bq, sb = _weight(ctx, b, n, 0 if b_transposed else 1) or (b, None)
+  return _scaled(aq.matmul(bq.T if b_transposed else bq), sa, sb, -1)

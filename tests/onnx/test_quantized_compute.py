@@ -103,8 +103,9 @@ def test_qdq_network_stays_8bit(model_path, tmp_path):
   for c in manifest["calls"]:
     assert ops[c["kernel"]] != {"DequantizeLinear"} or all(a["kind"] != "weight" for a in c["args"]), c
   eight_bit = {b["index"] for b in manifest["arena_buffers"] if b["dtype"] in ("uint8", "int8")}
-  # (conv1's weights are too small to stay weights: folded to float, it reads its input dequantized)
-  conv_calls = [c for c in manifest["calls"] if "conv2" in c["nodes"]]
+  # (conv1's weights are too small to stay weights: folded to float, it still reads its 8-bit input)
+  conv_calls = [c for c in manifest["calls"] if "conv1" in c["nodes"] or "conv2" in c["nodes"]]
+  assert len(conv_calls) == 2
   assert conv_calls and all(any(a["kind"] == "arena" and a["index"] in eight_bit for a in c["args"][1:])
                             for c in conv_calls)
   with open(f"{report.out_dir}/model.c") as f: source = f.read()
