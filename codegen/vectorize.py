@@ -112,6 +112,7 @@ def _alu(ctx: VectorCtx, x: UOp) -> UOp | None:
 def _narrow_cast(ctx: VectorCtx, dst, src) -> bool:
   """A cast of 32-bit lanes from or to 8/16-bit integers stored as vectors (int8 weights to float, float to uint8
   activations)."""
+  if dst.scalar.is_bool or src.scalar.is_bool: return False     # masks are 32-bit lanes: compared lane by lane
   narrow = [d for d in (dst, src) if not _lanes32(d)]
   return len(narrow) == 1 and narrow[0].scalar.is_int and narrow[0].scalar.itemsize in ctx.itemsizes
 
