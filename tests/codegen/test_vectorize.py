@@ -1,6 +1,7 @@
 """The vectorize pass: what each access becomes (contiguous vector load/store, gather, broadcast, horizontal reduce,
 lane-by-lane ops), and the vector kernels the C renderer writes compute what numpy computes; the vector exp2 is
-within one ulp of the exact result, subnormals, infinities and NaN included."""
+within one ulp of the exact result, subnormals, infinities and NaN included; 8-bit integers load, convert and store
+as vectors, byte masks lane by lane."""
 from __future__ import annotations
 import ctypes
 import subprocess
@@ -16,7 +17,7 @@ from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.lower import lower
 from tgc.codegen.render.c import CRenderer, SIMD_PRELUDE, _exp2_helper, _typedefs
-from tgc.ir import Ops
+from tgc.ir import Ops, dtypes
 from tgc.runtimes import get_runtime
 
 RNG = np.random.default_rng(0)
@@ -129,3 +130,34 @@ def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
   assert ulps.max() <= 1
   np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
   np.testing.assert_array_equal(out[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+
+
+F32, U8 = dtypes.float32, dtypes.uint8
+NARROW_CASES = {
+  # int8 weights converted on load: one vector load of 16 bytes, one conversion
+  "int8_matmul": (lambda a, w, m: a @ w.cast(F32), [Opt("VECTOR", 1, 16), Opt("UPCAST", 0, 3)]),
+  # a uint8 activation written from float lanes: one conversion, one 16-byte store
+  "uint8_store": (lambda a, w, m: (a * 40.0).round().clip(0, 255).cast(U8), [Opt("VECTOR", 1, 16)]),
+  # a byte mask compared lane by lane (masks are 32-bit lanes)
+  "byte_mask": (lambda a, w, m: (m.cast(dtypes.bool)).where(a, -1e9), [Opt("VECTOR", 1, 16)]),
+}
+
+
+@pytest.mark.parametrize("name", list(NARROW_CASES))
+def test_narrow_integer_vectors_compute_what_numpy_computes(name):
+  fn, opts = NARROW_CASES[name]
+  a = RNG.standard_normal((6, 16)).astype(np.float32)
+  w = RNG.integers(-128, 128, (16, 32)).astype(np.int8)
+  m = RNG.integers(0, 2, (6, 16)).astype(np.uint8)
+  want = fn(*[Tensor(x, device="numpy") for x in (a, w, m)]).numpy()
+  it, out, before = kernel(fn(*[c(x) for x in (a, w, m)]))
+  rt = get_runtime("c")
+  for prev in before:
+    p = lower(prev.ast, "c")
+    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
+  prg = lower(it.ast, "c", opts)
+  assert "#if TG_SIMD" in prg.function, "the kernel was not vectorized"
+  if name != "byte_mask": assert "__builtin_convertvector" in prg.function and ("x16u *)" in prg.function)
+  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
+  # sums of 16 products in another order: float32 rounding relative to the largest value
+  np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6 * max(1.0, float(np.abs(want).max())))
