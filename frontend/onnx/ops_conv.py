@@ -8,7 +8,7 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
-from tgc.frontend.onnx.quantized_compute import quantized_conv
+from tgc.frontend.onnx.quantized_compute import quantized_conv, quantized_max_pool
 from tgc.frontend.shapes import prod
 from tgc.frontend.onnx.node_helpers import (attr_ints, attr_str, const_input, conv_window, declared_outputs,
                                             has_input, strides_dilations, window_ints)
@@ -165,7 +165,8 @@ def max_pool(ctx: NodeContext):
     y, idx = nn.max_pool_with_indices(x, kernel, strides, dilations, pads, ceil_mode,
                                       int(ctx.attr("storage_order", 0)))
     return [y, idx]
-  return nn.max_pool(x, kernel, strides, dilations, pads, ceil_mode)
+  quantized = quantized_max_pool(ctx, x, lambda q: nn.max_pool(q, kernel, strides, dilations, pads, ceil_mode))
+  return quantized if quantized is not None else nn.max_pool(x, kernel, strides, dilations, pads, ceil_mode)
 
 
 @onnx_op("AveragePool")

@@ -101,3 +101,13 @@ def quantized_matmul(ctx: NodeContext, a: Tensor, b: Tensor, b_transposed: bool 
   n = b.shape[0] if b_transposed else b.shape[1]
   bq, sb = _weight(ctx, b, n, 0 if b_transposed else 1) or (b, None)
   return _scaled(aq.matmul(bq.T if b_transposed else bq), sa, sb, -1)
+
+
+def quantized_max_pool(ctx: NodeContext, x: Tensor, pool) -> Tensor | None:
+  """`pool` (a max pooling) of a dequantized activation with a positive scale, on its 8-bit values converted to float:
+  dequantizing is increasing, so max(DQ(q)) = DQ(max(q)); the pooling reads the 8-bit tensor, not a float copy."""
+  src = _source(ctx, x)
+  if src is None or src.axis is not None or not float(src.scale) > 0: return None
+  zero = int(src.zero)
+  pooled = pool(src.q.cast(dtypes.float32))
+  return (pooled - float(zero) if zero else pooled) * float(src.scale)

@@ -1,5 +1,6 @@
 """QDQ models computed on their 8-bit values (frontend/onnx/quantized_compute.py): a hand-built QDQ network (uint8
-activations with a zero point, per-channel int8 conv weights, per-tensor int8 Gemm weights, padding, a residual add)
+activations with a zero point, per-channel int8 conv weights, per-tensor int8 Gemm weights, padding, a residual add,
+a max pooling)
 compiled for each target and run on random inputs against onnx.reference within one output quantization step; the
 artifact keeps its weights and activations 8-bit and dequantizes no weight at run time."""
 from __future__ import annotations
@@ -54,7 +55,10 @@ def qdq_model() -> onnx.ModelProto:
   c2 = _qdq(nodes, inits, "c2", "a2", 0.2, 100)
   nodes.append(helper.make_node("Add", [c2, r1], ["s"], name="residual"))
   s = _qdq(nodes, inits, "s", "a3", 0.2, 90)
-  nodes += [helper.make_node("GlobalAveragePool", [s], ["g"], name="gap"),
+  nodes.append(helper.make_node("MaxPool", [s], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                name="pool"))
+  p = _qdq(nodes, inits, "p", "a5", 0.2, 90)
+  nodes += [helper.make_node("GlobalAveragePool", [p], ["g"], name="gap"),
             helper.make_node("Flatten", ["g"], ["f"], name="flatten")]
   f = _qdq(nodes, inits, "f", "a4", 0.02, 60)
   w3 = _weight(nodes, inits, "w3", (10, C), per_channel=False)
@@ -98,14 +102,14 @@ def test_qdq_network_stays_8bit(model_path, tmp_path):
   # the conv and Gemm weights are stored as int8, not dequantized to float at compile time
   assert sum(t["nbytes"] for t in weights.values() if t["dtype"] == "int8") >= C * C * 9
   assert not any(t["dtype"] == "float32" and t["nbytes"] >= C * C * 9 for t in weights.values())
-  # no weight is dequantized at run time by a kernel of its own; the conv kernels read 8-bit buffers
+  # no weight is dequantized at run time by a kernel of its own; the conv and pooling kernels read 8-bit buffers
   ops = {k["name"]: {n["op"] for n in k["nodes"]} for k in manifest["kernels"]}
   for c in manifest["calls"]:
     assert ops[c["kernel"]] != {"DequantizeLinear"} or all(a["kind"] != "weight" for a in c["args"]), c
   eight_bit = {b["index"] for b in manifest["arena_buffers"] if b["dtype"] in ("uint8", "int8")}
   # (conv1's weights are too small to stay weights: folded to float, it still reads its 8-bit input)
-  conv_calls = [c for c in manifest["calls"] if "conv1" in c["nodes"] or "conv2" in c["nodes"]]
-  assert len(conv_calls) == 2
+  conv_calls = [c for c in manifest["calls"] if {"conv1", "conv2", "pool"} & set(c["nodes"])]
+  assert len(conv_calls) == 3
   assert conv_calls and all(any(a["kind"] == "arena" and a["index"] in eight_bit for a in c["args"][1:])
                             for c in conv_calls)
   with open(f"{report.out_dir}/model.c") as f: source = f.read()
