@@ -12,6 +12,7 @@ from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, host_values, kernel_params,
                              write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_bytes
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
@@ -111,6 +112,7 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
                  "objects": "model.o weights.o" if embed_weights else "model.o",
                  "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
                  "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
+                 "io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym),
                  "cpu_level": cm.target.cpu.level, "cpu_flags": " ".join(cm.target.cpu.cc_flags)})
   run = _run_body(cm, params, weights)
   values.update({k: fill(v, values, k) for k, v in run.items()})
