@@ -10,6 +10,7 @@ reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)
 from __future__ import annotations
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
+from tgc.codegen.render.c import SIMD_POSTLUDE, SIMD_PRELUDE
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, host_values, kernel_params,
                              write_bundle)
 from tgc.emit.c_io import io_declarations, run_io_body
@@ -107,7 +108,8 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
   embedded_decl, embedded_init = _embedded(sym, embed_weights)
   values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs)})
   values.update({"embedded_decl": embedded_decl, "embedded_init": embedded_init, "kernel_prefix": kernel_prefix,
-                 "kernels": kernels, "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))),
+                 "kernels": kernels, "kernels_end": SIMD_POSTLUDE + "\n" if SIMD_PRELUDE in kernel_prefix else "",
+                 "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))),
                  "embedded": "1" if embed_weights else "0",
                  "objects": "model.o weights.o" if embed_weights else "model.o",
                  "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
