@@ -121,9 +121,9 @@ def test_run_io_matches_the_reference(named, tmp_path, compiler):
 
 
 def test_header_compiles_as_cxx(named, tmp_path):
-  require_tool("g++", "g++")
+  require_tool("clang++", "clang")
   _, folder, _ = named
   Path(tmp_path, "use.cc").write_text('#include <cerrno>\n#include "model.h"\n'
                                       "int main() { named_io_inputs in = {}; return in.in_class != nullptr; }\n")
-  run(["g++", "-std=c++11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", folder, "-fsyntax-only", "use.cc"],
+  run(["clang++", "-std=c++11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", folder, "-fsyntax-only", "use.cc"],
       cwd=tmp_path)
