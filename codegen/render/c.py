@@ -6,8 +6,8 @@ compiler is neither GCC nor Clang; kernels with vector types then stop with an `
 whose kernels have none (one lane: plain C99 for any compiler). The prelude also lets both compilers fuse
 multiplies and adds (FMA), and keeps gcc quiet about the ABI of vector arguments wider than the -march flags allow
 (only static helpers take them; gcc warns at the end of the file, so that stays off); the floating-point options are
-pushed, and `SIMD_POSTLUDE` pops them where the kernels end, so the functions a caller sees keep the compiler's own. Kernels are declared `TG_KERNEL void name(...)`:
-model.c defines TG_KERNEL as `static`.
+pushed, and `SIMD_POSTLUDE` pops them where the kernels end, so the functions a caller sees keep the compiler's own.
+Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
 Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [tg_lo, tg_hi) of its outermost
 output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
 without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
