@@ -32,7 +32,8 @@ from tgc.frontend import Tensor
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_opencl import OpenCLArtifact
 
-BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
+BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt",
+                "weights.safetensors"}
 OCLGRIND_REPORTS = re.compile(r"Invalid (read|write)|data race|divergence|runtime error", re.I)
 
 
@@ -251,6 +252,20 @@ def test_make_and_main_match_reference(bundles, references, cl_device, tmp_path,
   got, result = run_main(folder, case.inputs)
   assert result.stdout.startswith("device: ")
   compare(got, references[name], case.rtol, case.atol)
+
+
+def test_cmake_builds_the_library_and_example(bundles, references, cl_device, tmp_path):
+  """CMakeLists.txt: the static library tgc::<name> on OpenCL::OpenCL and the example program, which matches."""
+  require_tool("cmake", "cmake")
+  case, folder = bundles["cnn"]
+  folder = copy(folder, tmp_path)
+  build = os.path.join(folder, "build")
+  run(["cmake", "-S", folder, "-B", build, "-DCMAKE_C_FLAGS=-Wall -Wextra -pedantic -Werror"])
+  run(["cmake", "--build", build, "-j", "2"])
+  assert glob.glob(os.path.join(build, "libtgc_cnn.a"))
+  shutil.copy(os.path.join(build, "main"), os.path.join(folder, "main"))
+  got, _ = run_main(folder, case.inputs)
+  compare(got, references["cnn"], case.rtol, case.atol)
 
 
 def test_main_arguments_and_errors(bundles, cl_device, tmp_path):
