@@ -19,6 +19,7 @@ from tgc.codegen.lower import KernelProgram
 from tgc.codegen.target import Target
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_params,
                              kernel_parts, launch_sizes, wrap_call, write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_bytes, c_string
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
@@ -86,7 +87,8 @@ def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
                                           "kernels": len(cm.kernels), "calls": len(cm.calls)})
   values.update({"weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))), "kernel_prefix": kernel_prefix,
                  "kernels": kernels, "kernels_only": KERNELS_ONLY_MACRO, "arch": DEFAULT_ARCH,
-                 "cuda_arch": DEFAULT_ARCH.removeprefix("sm_")})
+                 "cuda_arch": DEFAULT_ARCH.removeprefix("sm_"), "io_types": io_declarations(cm, sym),
+                 "run_io_body": run_io_body(cm, sym)})
   values.update({k: fill(v, values, k) for k, v in _launches(cm, params, weights).items()})
   files = {name: fill(read_template("cuda", f"{name}.tmpl"), values, f"templates/cuda/{name}.tmpl").encode("utf-8")
            for name in SOURCE_FILES}

@@ -19,6 +19,7 @@ from tgc.codegen.compiled import BufferKind, CompiledModel, variant_name
 from tgc.codegen.memory import plan_slots
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
                              kernel_params, launch_sizes, weight_rows, write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.weights import WeightsFile
@@ -110,6 +111,7 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
             "slots": len(cm.of_kind(BufferKind.ARENA)), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
   variants = kernel_variants(cm)
+  values.update({"io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym)})
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
                  "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
   values.update(_variant_tables(cm, variants))

@@ -268,6 +268,47 @@ def test_cmake_builds_the_library_and_example(bundles, references, cl_device, tm
   compare(got, references["cnn"], case.rtol, case.atol)
 
 
+RUN_IO = r"""
+#include <stdio.h>
+#include "model.h"
+
+int main(void) {
+  static float x[TWO_IO_IN_X_ELEMS], y[TWO_IO_OUT_OUTPUT_0_ELEMS];
+  static int32_t n[TWO_IO_IN_N_ELEMS], m[TWO_IO_OUT_OUTPUT_1_ELEMS];
+  static two_io_ctx ctx;
+  two_io_inputs in;
+  two_io_outputs out;
+  FILE *f = fopen("in.bin", "rb");
+  int s;
+  if (f == NULL || fread(x, sizeof(x), 1, f) != 1 || fread(n, sizeof(n), 1, f) != 1) return 2;
+  fclose(f);
+  in.x = x; in.n = n; out.output_0 = y; out.output_1 = m;
+  if ((s = two_io_init(&ctx, "weights.safetensors", TWO_IO_DEFAULT_DEVICE, NULL)) != TWO_IO_OK) return 10 + s;
+  if ((s = two_io_run_io(&ctx, &in, &out)) != TWO_IO_OK) return 20 + s;
+  two_io_free(&ctx);
+  f = fopen("out.bin", "wb");
+  if (f == NULL || fwrite(y, sizeof(y), 1, f) != 1 || fwrite(m, sizeof(m), 1, f) != 1) return 3;
+  return fclose(f) != 0;
+}
+"""
+
+
+def test_typed_io_run(bundles, references, cl_device, tmp_path):
+  """model.h's typed I/O structs and two_io_run_io on the OpenCL host library, against the reference."""
+  case, folder = bundles["two_io"]
+  folder = copy(folder, tmp_path)
+  Path(folder, "prog.c").write_text(RUN_IO)
+  with open(os.path.join(folder, "in.bin"), "wb") as f:
+    for v in case.inputs.values(): f.write(v.tobytes())
+  run(["cc", *C_WARNINGS, "-O2", "prog.c", "model.c", "-o", "prog", "-lOpenCL"], cwd=folder)
+  run(["./prog"], cwd=folder)
+  raw = Path(folder, "out.bin").read_bytes()
+  want = references["two_io"]
+  y = np.frombuffer(raw[:want["output_0"].nbytes], np.float32).reshape(want["output_0"].shape)
+  m = np.frombuffer(raw[want["output_0"].nbytes:], np.int32).reshape(want["output_1"].shape)
+  compare({"output_0": y, "output_1": m}, want, case.rtol, case.atol)
+
+
 def test_main_arguments_and_errors(bundles, cl_device, tmp_path):
   case, folder = bundles["hostile"]
   folder = copy(folder, tmp_path)
