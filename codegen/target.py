@@ -42,7 +42,7 @@ class CPU:
   tune: tuple[str, ...] = ()     # more flags the kernels need to run at full speed
   l1d_bytes: int = 32 * 1024
   l2_bytes: int = 512 * 1024
-  requested: str = ""            # what --cpu asked for ("native" or the level itself)
+  requested: str = ""            # what --cpu asked for ("portable", "native" or the level itself)
 
   @property
   def cc_flags(self) -> tuple[str, ...]: return ((f"-march={self.march}",) if self.march else ()) + self.tune
