@@ -199,8 +199,10 @@ def search_options(fn):
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
 @click.option("--tuning", default=None, metavar="FILE", help="Apply a tuning file written by `tgc tune` (no search).")
 @click.option("--cpu", default=None, metavar="LEVEL",
-              help="CPU the C kernels are generated for: native (default: this machine), x86-64-v2, x86-64-v3, "
-                   "x86-64-v4, armv8-a or armv8.2-a (e.g. a Snapdragon board). Target c only.")
+              help="CPU the C kernels are generated for: portable (default: the baseline of this machine's "
+                   "architecture, x86-64-v3 or armv8-a), native (this machine), x86-64-v2, x86-64-v3, x86-64-v4, "
+                   "armv8-a, armv8.2-a (e.g. a Snapdragon board) or generic (plain C99, no vector types). "
+                   "Target c only.")
 @click.option("--precision", default=None, metavar="f32|f16",
               help="f16: compute float32 arithmetic in half precision with float32 accumulations (GPU targets; "
                    "WebGPU and OpenCL artifacts fall back to float32 kernels on devices without half arithmetic).")

@@ -16,11 +16,12 @@ def check_target(target: str) -> str:
 
 
 def make_target(target: str, cpu: str | None = None, precision: str | None = None) -> Target:
-  """The Target of a --target name, --cpu level (CPU targets only; default: the machine that compiles) and
-  --precision (GPU targets)."""
+  """The Target of a --target name, --cpu level (CPU targets only) and --precision (GPU targets). The default CPU
+  is `portable`: the baseline level of this machine's architecture, so that an artifact runs on every CPU of it
+  (`--cpu native` for the compiling machine's own level)."""
   name = check_target(target)
   if cpu is not None and not target_spec(name).cpu:
     cpus = ", ".join(n for n in target_names() if target_spec(n).cpu)
     raise UserError(f"--cpu applies to CPU targets ({cpus}), not {name}")
-  try: return Target.make(name, cpu=cpu or "native", **({"precision": precision} if precision else {}))
+  try: return Target.make(name, cpu=cpu or "portable", **({"precision": precision} if precision else {}))
   except ValueError as error: raise UserError(str(error)) from None

@@ -1,6 +1,6 @@
-"""Artifact benchmark: the example CNN as a C artifact (built -O3 -march=native) against the same model in
-onnxruntime (one thread) and in numpy (the interpreter device), as latency ratios in one run; plus `tgc compile`
-wall time for the example and for a ResNet-class model (the resnet50 model shipped in the onnx wheel).
+"""Artifact benchmark: the example CNN as a C artifact (--cpu native, built -O3 -march=native) against the same
+model in onnxruntime (one thread) and in numpy (the interpreter device), as latency ratios in one run; plus
+`tgc compile` wall time for the example and for a ResNet-class model (the resnet50 model shipped in the onnx wheel).
 Run: python bench/bench_artifact.py [--runs 50]. Prints a markdown table."""
 from __future__ import annotations
 import argparse
@@ -62,7 +62,7 @@ def main():
   from examples.mnist_cnn import build
   out = tempfile.mkdtemp(prefix="tgc-bench-")
   st = time.perf_counter()
-  compile_model(EXAMPLE, "c", os.path.join(out, "cnn"))
+  compile_model(EXAMPLE, "c", os.path.join(out, "cnn"), cpu="native")
   compile_s = time.perf_counter() - st
   art = CArtifact(os.path.join(out, "cnn"), cflags=("-O3", "-march=native"))
   x = np.random.default_rng(0).standard_normal((1, 1, 28, 28), dtype=np.float32)
@@ -88,7 +88,7 @@ def main():
   if not args.skip_resnet:
     path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx")
     st = time.perf_counter()
-    compile_model(path, "c", os.path.join(out, "resnet50"))
+    compile_model(path, "c", os.path.join(out, "resnet50"), cpu="native")
     print(f", resnet50 (light, ONNX) {time.perf_counter() - st:.1f} s")
   print()
 

@@ -41,11 +41,11 @@ def measure(name: str, budgets: list[float], jobs: int, runs: int, work: str) ->
       runtime_base.forget_runtime("c")     # and compiled candidates are not reused from an earlier search either
       tuning = out + ".json"
       start = time.perf_counter()
-      report = tune_model(path, "c", tuning, beam=2, search=SearchOptions(budget=budget, jobs=jobs))
+      report = tune_model(path, "c", tuning, "native", beam=2, search=SearchOptions(budget=budget, jobs=jobs))
       row["search_s"] = time.perf_counter() - start
       row["tuned"] = sum(1 for k in report.kernels if k.result is not None and k.result.seconds < k.result.baseline)
     start = time.perf_counter()
-    compile_model(path, "c", out, force=True, search=SearchOptions(tuning=tuning))
+    compile_model(path, "c", out, force=True, cpu="native", search=SearchOptions(tuning=tuning))
     row["compile_s"] = time.perf_counter() - start
     art = CArtifact(out, cache_dir=os.path.join(work, "libs"))
     try: t = bench_cpu.interleaved({"tgc": lambda: art.run(feeds), "ort": lambda: ort.run(None, feeds)}, runs)

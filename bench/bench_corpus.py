@@ -161,7 +161,7 @@ def main(argv=None) -> int:
   os.makedirs(work, exist_ok=True)
   rows, start = [], time.perf_counter()
   for e in [known[n] for n in args.models] or entries:
-    try: rows.append(measure(e, args.corpus, work, args.cpu, args.budget, args.threads))
+    try: rows.append(measure(e, args.corpus, work, args.cpu or "native", args.budget, args.threads))
     except Exception as error:
       rows.append({"model": e["name"], "source": e["source"],
                    "error": f"{type(error).__name__}: {error}".splitlines()[0]})

@@ -10,7 +10,8 @@ Models (ONNX graphs, seeded random weights; both engines run the same file): the
 (tests/onnx/light_models.py), ResNet-18 and MobileNetV2 with BatchNormalization kept as nodes and the transformer
 encoder (bench/onnx_models.py), a 784-512-512-10 MLP at batch 1 and 64, and the example CNN of examples/mnist_cnn.py.
 
-Per model: `tgc compile` wall time (target c, --cpu native) and the C build time; the artifact's output against
+Per model: `tgc compile` wall time (target c, --cpu native unless `--cpu` says another level: `--cpu portable` is
+what `tgc compile` gives without the option) and the C build time; the artifact's output against
 onnxruntime's; then interleaved timing (one run of each engine in turn, after warm-up, so both see the same machine)
 of tgc and onnxruntime on one thread, then tgc with 2 threads (the artifact's own thread pool) and onnxruntime with
 2 intra-op threads, each in a block of its own (two spinning pools on two cores would slow each other); medians
@@ -105,7 +106,8 @@ def interleaved(fns: dict[str, callable], runs: int, warmup: int = 3) -> dict[st
   return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in fns}
 
 
-def measure(name: str, work: str, runs: int, profile: int, roofline: float, other_cc: str | None = None) -> dict:
+def measure(name: str, work: str, runs: int, profile: int, roofline: float, other_cc: str | None = None,
+            cpu: str = "native") -> dict:
   from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   model, feeds, description = build_model(name)
@@ -113,7 +115,7 @@ def measure(name: str, work: str, runs: int, profile: int, roofline: float, othe
   onnx.save(model, path)
   row = {"model": name, "description": description, "nodes": len(model.graph.node)}
   start = time.perf_counter()
-  report = compile_model(path, "c", os.path.join(work, f"{name}_c"), force=True)
+  report = compile_model(path, "c", os.path.join(work, f"{name}_c"), force=True, cpu=cpu)
   row.update(compile_s=time.perf_counter() - start, kernels=report.kernels, calls=report.calls,
              arena_bytes=report.arena_bytes, weights_bytes=report.weights_bytes)
   ort1, ort2 = ort_session(model, 1), ort_session(model, 2)
@@ -204,7 +206,9 @@ def markdown(rows: list[dict], info: dict) -> str:
                  f"{r['ort2_s'] * 1e3:.3f} | **{r['ratio2']:.2f}** | {r['speedup2']:.2f} | {r['tgc1_gflops']:.1f} | "
                  f"{r['max_abs_err']:.1e} ({r['max_abs_ref']:.2f}){flag} |"
                  + (f" {r['other_cc_ratio']:.2f} |" if "other_cc_ratio" in r else ""))
-  lines.append(f"\n{info['date']}; {info['cpu']} ({info['level']}), {info['cores']} cores, 1-minute load "
+  level = next((r["cpu"] for r in rows if r.get("cpu")), "native")
+  lines.append(f"\n{info['date']}; {info['cpu']} ({info['level']}; kernels for --cpu {level}), {info['cores']} cores, "
+               f"1-minute load "
                f"{info['load_1min']:.2f} at the end; C compiler {info['cc']}; onnxruntime {info['onnxruntime']}; numpy "
                f"{info['numpy']} sgemm one thread {info['roofline']:.0f} GFLOP/s; Python {info['python']}")
   for r in rows:
@@ -225,6 +229,7 @@ def main(argv=None) -> int:
   ap.add_argument("--other-cc", metavar="CC", help="also time the one-thread artifact built by this C compiler "
                   "(e.g. gcc when the default is clang), as a ratio to the default build")
   ap.add_argument("--json", action="store_true", help="print the rows and the machine as JSON")
+  ap.add_argument("--cpu", default="native", help="--cpu level of the compiles (default: native)")
   args = ap.parse_args(argv)
   names = args.models or list(MODELS)
   unknown = [n for n in names if n not in MODELS]
@@ -237,8 +242,8 @@ def main(argv=None) -> int:
   roofline = sgemm_roofline()
   rows, start = [], time.perf_counter()
   for name in names:
-    try: rows.append(dict(measure(name, work, args.runs, args.profile, roofline, args.other_cc),
-                          other_cc=args.other_cc))
+    try: rows.append(dict(measure(name, work, args.runs, args.profile, roofline, args.other_cc, args.cpu),
+                          other_cc=args.other_cc, cpu=args.cpu))
     except Exception as error:
       rows.append({"model": name, "description": name, "error": f"{type(error).__name__}: {error}".splitlines()[0]})
     print(f"{name}: done ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)

@@ -299,10 +299,6 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   name = name or _default_name(ast, gsz)
   rendered = renderer.render_kernel(name, program, lsz)
   function, prefix = rendered.function, list(rendered.prefix)
-  if done.vectors and not target.has_workgroups:   # the same kernel in plain C for compilers without vector extensions
-    scalar, _, _ = _program(done.kernel.ast, target, renderer, False)
-    function = f"#if TG_SIMD\n{function.rstrip()}\n#else\n{renderer.render(name, scalar, lsz).rstrip()}\n#endif\n"
-    prefix += [p for p in renderer.prefix(scalar) if p not in prefix]
   function = comment + function
   src = "\n".join(prefix + [function])
   ops, nbytes = count_ops(program, not target.has_workgroups)

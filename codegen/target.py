@@ -9,8 +9,12 @@ lavapipe: caches already share what work-items read, and barriers are costly the
 float32 arithmetic in float16 with float32 accumulations (codegen/precision.py; `f16` then says the device has half
 arithmetic). Nothing below asks for a target by its name to decide how to generate code; it asks the target.
 
-`--cpu` levels: `native` (the machine that compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 + FMA), `x86-64-v4`
-(AVX-512), `armv8-a` (NEON), `armv8.2-a` (NEON + half-precision arithmetic, e.g. Snapdragon 845 and newer)."""
+`--cpu` levels: `portable` (the default of artifacts: the baseline of the compiling machine's architecture, `BASELINE`:
+x86-64-v3, AVX2 + FMA, which every x86-64 desktop, laptop and server CPU since 2013-2015 (Haswell, Zen) has, or
+armv8-a; x86-64-v2 for older or low-power x86 CPUs is 2-4x slower on them), `native` (the machine that
+compiles; the default of the eager runtime, which runs where it compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 +
+FMA), `x86-64-v4` (AVX-512), `armv8-a` (NEON), `armv8.2-a` (NEON + half-precision arithmetic, e.g. Snapdragon 845 and
+newer), `generic` (plain C99 without vector types, for compilers without GCC/Clang vector extensions)."""
 from __future__ import annotations
 import os
 import platform
@@ -29,20 +33,20 @@ class Precision(WordEnum):
 @dataclass(frozen=True)
 class CPU:
   """A CPU level: what the generated C may use and the compiler flags that allow it."""
-  level: str                     # x86-64-v2 | x86-64-v3 | x86-64-v4 | armv8-a | armv8.2-a
-  arch: str                      # x86_64 | aarch64
+  level: str                     # x86-64-v2 | x86-64-v3 | x86-64-v4 | armv8-a | armv8.2-a | generic
+  arch: str                      # x86_64 | aarch64 | any
   vector_bytes: int              # SIMD register width
   vector_registers: int
   fma: bool
   fp16: bool                     # native half-precision arithmetic
-  march: str                     # the -march value gcc and clang take for this level
+  march: str                     # the -march value gcc and clang take for this level ("": none)
   tune: tuple[str, ...] = ()     # more flags the kernels need to run at full speed
   l1d_bytes: int = 32 * 1024
   l2_bytes: int = 512 * 1024
-  requested: str = ""            # what --cpu asked for ("native" or the level itself)
+  requested: str = ""            # what --cpu asked for ("portable", "native" or the level itself)
 
   @property
-  def cc_flags(self) -> tuple[str, ...]: return (f"-march={self.march}",) + self.tune
+  def cc_flags(self) -> tuple[str, ...]: return ((f"-march={self.march}",) if self.march else ()) + self.tune
 
   def describe(self) -> dict:
     """The manifest's record of the CPU the kernels were generated for."""
@@ -57,8 +61,12 @@ CPU_LEVELS: dict[str, CPU] = {
   "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", ("-mprefer-vector-width=512",)),
   "armv8-a": CPU("armv8-a", "aarch64", 16, 32, True, False, "armv8-a"),
   "armv8.2-a": CPU("armv8.2-a", "aarch64", 16, 32, True, True, "armv8.2-a+fp16"),
+  # plain C99 for any compiler and CPU (MSVC, IAR, a microcontroller without SIMD): one lane, no -march
+  "generic": CPU("generic", "any", 4, 16, False, False, ""),
 }
-CPU_CHOICES = ("native",) + tuple(CPU_LEVELS)
+CPU_CHOICES = ("portable", "native") + tuple(CPU_LEVELS)
+# the level `portable` gives, by the compiling machine's architecture (platform.machine())
+BASELINE = {"x86_64": "x86-64-v3", "amd64": "x86-64-v3", "aarch64": "armv8-a", "arm64": "armv8-a"}
 _X86_V4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 _X86_V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe"}
 _X86_V2 = {"sse4_1", "sse4_2", "ssse3", "popcnt"}
@@ -100,9 +108,15 @@ def host_cpu() -> CPU:
                  base.l2_bytes, requested="native")
 
 
+def baseline_level() -> str:
+  """The portable level of the compiling machine's architecture (x86-64-v3 where it is none of BASELINE's)."""
+  return BASELINE.get(platform.machine().lower(), "x86-64-v3")
+
+
 def cpu_level(name: str) -> CPU:
   """The CPU for a --cpu value; ValueError naming the choices for an unknown one."""
   if name == "native": return host_cpu()
+  if name == "portable": return replace(CPU_LEVELS[baseline_level()], requested="portable")
   if name not in CPU_LEVELS: raise ValueError(f"unknown --cpu {name!r}; choose one of {', '.join(CPU_CHOICES)}")
   return replace(CPU_LEVELS[name], requested=name)
 

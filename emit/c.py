@@ -1,8 +1,9 @@
 """The `c` bundle: `model.h` / `model.c` (the model as a C99 library: static kernels, a run function that calls
 them in order on the caller's buffers, the weights and the arena; each launch goes through the caller's parallel-for
 when one is set), `main.c` (an example program on .npy files), `tgc_threads.h` / `tgc_threads.c` (an optional
-pthreads pool), `Makefile` (built for the CPU level the kernels were generated for), `weights.safetensors`,
-`weights.S` when the weights are embedded, and `manifest.json`.
+pthreads pool), `Makefile` (built for the CPU level the kernels were generated for), `CMakeLists.txt` (the static
+library `tgc::<name>`, the pool and the example; usable by add_subdirectory or installed for find_package),
+`weights.safetensors`, `weights.S` when the weights are embedded, and `manifest.json`.
 
 Generated text comes from the templates in templates/c; model names reach it only through `comment_safe`
 (comments) and `c_string` (string literals). Kernel arguments are cast to the exact parameter types the renderer
@@ -10,14 +11,20 @@ reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)
 from __future__ import annotations
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
+from tgc.codegen.render.c import SIMD_POSTLUDE, SIMD_PRELUDE
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, host_values, kernel_params,
                              write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_bytes
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
 
 TEMPLATE_INCLUDES = ("#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>")
 WEIGHTS_RULE = "weights.o: weights.S weights.safetensors\n\t$(CC) $(CPPFLAGS) $(CFLAGS) -c weights.S -o $@\n\n"
+# CMakeLists.txt with embedded weights: weights.S finds weights.safetensors through the assembler's include path
+CMAKE_WEIGHTS = ('set_source_files_properties(weights.S PROPERTIES\n'
+                 '                            COMPILE_OPTIONS "-Wa,-I${CMAKE_CURRENT_SOURCE_DIR}"\n'
+                 '                            OBJECT_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/weights.safetensors")\n')
 
 
 def _argument(b: BufferInfo, p: Param) -> str:
@@ -106,16 +113,22 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
   embedded_decl, embedded_init = _embedded(sym, embed_weights)
   values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs)})
   values.update({"embedded_decl": embedded_decl, "embedded_init": embedded_init, "kernel_prefix": kernel_prefix,
-                 "kernels": kernels, "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))),
+                 "kernels": kernels, "kernels_end": SIMD_POSTLUDE + "\n" if SIMD_PRELUDE in kernel_prefix else "",
+                 "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))),
                  "embedded": "1" if embed_weights else "0",
                  "objects": "model.o weights.o" if embed_weights else "model.o",
                  "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
                  "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
+                 "io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym),
+                 "cmake_languages": "C ASM" if embed_weights else "C",
+                 "cmake_sources": "model.c weights.S" if embed_weights else "model.c",
+                 "cmake_weights": CMAKE_WEIGHTS if embed_weights else "", "cpu_arch": cm.target.cpu.arch,
                  "cpu_level": cm.target.cpu.level, "cpu_flags": " ".join(cm.target.cpu.cc_flags)})
   run = _run_body(cm, params, weights)
   values.update({k: fill(v, values, k) for k, v in run.items()})
   files = {name: fill(read_template("c", f"{name}.tmpl"), values, f"templates/c/{name}.tmpl").encode("utf-8")
-           for name in ("model.h", "model.c", "main.c", "Makefile", "tgc_threads.h", "tgc_threads.c") +
+           for name in ("model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt", "tgc_threads.h",
+                        "tgc_threads.c") +
            (("weights.S",) if embed_weights else ())}
   files[WEIGHTS_FILE] = weights.data
   info = {"api_prefix": sym, "header": "model.h", "source": "model.c", "c_standard": "c99",

@@ -3,7 +3,8 @@ helper lines once, followed by a C-callable host library on the CUDA runtime API
 and uploaded once, the intermediates in one device arena at the memory plan's offsets, and a run function that
 copies the inputs in, launches the kernels in order with `<<<grid, block, 0, stream>>>` and copies the outputs
 out), `model.h` (plain C: no CUDA header needed to use it), `main.c` (the .npy example program), `Makefile`
-(nvcc, `ARCH ?= sm_80`), `weights.safetensors` and `manifest.json`.
+(nvcc, `ARCH ?= sm_80`), `CMakeLists.txt` (the static library `tgc::<name>` on CUDA::cudart and the example, CUDA
+architecture 80 unless CMAKE_CUDA_ARCHITECTURES says), `weights.safetensors` and `manifest.json`.
 
 The host part of model.cu sits inside `#if !defined(__CUDACC_RTC__) && !defined(TGC_KERNELS_ONLY)`, so NVRTC
 (the Python runtime, runtimes/artifact_cuda.py) compiles the same file as kernels only. The launches are generated
@@ -18,11 +19,12 @@ from tgc.codegen.lower import KernelProgram
 from tgc.codegen.target import Target
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_params,
                              kernel_parts, launch_sizes, wrap_call, write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_bytes, c_string
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
 
-SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile")
+SOURCE_FILES = ("model.cu", "model.h", "main.c", "Makefile", "CMakeLists.txt")
 DEFAULT_ARCH = "sm_80"
 KERNELS_ONLY_MACRO = "TGC_KERNELS_ONLY"
 _CUDA = Target.make("cuda")
@@ -84,7 +86,9 @@ def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs),
                                           "kernels": len(cm.kernels), "calls": len(cm.calls)})
   values.update({"weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))), "kernel_prefix": kernel_prefix,
-                 "kernels": kernels, "kernels_only": KERNELS_ONLY_MACRO, "arch": DEFAULT_ARCH})
+                 "kernels": kernels, "kernels_only": KERNELS_ONLY_MACRO, "arch": DEFAULT_ARCH,
+                 "cuda_arch": DEFAULT_ARCH.removeprefix("sm_"), "io_types": io_declarations(cm, sym),
+                 "run_io_body": run_io_body(cm, sym)})
   values.update({k: fill(v, values, k) for k, v in _launches(cm, params, weights).items()})
   files = {name: fill(read_template("cuda", f"{name}.tmpl"), values, f"templates/cuda/{name}.tmpl").encode("utf-8")
            for name in SOURCE_FILES}

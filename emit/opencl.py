@@ -4,7 +4,8 @@ CPU devices such as PoCL the "cpu" kernel variant (without workgroup-memory tile
 codegen.compiled); the weights uploaded once, intermediates as sub-buffers of one arena buffer or, when the
 device's sub-buffer alignment exceeds the plan's, as whole buffers shared by slots of disjoint lifetimes, and a run
 function that copies the inputs in, launches the kernels in order and copies the outputs out), `main.c` (the .npy
-example program), `Makefile` (links -lOpenCL), `weights.safetensors` and `manifest.json`.
+example program), `Makefile` (links -lOpenCL), `CMakeLists.txt` (the static library `tgc::<name>` on
+OpenCL::OpenCL and the example; add_subdirectory or find_package), `weights.safetensors` and `manifest.json`.
 
 The host code in templates/opencl is generic; what is model-specific reaches it as tables generated here (each
 launch's kernel, sizes and argument buffers; weight tensors with their CRC-32; arena slots). Kernel arguments are
@@ -18,12 +19,13 @@ from tgc.codegen.compiled import BufferKind, CompiledModel, variant_name
 from tgc.codegen.memory import plan_slots
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
                              kernel_params, launch_sizes, weight_rows, write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.weights import WeightsFile
 
 KERNEL_TEMPLATE = "model.cl.tmpl"
-SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile")
+SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt")
 ARG_KINDS = {BufferKind.INPUT: "TG_INPUT", BufferKind.OUTPUT: "TG_OUTPUT", BufferKind.WEIGHT: "TG_WEIGHT",
              BufferKind.ARENA: "TG_SLOT"}
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
@@ -109,6 +111,7 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
             "slots": len(cm.of_kind(BufferKind.ARENA)), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
   variants = kernel_variants(cm)
+  values.update({"io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym)})
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
                  "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
   values.update(_variant_tables(cm, variants))

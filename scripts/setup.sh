@@ -9,6 +9,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang make gcc-aarch64-linux-gnu
                  libc6-dev-arm64-cross qemu-user
+                 cmake                             # the C-family artifacts' CMakeLists.txt (tests/emit/test_c_cmake.py)
                  mesa-vulkan-drivers libvulkan1    # lavapipe: a software Vulkan adapter for the WebGPU runtime (wgpu)
                  chromium                          # headless Chromium (SwiftShader WebGPU) for the WebGPU artifacts
                  nodejs npm)                       # model.js under node; npm pack and the esbuild app of the package

@@ -1,11 +1,13 @@
 """C99 renderer: grid ranges are loops; float16 is stored as 16-bit words and computed in float.
 
 Vectors are GCC/Clang vector extensions (`float __attribute__((vector_size(32)))`: the compiler emits AVX2, AVX-512
-or NEON for them as the -march flags allow), used only under `#if TG_SIMD`, which the prelude defines unless
-`TG_NO_SIMD` is set or the compiler is neither GCC nor Clang; `lower` renders the same kernel with its vector axis
-expanded into scalars for the `#else` branch, which is plain C99. The prelude also lets both compilers fuse
+or NEON for them as the -march flags allow), which the prelude allows (`TG_SIMD`) unless `TG_NO_SIMD` is set or the
+compiler is neither GCC nor Clang; kernels with vector types then stop with an `#error` naming the `generic` CPU level,
+whose kernels have none (one lane: plain C99 for any compiler). The prelude also lets both compilers fuse
 multiplies and adds (FMA), and keeps gcc quiet about the ABI of vector arguments wider than the -march flags allow
-(only static helpers take them). Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
+(only static helpers take them; gcc warns at the end of the file, so that stays off); the floating-point options are
+pushed, and `SIMD_POSTLUDE` pops them where the kernels end, so the functions a caller sees keep the compiler's own.
+Kernels are declared `TG_KERNEL void name(...)`: model.c defines TG_KERNEL as `static`.
 Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [tg_lo, tg_hi) of its outermost
 output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
 without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
@@ -57,11 +59,23 @@ SIMD_PRELUDE = """#ifndef TG_KERNEL
 #define TG_SIMD 0
 #endif
 #if defined(__clang__)
-#pragma clang fp contract(fast)
 #pragma clang diagnostic ignored "-Wpsabi"
+#pragma float_control(push)
+#pragma clang fp contract(fast)
 #elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=fast")
 #pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=fast")
+#endif"""
+# where the kernels end (model.c: after them and their launch glue): the floating-point options as they were before
+SIMD_POSTLUDE = """#if defined(__clang__)
+#pragma float_control(pop)
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif"""
+# kernels with vector types (every CPU level but `generic`) need GCC or Clang; the plain C of `generic` does not
+NEEDS_SIMD = """#if !TG_SIMD
+#error "the kernels use GCC/Clang vector extensions: build with gcc or clang, or compile the model --cpu generic"
 #endif"""
 _VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.index: "i32", dtypes.bool: "i32",
               dtypes.int8: "i8", dtypes.uint8: "u8", dtypes.int16: "i16", dtypes.uint16: "u16"}
@@ -121,6 +135,7 @@ class CRenderer(CStyleRenderer):
     if any(u.dtype == dtypes.float16 for u in program): out.append(HALF_HELPERS)
     vecs = sorted({(_VEC_NAMES[d.scalar], d.count) for u in program for d in (u.dtype, *(s.dtype for s in u.src))
                    if d.count > 1})
+    if vecs: out.append(NEEDS_SIMD)
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     return out

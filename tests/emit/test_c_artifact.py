@@ -55,8 +55,8 @@ def references(bundles):
 def test_files_and_manifest(bundles, name):
   case, folder = bundles[name]
   embed = name.endswith("_embed")
-  want = {"manifest.json", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors", "tgc_threads.h",
-          "tgc_threads.c"}
+  want = {"manifest.json", "model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt", "weights.safetensors",
+          "tgc_threads.h", "tgc_threads.c"}
   assert set(os.listdir(folder)) == want | ({"weights.S"} if embed else set())
   manifest = manifest_of(folder)
   validate_manifest(manifest)

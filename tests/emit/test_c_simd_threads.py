@@ -1,6 +1,6 @@
 """The fast paths of C artifacts on a model big enough to use them (convolutions with BatchNorm, a depthwise
-convolution, pooling, a matmul with GELU, LayerNorm, softmax): the SIMD kernels and their plain C99 fallback
-(`-DTG_NO_SIMD`) both compile with the strict flags under gcc and clang and match the numpy interpreter; the
+convolution, pooling, a matmul with GELU, LayerNorm, softmax): the SIMD kernels and the plain C99 of the
+`generic` CPU level (built with `-DTG_NO_SIMD`) both compile with the strict flags under gcc and clang and match the numpy interpreter; the
 kernels really are vector code; threads give the same bytes as one thread, also through main.c, and allocate
 nothing while running; per-launch profiling; an armv8.2-a build under qemu runs NEON code and matches."""
 from __future__ import annotations
@@ -71,16 +71,35 @@ def test_kernels_are_vector_code(net):
   vectorized = [k for k in kernels if any(o[0] == "VECTOR" for o in k["opts"])]
   assert len(vectorized) >= len(kernels) * 2 // 3, [k["opts"] for k in kernels]
   source = open(os.path.join(folder, "model.c")).read()
-  assert "tg_f32x" in source and "#if TG_SIMD" in source and "#else" in source
+  assert "tg_f32x" in source and "#if !TG_SIMD\n#error" in source
+  for k in kernels: assert source.count(f" void {k['name']}(") == 1, f"{k['name']} is defined more than once"
+
+
+@pytest.fixture(scope="module")
+def generic_net(tmp_path_factory):
+  """The net compiled for the `generic` CPU level: plain C99 kernels, no vector types."""
+  case = net_case()
+  folder = str(tmp_path_factory.mktemp("generic") / "net")
+  os.makedirs(folder)
+  write_artifact(compiled(case, "generic"), folder)
+  return folder
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 @pytest.mark.parametrize("simd", [True, False])
-def test_simd_and_plain_c_match_the_reference(net, tmp_path, compiler, simd):
+def test_simd_and_plain_c_match_the_reference(net, generic_net, tmp_path, compiler, simd):
+  """SIMD kernels (the native level), and the generic level's plain C99 built as for a compiler without vector
+  extensions (`TG_NO_SIMD`), which the SIMD kernels refuse with an #error naming the generic level."""
   require_tool(compiler, compiler)
   case, folder, reference = net
-  folder = copy(folder, tmp_path)
+  if not simd:
+    assert "tg_f32x" not in open(os.path.join(generic_net, "model.c")).read()
+    refused = copy(folder, tmp_path, "refused")
+    r = run(["make", "-s", f"CC={compiler}", "CFLAGS=-O2 -DTG_NO_SIMD"], cwd=refused, check=False)
+    assert r.returncode != 0 and "--cpu generic" in r.stderr, r.stderr
+  folder = copy(folder if simd else generic_net, tmp_path)
   cpu = manifest_of(folder)["target_info"]["cpu"]["cflags"]
+  assert bool(cpu) == simd
   flags = " ".join(("-O2", *cpu, *C_WARNINGS[1:]) + (() if simd else ("-DTG_NO_SIMD",)))
   make(folder, f"CC={compiler}", f"CFLAGS={flags}")
   compare(run_main(folder, case.inputs), reference, case.rtol, case.atol)

@@ -21,7 +21,7 @@ import cuda_cpu
 from artifact_cases import (C_WARNINGS, HOSTILE_INPUTS, ModelCase, ROOT, assert_same_files,
                             check_params_are_read_as_data, check_write_refusals, checked_manifest, cnn_case, compare,
                             compare_f16, copy, emit_cases, emit_folder, half_case, hostile_case, manifest_of,
-                            mlp_case, odd_case, run, softmax_case, tgc, two_io_case)
+                            mlp_case, odd_case, require_tool, run, softmax_case, tgc, two_io_case)
 from tgc.codegen.target import Target
 from tgc.emit import write_artifact
 from tgc.emit.cuda import cuda_sources
@@ -30,7 +30,8 @@ from tgc.runtimes import cuda as cuda_rt
 from tgc.runtimes.artifact import ArtifactError, checked_weights
 from tgc.runtimes.artifact_cuda import CUDAArtifact, launch_plan
 
-BUNDLE_FILES = {"manifest.json", "model.cu", "model.h", "main.c", "Makefile", "weights.safetensors"}
+BUNDLE_FILES = {"manifest.json", "model.cu", "model.h", "main.c", "Makefile", "CMakeLists.txt",
+                "weights.safetensors"}
 ARCHS = ["sm_80", "sm_90"]
 NVCC_STRICT = "-O3 -Xcompiler -Wall,-Wextra -Werror all-warnings"   # the Makefile suppresses 1046 (literals)
 needs_nvrtc = pytest.mark.skipif(cuda_rt.nvrtc is None, reason="NVRTC is not installed (pip install cuda-python "
@@ -153,6 +154,20 @@ def test_model_cu_compiles_with_nvrtc(bundles, arch, name):
   ptx = cuda_rt.compile_only(source, name, arch.replace("sm_", "compute_"))
   entries = re.findall(rb"\.entry (\w+)\(", ptx)
   assert sorted(e.decode() for e in entries) == sorted(k["name"] for k in manifest_of(folder)["kernels"])
+
+
+def test_cmake_builds_and_links(bundles, tmp_path):
+  """CMakeLists.txt: nvcc builds the static library tgc::<name> (linking CUDA::cudart) and the example program."""
+  require_tool("cmake", "cmake")
+  folder = copy(bundles["cnn"][1], tmp_path)
+  build = os.path.join(folder, "build")
+  run(["cmake", "-S", folder, "-B", build, f"-DCMAKE_CUDA_COMPILER={nvcc()}"])
+  run(["cmake", "--build", build, "-j", "2"])
+  assert os.access(os.path.join(build, "main"), os.X_OK)
+  symbols = run(["nm", "-g", "--defined-only", os.path.join(build, "libtgc_cnn.a")]).stdout.split()
+  assert "cnn_run" in symbols and "cnn_init" in symbols
+  flags = (Path(build) / "CMakeFiles" / "tgc_cnn.dir" / "flags.make").read_text()
+  assert "arch=compute_80,code=[compute_80,sm_80]" in flags, flags
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "half"])

@@ -32,7 +32,8 @@ from tgc.frontend import Tensor
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_opencl import OpenCLArtifact
 
-BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "weights.safetensors"}
+BUNDLE_FILES = {"manifest.json", "model.cl", "model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt",
+                "weights.safetensors"}
 OCLGRIND_REPORTS = re.compile(r"Invalid (read|write)|data race|divergence|runtime error", re.I)
 
 
@@ -251,6 +252,61 @@ def test_make_and_main_match_reference(bundles, references, cl_device, tmp_path,
   got, result = run_main(folder, case.inputs)
   assert result.stdout.startswith("device: ")
   compare(got, references[name], case.rtol, case.atol)
+
+
+def test_cmake_builds_the_library_and_example(bundles, references, cl_device, tmp_path):
+  """CMakeLists.txt: the static library tgc::<name> on OpenCL::OpenCL and the example program, which matches."""
+  require_tool("cmake", "cmake")
+  case, folder = bundles["cnn"]
+  folder = copy(folder, tmp_path)
+  build = os.path.join(folder, "build")
+  run(["cmake", "-S", folder, "-B", build, "-DCMAKE_C_FLAGS=-Wall -Wextra -pedantic -Werror"])
+  run(["cmake", "--build", build, "-j", "2"])
+  assert glob.glob(os.path.join(build, "libtgc_cnn.a"))
+  shutil.copy(os.path.join(build, "main"), os.path.join(folder, "main"))
+  got, _ = run_main(folder, case.inputs)
+  compare(got, references["cnn"], case.rtol, case.atol)
+
+
+RUN_IO = r"""
+#include <stdio.h>
+#include "model.h"
+
+int main(void) {
+  static float x[TWO_IO_IN_X_ELEMS], y[TWO_IO_OUT_OUTPUT_0_ELEMS];
+  static int32_t n[TWO_IO_IN_N_ELEMS], m[TWO_IO_OUT_OUTPUT_1_ELEMS];
+  static two_io_ctx ctx;
+  two_io_inputs in;
+  two_io_outputs out;
+  FILE *f = fopen("in.bin", "rb");
+  int s;
+  if (f == NULL || fread(x, sizeof(x), 1, f) != 1 || fread(n, sizeof(n), 1, f) != 1) return 2;
+  fclose(f);
+  in.x = x; in.n = n; out.output_0 = y; out.output_1 = m;
+  if ((s = two_io_init(&ctx, "weights.safetensors", TWO_IO_DEFAULT_DEVICE, NULL)) != TWO_IO_OK) return 10 + s;
+  if ((s = two_io_run_io(&ctx, &in, &out)) != TWO_IO_OK) return 20 + s;
+  two_io_free(&ctx);
+  f = fopen("out.bin", "wb");
+  if (f == NULL || fwrite(y, sizeof(y), 1, f) != 1 || fwrite(m, sizeof(m), 1, f) != 1) return 3;
+  return fclose(f) != 0;
+}
+"""
+
+
+def test_typed_io_run(bundles, references, cl_device, tmp_path):
+  """model.h's typed I/O structs and two_io_run_io on the OpenCL host library, against the reference."""
+  case, folder = bundles["two_io"]
+  folder = copy(folder, tmp_path)
+  Path(folder, "prog.c").write_text(RUN_IO)
+  with open(os.path.join(folder, "in.bin"), "wb") as f:
+    for v in case.inputs.values(): f.write(v.tobytes())
+  run(["cc", *C_WARNINGS, "-O2", "prog.c", "model.c", "-o", "prog", "-lOpenCL"], cwd=folder)
+  run(["./prog"], cwd=folder)
+  raw = Path(folder, "out.bin").read_bytes()
+  want = references["two_io"]
+  y = np.frombuffer(raw[:want["output_0"].nbytes], np.float32).reshape(want["output_0"].shape)
+  m = np.frombuffer(raw[want["output_0"].nbytes:], np.int32).reshape(want["output_1"].shape)
+  compare({"output_0": y, "output_1": m}, want, case.rtol, case.atol)
 
 
 def test_main_arguments_and_errors(bundles, cl_device, tmp_path):
