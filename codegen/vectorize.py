@@ -32,14 +32,19 @@ class VectorCtx:
   def lanes(self) -> int: return self.v.src[0].arg
 
   def on_v(self, u: UOp) -> bool:
-    """Whether `u` (a scalar node) depends on the VECTOR range."""
-    if u not in self.depends: self.depends[u] = u is self.v or any(self.on_v(s) for s in u.src)
+    """Whether `u` depends on the VECTOR range: a vector value does (a gather's index loaded as a vector), one lane
+    of it (GEP) does not."""
+    if u not in self.depends:
+      self.depends[u] = u is self.v or u.dtype.count > 1 or (u.op is not Ops.GEP and any(self.on_v(s) for s in u.src))
     return self.depends[u]
 
   def vector_access(self, buf: UOp, base: UOp | None) -> bool:
     return base is not None and (self.aligned is None or self.aligned(buf, base))
 
-  def lane(self, u: UOp, i: int) -> UOp: return simplify(substitute(u, {self.v: UOp.const(INDEX, i)}))
+  def lane(self, u: UOp, i: int) -> UOp:
+    """Lane i of `u`: its element of a vector value (a gather index converted from 8-bit lanes), else `u` at v = i."""
+    if u.dtype.count > 1: return gep(u, i)
+    return simplify(substitute(u, {self.v: UOp.const(INDEX, i)}))
 
   def vec(self, u: UOp) -> UOp:
     """`u` as a vector: itself if it is one, its lanes if it depends on v, else broadcast."""
