@@ -67,14 +67,15 @@ def _reverse_by_length(x: Tensor, lengths: Tensor, time_axis: int, batch_axis: i
   return y.permute([order.index(a) for a in range(x.ndim)])
 
 
-def _rnn_common(ctx: NodeContext, gates: int, defaults: list[str]):
+def _rnn_common(ctx: NodeContext, gates: int, defaults: list[str], hidden: int | None = None):
+  """The inputs and attributes every recurrent layer reads; `hidden` when R is not laid out [dirs, gates*h, h]."""
   x, w, r = ctx.input(0), ctx.input(1), ctx.input(2)
   b, lens, h0 = ctx.input(3), ctx.input(4), ctx.input(5)
   layout = int(ctx.attr("layout", 0))
   direction = attr_str(ctx, "direction", "forward")
   num_dirs = 2 if direction == "bidirectional" else 1
   if w.shape[0] != num_dirs: raise ctx.fail(f"W has {w.shape[0]} directions but direction is {direction!r}")
-  hidden = r.shape[-1]
+  hidden = r.shape[-1] if hidden is None else hidden
   if layout: x = x.transpose(0, 1)
   if h0 is not None and layout: h0 = h0.transpose(0, 1)
   seq, batch = x.shape[0], x.shape[1]
@@ -172,6 +173,16 @@ def gru(ctx: NodeContext):
 def lstm(ctx: NodeContext):
   p = _rnn_common(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
   p["project"] = _projector(p, 4)
+  h = p["hidden"]
+  def pre_gates(d, xp, hp):
+    return xp + hp.matmul(p["r"][d].T) + p["b"][d].shrink(((4 * h, 8 * h),))
+  return lstm_recurrence(ctx, p, pre_gates)
+
+
+def lstm_recurrence(ctx: NodeContext, p: dict, pre_gates):
+  """The LSTM cell unrolled over `p` (from `_rnn_common`, its "project" set): `pre_gates(d, xp, hp)` is the gate
+  input (i, o, f, c) of direction d before the peepholes: the step's input projection plus the recurrence plus the
+  biases. Returns the node's declared outputs Y, Y_h, Y_c."""
   h, batch, num_dirs = p["hidden"], p["batch"], p["num_dirs"]
   x = p["x"]
   c0 = ctx.input(6)
@@ -183,8 +194,7 @@ def lstm(ctx: NodeContext):
   def step(d, xp, states):
     f, g, hact = p["acts"][d]
     hp, cp = states
-    rb = p["b"][d].shrink(((4 * h, 8 * h),))
-    gates = xp + hp.matmul(p["r"][d].T) + rb                           # i, o, f, c
+    gates = pre_gates(d, xp, hp)                                       # i, o, f, c
     pi = po = pf = None
     if peep is not None: pi, po, pf = (part(peep[d], k) for k in range(3))
     gi = part(gates, 0) + (cp * pi if pi is not None else 0)
