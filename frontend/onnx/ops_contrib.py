@@ -1,9 +1,14 @@
 """com.microsoft operators that onnxruntime.quantization writes into QOperator-format models next to the standard
-QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearSigmoid, QLinearLeakyRelu and
-QLinearConcat. Each is its float operator between a dequantization of its inputs
+QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearSigmoid, QLinearLeakyRelu,
+QLinearConcat and QLinearSoftmax. Each is its float operator between a dequantization of its inputs
 (`(q - zero_point) * scale`) and a quantization of its result (round half to even, plus zero point, saturated to
-the output type: uint8 or int8), as onnxruntime's contrib-op documentation defines them."""
+the output type: uint8 or int8), as onnxruntime's contrib-op documentation defines them; QLinearSoftmax follows
+onnxruntime's kernel (the exponential of `x - max(x)` in double rounded to float32 as its 256-entry table holds it,
+the float32 sum, `floor(1 / y_scale)`). The integer matrix operators (QGemm, DynamicQuantizeLSTM, ...) are in
+`ops_contrib_quant`."""
 from __future__ import annotations
+import math
+import numpy as np
 from tgc.ir import dtypes
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
@@ -76,3 +81,31 @@ def qlinear_concat(ctx: NodeContext):
   parts = [_dequantize(ctx.input(i), ctx.input(i + 1), ctx.input(i + 2)) for i in range(2, len(ctx.inputs), 3)]
   axis = ctx.axis(int(ctx.attr("axis")), parts[0].ndim)
   return _quantize(ctx, parts[0].cat(*parts[1:], dim=axis), y_scale, y_zp, ctx.input(2))
+
+
+def _table_shift(x_scale: float, reduce_len: int) -> float:
+  """onnxruntime's QLinearSoftmax computes exp((x - max(x) + shift) * x_scale) in double, rounded to float32 (a
+  256-entry table): `shift` scales the terms up as far as a float32 sum of `reduce_len` of them allows."""
+  return max(0.0, math.log(float(np.float32(np.finfo(np.float32).max) / np.float32(reduce_len))) - 5.0) / x_scale
+
+
+@onnx_op(f"{DOMAIN}:QLinearSoftmax")
+def qlinear_softmax(ctx: NodeContext):
+  x, y_scale, y_zp = ctx.input(0), ctx.input(3), ctx.input(4)
+  if ctx.attr("opset") is None: raise ctx.fail("attribute opset is required")
+  opset = int(ctx.attr("opset"))
+  if x.dtype not in (dtypes.uint8, dtypes.int8): raise ctx.fail(f"input type {x.dtype.name} is not supported")
+  if not (ctx.is_const(1) and ctx.is_const(3)): raise ctx.fail("X_scale and y_scale must be compile-time constants")
+  axis = ctx.axis(int(ctx.attr("axis", 1 if opset < 13 else -1)), x.ndim)
+  axes = (axis,) if opset >= 13 else tuple(range(axis, x.ndim))
+  x_scale = float(np.asarray(ctx.const_value(1), np.float32).reshape(-1)[0])
+  shift = _table_shift(x_scale, int(np.prod([x.shape[a] for a in axes])))
+  xi = x.cast(dtypes.int32)
+  e = ((xi - xi.max(axis=axes, keepdim=True)).cast(dtypes.float64) + shift) * x_scale
+  e = e.exp().cast(dtypes.float32)
+  big = np.floor(np.float32(1.0) / np.asarray(ctx.const_value(3), np.float32).reshape(-1)[0])
+  q = (e * float(big) / e.sum(axis=axes, keepdim=True)).round()
+  out = (y_zp if y_zp is not None else x).dtype
+  if y_zp is not None: q = q + y_zp.reshape(()).cast(dtypes.float32)
+  lo, hi = (0.0, 255.0) if out == dtypes.uint8 else (-128.0, 127.0)
+  return q.clip(lo, hi).cast(out)

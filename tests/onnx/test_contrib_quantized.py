@@ -1,6 +1,7 @@
 """onnxruntime's com.microsoft integer matrix operators (QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat,
-DynamicQuantizeLSTM) compiled for the C target and run against onnxruntime's own kernels (one thread, graph
-optimizations off) on random non-zero data: integer outputs equal, float outputs to a tight tolerance. Also an LSTM
+DynamicQuantizeLSTM) and QLinearSoftmax compiled for the C target and run against onnxruntime's own kernels (one
+thread, graph optimizations off) on random non-zero data: integer outputs equal (QLinearSoftmax: at most one step
+apart), float outputs to a tight tolerance. Also an LSTM
 model quantized by onnxruntime.quantization.quantize_dynamic, which writes DynamicQuantizeLSTM."""
 from __future__ import annotations
 from pathlib import Path
@@ -168,3 +169,19 @@ def test_quantize_dynamic_lstm_model(tmp_path: Path):
   assert "DynamicQuantizeLSTM" in {n.op_type for n in model.graph.node}
   x = RNG.standard_normal((seq, batch, k)).astype(np.float32)
   compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- QLinearSoftmax
+@pytest.mark.parametrize("opset,axis,signed", [(13, -1, False), (13, 1, True), (12, 1, False)])
+def test_qlinear_softmax(opset, axis, signed):
+  """onnxruntime's table-driven kernel: at most one step apart (its float sum runs in another order), mostly equal."""
+  x = i8(2, 5, 16) if signed else u8(2, 5, 16)
+  zp = np.array(-128 if signed else 0, np.int8 if signed else np.uint8)
+  inits = {"x_scale": f32(0.08), "x_zp": np.array(1 if signed else 130, zp.dtype), "y_scale": f32(1 / 256),
+           "y_zp": zp}
+  model = one_node("QLinearSoftmax", ["x", "x_scale", "x_zp", "y_scale", "y_zp"], {"x": x}, inits,
+                   [("y", TensorProto.INT8 if signed else TensorProto.UINT8, [2, 5, 16])], opset=opset, axis=axis)
+  (want,), (got,) = ort_run(model, {"x": x}), tgc_run(model, {"x": x})
+  assert got.dtype == want.dtype and got.shape == want.shape
+  diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+  assert diff.max() <= 1 and (diff == 0).mean() > 0.98, (diff.max(), (diff == 0).mean())
