@@ -1,6 +1,6 @@
 """com.microsoft operators that onnxruntime.quantization writes into QOperator-format models next to the standard
-QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearSigmoid, QLinearLeakyRelu,
-QLinearConcat and QLinearSoftmax. Each is its float operator between a dequantization of its inputs
+QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
+QLinearLeakyRelu, QLinearConcat and QLinearSoftmax. Each is its float operator between a dequantization of its inputs
 (`(q - zero_point) * scale`) and a quantization of its result (round half to even, plus zero point, saturated to
 the output type: uint8 or int8), as onnxruntime's contrib-op documentation defines them; QLinearSoftmax follows
 onnxruntime's kernel (the exponential of `x - max(x)` in double rounded to float32 as its 256-entry table holds it,
@@ -12,6 +12,8 @@ import numpy as np
 from tgc.ir import dtypes
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
+from tgc.frontend.onnx import compose_nn as nn
+from tgc.frontend.onnx.ops_conv import _pool_args
 
 DOMAIN = "com.microsoft"
 
@@ -73,6 +75,14 @@ def _channels_first(ctx: NodeContext, fn) -> Tensor:
 @onnx_op(f"{DOMAIN}:QLinearGlobalAveragePool")
 def qlinear_global_average_pool(ctx: NodeContext):
   return _channels_first(ctx, lambda v: v.mean(axis=tuple(range(2, v.ndim)), keepdim=True))
+
+
+@onnx_op(f"{DOMAIN}:QLinearAveragePool")
+def qlinear_average_pool(ctx: NodeContext):
+  def pool(v: Tensor) -> Tensor:
+    kernel, strides, dilations, pads, ceil_mode = _pool_args(ctx, v)
+    return nn.avg_pool(v, kernel, strides, dilations, pads, ceil_mode, bool(ctx.attr("count_include_pad", 0)))
+  return _channels_first(ctx, pool)
 
 
 @onnx_op(f"{DOMAIN}:QLinearConcat")

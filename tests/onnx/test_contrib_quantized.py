@@ -185,3 +185,19 @@ def test_qlinear_softmax(opset, axis, signed):
   assert got.dtype == want.dtype and got.shape == want.shape
   diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
   assert diff.max() <= 1 and (diff == 0).mean() > 0.98, (diff.max(), (diff == 0).mean())
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_average_pool(channels_last):
+  """Dequantize, average, quantize: at most one step from onnxruntime's kernel, mostly equal."""
+  shape = [1, 7, 9, 3] if channels_last else [1, 3, 7, 9]
+  x = u8(*shape)
+  inits = {"x_scale": f32(0.05), "x_zp": np.array(128, np.uint8), "y_scale": f32(0.03), "y_zp": np.array(120, np.uint8)}
+  out = [1, 4, 4, 3] if channels_last else [1, 3, 4, 4]
+  model = one_node("QLinearAveragePool", ["x", "x_scale", "x_zp", "y_scale", "y_zp"], {"x": x}, inits,
+                   [("y", TensorProto.UINT8, out)], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1],
+                   count_include_pad=0, channels_last=channels_last)
+  (want,), (got,) = ort_run(model, {"x": x}), tgc_run(model, {"x": x})
+  assert got.dtype == want.dtype and got.shape == want.shape
+  diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+  assert diff.max() <= 1 and (diff == 0).mean() > 0.9, (diff.max(), (diff == 0).mean())
