@@ -1,11 +1,11 @@
 """com.microsoft operators that onnxruntime.quantization writes into QOperator-format models next to the standard
 QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
-QLinearLeakyRelu, QLinearConcat and QLinearSoftmax. Each is its float operator between a dequantization of its inputs
-(`(q - zero_point) * scale`) and a quantization of its result (round half to even, plus zero point, saturated to
-the output type: uint8 or int8), as onnxruntime's contrib-op documentation defines them; QLinearSoftmax follows
-onnxruntime's kernel (the exponential of `x - max(x)` in double rounded to float32 as its 256-entry table holds it,
-the float32 sum, `floor(1 / y_scale)`). The integer matrix operators (QGemm, DynamicQuantizeLSTM, ...) are in
-`ops_contrib_quant`."""
+QLinearLeakyRelu, QLinearConcat and QLinearSoftmax; also its QuantizeLinear/DequantizeLinear (the ONNX operators).
+Each QLinear op is its float operator between a dequantization of its inputs (`(q - zero_point) * scale`) and a
+quantization of its result (round half to even, plus zero point, saturated to the output type: uint8 or int8), as
+onnxruntime's contrib-op documentation defines them; QLinearSoftmax follows onnxruntime's kernel (the exponential of
+`x - max(x)` in double rounded to float32 as its 256-entry table holds it, the float32 sum, `floor(1 / y_scale)`).
+The integer matrix operators (QGemm, DynamicQuantizeLSTM, ...) are in `ops_contrib_quant`."""
 from __future__ import annotations
 import math
 import numpy as np
@@ -14,8 +14,15 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
 from tgc.frontend.onnx.ops_conv import _pool_args
+from tgc.frontend.onnx.ops_quantization import dequantize_linear, quantize_linear
 
 DOMAIN = "com.microsoft"
+
+
+# onnxruntime's own QuantizeLinear/DequantizeLinear (quantize_static with use_qdq_contrib_ops, 16-bit and 4-bit QDQ):
+# the ONNX operators (scale, zero point, axis; round half to even and saturation)
+onnx_op(f"{DOMAIN}:QuantizeLinear")(quantize_linear)
+onnx_op(f"{DOMAIN}:DequantizeLinear")(dequantize_linear)
 
 
 def _dequantize(q: Tensor, scale: Tensor, zero_point: Tensor | None) -> Tensor:

@@ -201,3 +201,22 @@ def test_qlinear_average_pool(channels_last):
   assert got.dtype == want.dtype and got.shape == want.shape
   diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
   assert diff.max() <= 1 and (diff == 0).mean() > 0.9, (diff.max(), (diff == 0).mean())
+
+
+@pytest.mark.parametrize("zp_type", [np.int8, np.uint16, np.int16])
+def test_contrib_quantize_dequantize(zp_type):
+  """com.microsoft QuantizeLinear (per-axis) then DequantizeLinear: the ONNX operators, equal to onnxruntime's."""
+  x = (RNG.standard_normal((2, 4, 5)) * 40).astype(np.float32)
+  info = np.iinfo(zp_type)
+  inits = {"scale": RNG.uniform(0.05, 0.3, 4).astype(np.float32),
+           "zp": RNG.integers(max(info.min, -20), min(info.max, 20) + 1, 4).astype(zp_type)}
+  graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5])]
+  elem = helper.np_dtype_to_tensor_dtype(np.dtype(zp_type))
+  nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], domain=MS, name="q", axis=1),
+           helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], domain=MS, name="dq", axis=1)]
+  outputs = [helper.make_tensor_value_info("q", elem, [2, 4, 5]),
+             helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5])]
+  graph = helper.make_graph(nodes, "qdq", graph_inputs, outputs,
+                            [numpy_helper.from_array(v, k) for k, v in inits.items()])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+  compare(model, {"x": x}, rtol=0, atol=0)
