@@ -1,6 +1,7 @@
 """com.microsoft operators that onnxruntime.quantization writes into QOperator-format models next to the standard
 QLinearConv/QLinearMatMul: QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
-QLinearLeakyRelu, QLinearConcat and QLinearSoftmax; also its QuantizeLinear/DequantizeLinear (the ONNX operators).
+QLinearLeakyRelu, QLinearConcat, QLinearWhere and QLinearSoftmax; also its QuantizeLinear/DequantizeLinear (the
+ONNX operators).
 Each QLinear op is its float operator between a dequantization of its inputs (`(q - zero_point) * scale`) and a
 quantization of its result (round half to even, plus zero point, saturated to the output type: uint8 or int8), as
 onnxruntime's contrib-op documentation defines them; QLinearSoftmax follows onnxruntime's kernel (the exponential of
@@ -51,6 +52,13 @@ def qlinear_add(ctx: NodeContext): return _binary(ctx, lambda x, y: x + y)
 
 @onnx_op(f"{DOMAIN}:QLinearMul")
 def qlinear_mul(ctx: NodeContext): return _binary(ctx, lambda x, y: x * y)
+
+
+@onnx_op(f"{DOMAIN}:QLinearWhere")
+def qlinear_where(ctx: NodeContext):
+  cond, x, x_scale, x_zp, y, y_scale, y_zp, z_scale, z_zp = (ctx.input(i) for i in range(9))
+  v = cond.cast(dtypes.bool).where(_dequantize(x, x_scale, x_zp), _dequantize(y, y_scale, y_zp))
+  return _quantize(ctx, v, z_scale, z_zp, x)
 
 
 def _unary(ctx: NodeContext, op) -> Tensor:

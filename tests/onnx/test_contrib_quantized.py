@@ -220,3 +220,18 @@ def test_contrib_quantize_dequantize(zp_type):
                             [numpy_helper.from_array(v, k) for k, v in inits.items()])
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
   compare(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_qlinear_where():
+  """Each branch requantized to the output's scale and zero point: at most one step from onnxruntime, mostly equal."""
+  x, y = u8(3, 8), u8(1, 8)
+  cond = RNG.integers(0, 2, (3, 1)).astype(bool)
+  inits = {"xs": f32(0.05), "xz": np.array(128, np.uint8), "ys": f32(0.02), "yz": np.array(90, np.uint8),
+           "zs": f32(0.04), "zz": np.array(110, np.uint8)}
+  feeds = {"c": cond, "x": x, "y": y}
+  model = one_node("QLinearWhere", ["c", "x", "xs", "xz", "y", "ys", "yz", "zs", "zz"], feeds, inits,
+                   [("z", TensorProto.UINT8, [3, 8])])
+  (want,), (got,) = ort_run(model, feeds), tgc_run(model, feeds)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+  assert diff.max() <= 1 and (diff == 0).mean() > 0.9, (diff.max(), (diff == 0).mean())
