@@ -11,11 +11,11 @@ point for the whole matrix, from its range extended to include 0 (`scale = (max 
 empty; `zero = round(-min / scale)` saturated to 0..255; `q = saturate(round(x / scale) + zero)`). DynamicQuantizeLSTM
 is the ONNX LSTM with W and R stored transposed ([dirs, input, 4h] and [dirs, h, 4h]) as int8/uint8 with a scale per
 direction or per direction and gate column: the input projection of all steps is one such product (X quantized once
-per direction), the recurrence quantizes the previous hidden state at every step. (onnxruntime splits the batch
-between threads for large batches and quantizes each slice on its own; one slice is the single-threaded result.)
-Results equal onnxruntime's up to float rounding, except where a value lands on a rounding boundary of a dynamic
-quantization and the last bits of onnxruntime's approximate sigmoid/tanh decide it: one quantization step apart,
-which a long recurrence carries on."""
+per direction, over the steps up to the longest sequence), the recurrence quantizes the previous hidden state at
+every step. (onnxruntime splits the batch between threads for large batches and quantizes each slice on its own;
+one slice is the single-threaded result.) Results equal onnxruntime's up to float rounding, except where a value
+lands on a rounding boundary of a dynamic quantization and the last bits of onnxruntime's approximate sigmoid/tanh
+decide it: one quantization step apart, which a long recurrence carries on."""
 from __future__ import annotations
 import numpy as np
 from tgc.ir import dtypes
@@ -41,11 +41,12 @@ def _column_scale(ctx: NodeContext, scale: Tensor, n: int, what: str) -> Tensor:
   return scale
 
 
-def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor]:
+def dynamic_quantize(x: Tensor, ranged: Tensor | None = None) -> tuple[Tensor, Tensor]:
   """x quantized to uint8 over its whole range (onnxruntime's dynamic quantization), as (q - zero point in int32,
-  the float32 scale)."""
+  the float32 scale); the range is that of `ranged` when given (x with entries that do not count set to 0)."""
   x = x.cast(dtypes.float32)
-  hi, lo = x.max().maximum(0.0), x.min().minimum(0.0)
+  r = x if ranged is None else ranged.cast(dtypes.float32)
+  hi, lo = r.max().maximum(0.0), r.min().minimum(0.0)
   scale = (hi == lo).where(1.0, (hi - lo) / 255.0)
   zero = (0.0 - lo / scale).clip(0.0, 255.0).round()
   q = ((x / scale).round() + zero).clip(0.0, 255.0)
@@ -145,13 +146,22 @@ def dynamic_quantize_lstm(ctx: NodeContext):
   b = ctx.input(3)
   bias = None if b is None else b.shrink((None, (0, h4))) + b.shrink((None, (h4, 2 * h4)))
 
+  lens = p["lens"]
+
   def project(d: int, xd: Tensor) -> Tensor:
-    xq, sx = dynamic_quantize(xd)
+    # onnxruntime quantizes the steps up to the longest sequence only (the rest are never read)
+    live = None
+    if lens is not None:
+      steps = Tensor.arange(xd.shape[0], device=xd.device).reshape(-1, 1, 1)
+      live = (steps < lens.cast(dtypes.int32).max()).where(xd, 0.0)
+    xq, sx = dynamic_quantize(xd, live)
     acc = xq.reshape(-1, xd.shape[-1]).matmul(wq[d])
     return (acc.cast(dtypes.float32) * (sx * w_scale[d])).reshape(xd.shape[0], xd.shape[1], h4)
 
-  def pre_gates(d: int, xp: Tensor, hp: Tensor) -> Tensor:
-    hq, sh = dynamic_quantize(hp)
+  def pre_gates(d: int, t: int, xp: Tensor, hp: Tensor) -> Tensor:
+    # with Y an output, onnxruntime zeroes the hidden state of sequences that ended before step t - 1
+    ranged = None if lens is None or t == 0 else (lens.cast(dtypes.int32) >= t).reshape(-1, 1).where(hp, 0.0)
+    hq, sh = dynamic_quantize(hp, ranged)
     gates = xp + hq.matmul(rq[d]).cast(dtypes.float32) * (sh * r_scale[d])
     return gates if bias is None else gates + bias[d]
   p["project"] = project

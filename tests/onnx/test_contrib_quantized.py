@@ -133,6 +133,24 @@ def test_dynamic_quantize_lstm(direction, per_column):
   compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamic_quantize_lstm_sequence_lens(direction):
+  """Sequences of different lengths: X quantized over the steps up to the longest one (the padding after it holds
+  large values that must not count), each step's hidden state over the sequences still running."""
+  seq, batch, k, h = 6, 3, 5, 8
+  dirs = 2 if direction == "bidirectional" else 1
+  x = RNG.standard_normal((seq, batch, k)).astype(np.float32)
+  x[5] = 9.0
+  w, ws, wz = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, k)).astype(np.float32) * 0.4, True)
+  r, rs, rz = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, h)).astype(np.float32) * 0.4, True)
+  inits = {"w": w, "r": r, "b": RNG.standard_normal((dirs, 8 * h)).astype(np.float32) * 0.1,
+           "lens": np.array([2, 5, 3], np.int32), "ws": ws, "wz": wz, "rs": rs, "rz": rz}
+  outputs = [("y", TensorProto.FLOAT, [seq, dirs, batch, h]), ("yh", TensorProto.FLOAT, [dirs, batch, h])]
+  model = one_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "lens", "", "", "", "ws", "wz", "rs", "rz"], {"x": x},
+                   inits, outputs, hidden_size=h, direction=direction)
+  compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
 def test_unsupported_zero_points_name_the_node():
   from tgc.frontend.onnx import OnnxError, load_model
   h, k = 4, 3
