@@ -67,14 +67,15 @@ def _reverse_by_length(x: Tensor, lengths: Tensor, time_axis: int, batch_axis: i
   return y.permute([order.index(a) for a in range(x.ndim)])
 
 
-def _rnn_common(ctx: NodeContext, gates: int, defaults: list[str]):
+def _rnn_common(ctx: NodeContext, gates: int, defaults: list[str], hidden: int | None = None):
+  """The inputs and attributes every recurrent layer reads; `hidden` when R is not laid out [dirs, gates*h, h]."""
   x, w, r = ctx.input(0), ctx.input(1), ctx.input(2)
   b, lens, h0 = ctx.input(3), ctx.input(4), ctx.input(5)
   layout = int(ctx.attr("layout", 0))
   direction = attr_str(ctx, "direction", "forward")
   num_dirs = 2 if direction == "bidirectional" else 1
   if w.shape[0] != num_dirs: raise ctx.fail(f"W has {w.shape[0]} directions but direction is {direction!r}")
-  hidden = r.shape[-1]
+  hidden = r.shape[-1] if hidden is None else hidden
   if layout: x = x.transpose(0, 1)
   if h0 is not None and layout: h0 = h0.transpose(0, 1)
   seq, batch = x.shape[0], x.shape[1]
@@ -91,7 +92,7 @@ def _clip(t: Tensor, clip):
 
 
 def _run_directions(p: dict, step, states0: list[Tensor]):
-  """Unroll `step(d, x_proj_t, states) -> states` (states[0] is H) over time for each direction; handles
+  """Unroll `step(d, x_proj_t, states, t) -> states` (states[0] is H) over time for each direction; handles
   reverse order and per-batch sequence lengths (steps past a sequence's end keep the state and output 0)."""
   x, lens = p["x"], p["lens"]
   seq = p["seq"]
@@ -104,7 +105,7 @@ def _run_directions(p: dict, step, states0: list[Tensor]):
     states = [s[d] for s in states0]
     outs = []
     for t in range(seq):
-      new = step(d, proj[t], states)
+      new = step(d, proj[t], states, t)
       if lens is not None:
         alive = (lens.cast(dtypes.int32) > t).reshape(-1, 1)
         new = [alive.where(n, s) for n, s in zip(new, states)]
@@ -137,7 +138,7 @@ def rnn(ctx: NodeContext):
   p = _rnn_common(ctx, 1, ["Tanh"])
   p["project"] = _projector(p, 1)
   hidden = p["hidden"]
-  def step(d, xp, states):
+  def step(d, xp, states, t):
     rb = p["b"][d].shrink(((hidden, 2 * hidden),))
     return [p["acts"][d][0](_clip(xp + states[0].matmul(p["r"][d].T) + rb, p["clip"]))]
   y, (yh,) = _run_directions(p, step, [p["h0"]])
@@ -151,7 +152,7 @@ def gru(ctx: NodeContext):
   h = p["hidden"]
   linear_before_reset = bool(ctx.attr("linear_before_reset", 0))
   def part(t: Tensor, i: int) -> Tensor: return t.shrink(tuple([None] * (t.ndim - 1) + [(i * h, (i + 1) * h)]))
-  def step(d, xp, states):
+  def step(d, xp, states, t):
     f, g = p["acts"][d]
     hp = states[0]
     r_w = p["r"][d]                                                   # (3h, h): z, r, h
@@ -172,6 +173,16 @@ def gru(ctx: NodeContext):
 def lstm(ctx: NodeContext):
   p = _rnn_common(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
   p["project"] = _projector(p, 4)
+  h = p["hidden"]
+  def pre_gates(d, t, xp, hp):
+    return xp + hp.matmul(p["r"][d].T) + p["b"][d].shrink(((4 * h, 8 * h),))
+  return lstm_recurrence(ctx, p, pre_gates)
+
+
+def lstm_recurrence(ctx: NodeContext, p: dict, pre_gates):
+  """The LSTM cell unrolled over `p` (from `_rnn_common`, its "project" set): `pre_gates(d, t, xp, hp)` is the gate
+  input (i, o, f, c) of direction d at step t before the peepholes: the step's input projection plus the recurrence
+  plus the biases. Returns the node's declared outputs Y, Y_h, Y_c."""
   h, batch, num_dirs = p["hidden"], p["batch"], p["num_dirs"]
   x = p["x"]
   c0 = ctx.input(6)
@@ -180,11 +191,10 @@ def lstm(ctx: NodeContext):
   peep = ctx.input(7)
   coupled = bool(ctx.attr("input_forget", 0))
   def part(t: Tensor, i: int) -> Tensor: return t.shrink(tuple([None] * (t.ndim - 1) + [(i * h, (i + 1) * h)]))
-  def step(d, xp, states):
+  def step(d, xp, states, t):
     f, g, hact = p["acts"][d]
     hp, cp = states
-    rb = p["b"][d].shrink(((4 * h, 8 * h),))
-    gates = xp + hp.matmul(p["r"][d].T) + rb                           # i, o, f, c
+    gates = pre_gates(d, t, xp, hp)                                    # i, o, f, c
     pi = po = pf = None
     if peep is not None: pi, po, pf = (part(peep[d], k) for k in range(3))
     gi = part(gates, 0) + (cp * pi if pi is not None else 0)
