@@ -21,7 +21,8 @@ def matmul(ctx: NodeContext):
 def gemm(ctx: NodeContext):
   a, b, c = ctx.input(0), ctx.input(1), ctx.input(2)
   alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-  quantized = None if ctx.attr("transA", 0) or alpha != 1.0 else quantized_matmul(ctx, a, b, bool(ctx.attr("transB", 0)))
+  plain = not ctx.attr("transA", 0) and alpha == 1.0
+  quantized = quantized_matmul(ctx, a, b, bool(ctx.attr("transB", 0))) if plain else None
   if quantized is not None:
     return quantized + (c * beta if beta != 1.0 else c) if c is not None and beta != 0.0 else quantized
   if ctx.attr("transA", 0): a = a.T

@@ -1,7 +1,8 @@
 """ONNX quantization operators: QuantizeLinear and DequantizeLinear (per-tensor, per-axis and blocked; integer,
 4/2-bit and float8 types), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv
-(exact int32 accumulation, then round-half-even requantization). onnxruntime's com.microsoft QLinear* operators are
-in `ops_contrib`."""
+(exact int32 accumulation, then round-half-even requantization; summed in float32 on the 8-bit values where the
+constant weights prove every sum exact there: `quantized_compute.exact_float_operands`). onnxruntime's com.microsoft
+QLinear* operators are in `ops_contrib`."""
 from __future__ import annotations
 import numpy as np
 from tgc.ir import dtypes, promote
@@ -10,7 +11,7 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
-from tgc.frontend.onnx.quantized_compute import record_dequantized
+from tgc.frontend.onnx.quantized_compute import exact_float_operands, record_dequantized
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -46,7 +47,8 @@ def _requantize(acc: Tensor, scale: Tensor, zp, out_dtype) -> Tensor:
   y = acc.cast(dtypes.float32) * scale.cast(dtypes.float32)
   if zp is not None: y = y + zp.cast(dtypes.float32).reshape(zp.shape if zp.ndim != 1 or zp.shape[0] != 1 else ())
   info = np.iinfo(out_dtype.numpy)
-  return y.round().clip(float(info.min), float(info.max)).cast(out_dtype)
+  out = y.round().clip(float(info.min), float(info.max)).cast(out_dtype)
+  return out.contiguous() if out_dtype.itemsize == 1 else out     # stored as 8 bits between kernels
 
 
 def _scalar_or(t: Tensor, shape) -> Tensor:
@@ -57,7 +59,10 @@ def _scalar_or(t: Tensor, shape) -> Tensor:
 @onnx_op("QLinearMatMul")
 def qlinear_matmul(ctx: NodeContext):
   a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (ctx.input(i) for i in range(8))
-  acc = _minus_zero_point(a, a_zp, (-1, 1)).matmul(_minus_zero_point(b, b_zp))
+  per_tensor = b.ndim == 2 and (a_zp is None or a_zp.numel() == 1)
+  exact = exact_float_operands(ctx, a, a_zp, 3, b_zp, None, (0,)) if per_tensor else None
+  if exact is not None: acc = exact[0].matmul(exact[1])
+  else: acc = _minus_zero_point(a, a_zp, (-1, 1)).matmul(_minus_zero_point(b, b_zp))
   scale = _scalar_or(a_scale, (-1, 1)) * _scalar_or(b_scale, (-1,)) / y_scale.reshape(())
   return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else a).dtype)
 
@@ -66,10 +71,10 @@ def qlinear_matmul(ctx: NodeContext):
 def qlinear_conv(ctx: NodeContext):
   x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (ctx.input(i) for i in range(9))
   strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
-  xi = _minus_zero_point(x, x_zp)
-  wi = _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1))
+  exact = exact_float_operands(ctx, x, x_zp, 3, w_zp, 8, tuple(range(1, w.ndim)))
+  xi, wi = exact or (_minus_zero_point(x, x_zp), _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1)))
   acc = functional.conv(xi, wi, None, strides, pads, dilations, int(ctx.attr("group", 1)))
-  if bias is not None: acc = acc + bias.cast(dtypes.int32).reshape(channel_shape(acc))
+  if bias is not None: acc = acc + bias.cast(acc.dtype).reshape(channel_shape(acc))
   scale = x_scale.reshape(()) * _scalar_or(w_scale, channel_shape(acc)) / y_scale.reshape(())
   return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else x).dtype)
 

@@ -111,3 +111,31 @@ def quantized_max_pool(ctx: NodeContext, x: Tensor, pool) -> Tensor | None:
   zero = int(src.zero)
   pooled = pool(src.q.cast(dtypes.float32))
   return (pooled - float(zero) if zero else pooled) * float(src.scale)
+
+
+# ---------------------------------------------------------------- integer products summed exactly in float32
+FLOAT_EXACT = 1 << 24      # every integer up to this magnitude is a float32
+
+
+def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_zero, bias_index: int | None,
+                         reduce_axes: tuple[int, ...]) -> tuple[Tensor, Tensor] | None:
+  """(x - x_zero, w) as float32 when the integer sums of products of a QLinearConv/QLinearMatMul are exact in float32:
+  constant weights with zero points 0 and constant zero points, and |x - x_zero| * sum |w| (per output, over the
+  `reduce_axes` of the weights) + |bias| below 2**24 (a bound from the weights' values). Then the float32
+  accumulation gives the int32 accumulator bit for bit, and the product reads the 8-bit tensors converted on load
+  (SIMD) instead of int32 copies. None otherwise (the int32 arithmetic stays)."""
+  if x.dtype not in _EIGHT_BIT or not ctx.is_const(w_index): return None
+  if any(z is not None and not ctx.is_const(i) for i, z in ((2, x_zero), (w_index + 2, w_zero))): return None
+  w = np.asarray(ctx.const_value(w_index))
+  if w.dtype not in (np.int8, np.uint8): return None
+  if w_zero is not None and np.any(np.asarray(ctx.const_value(w_index + 2)) != 0): return None
+  zx = int(np.asarray(ctx.const_value(2)).reshape(-1)[0]) if x_zero is not None else 0
+  if x_zero is not None and np.unique(np.asarray(ctx.const_value(2))).size > 1: return None
+  lo, hi = (0, 255) if x.dtype == dtypes.uint8 else (-128, 127)
+  bound = max(abs(lo - zx), abs(hi - zx)) * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0))
+  if bias_index is not None and ctx.input(bias_index) is not None:
+    if not ctx.is_const(bias_index): return None
+    bound += float(np.abs(np.asarray(ctx.const_value(bias_index), np.int64)).max(initial=0))
+  if bound >= FLOAT_EXACT: return None
+  xf = x.cast(dtypes.float32)
+  return (xf - float(zx) if zx else xf), ctx.input(w_index).cast(dtypes.float32)

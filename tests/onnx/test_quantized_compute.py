@@ -2,9 +2,11 @@
 activations with a zero point, per-channel int8 conv weights, per-tensor int8 Gemm weights, padding, a residual add,
 a max pooling)
 compiled for each target and run on random inputs against onnx.reference within one output quantization step; the
-artifact keeps its weights and activations 8-bit and dequantizes no weight at run time."""
+artifact keeps its weights and activations 8-bit and dequantizes no weight at run time. QLinearConv sums in float32
+exactly where its weights bound the sums, bit-exact against onnx.reference on both paths."""
 from __future__ import annotations
 import json
+import re
 import numpy as np
 import onnx
 import pytest
@@ -115,3 +117,36 @@ def test_qdq_network_stays_8bit(model_path, tmp_path):
   with open(f"{report.out_dir}/model.c") as f: source = f.read()
   # int8 weights and uint8 activations move as SIMD vectors, converted on load
   assert "__builtin_convertvector" in source and "tg_i8x" in source
+
+
+def qlinear_conv_model(cin: int, weight_max: int) -> onnx.ModelProto:
+  """One QLinearConv (uint8 in with zero point 131, int8 weights up to `weight_max`, int32 bias, uint8 out)."""
+  w = RNG.integers(-weight_max, weight_max + 1, (32, cin, 3, 3)).astype(np.int8)
+  inits = [_const("xs", np.array(0.02, np.float32)), _const("xz", np.array(131, np.uint8)), _const("w", w),
+           _const("ws", RNG.uniform(0.001, 0.003, 32).astype(np.float32)), _const("wz", np.zeros(32, np.int8)),
+           _const("ys", np.array(0.05, np.float32)), _const("yz", np.array(7, np.uint8)),
+           _const("b", RNG.integers(-3000, 3000, 32).astype(np.int32))]
+  node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1] * 4,
+                          name="qconv")
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph([node], "qlinear_conv", [info("x", TensorProto.UINT8, [1, cin, 8, 8])],
+                            [info("y", TensorProto.UINT8, [1, 32, 8, 8])], inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("cin, weight_max, exact_in_float", [(64, 20, True), (2048, 127, False)])
+def test_qlinear_conv_is_bit_exact(tmp_path, cin, weight_max, exact_in_float):
+  """QLinearConv sums its products in float32 when the weights bound every partial sum below 2**24 (then equal to the
+  int32 sum bit for bit), in int32 otherwise; the uint8 outputs equal onnx.reference's either way."""
+  path = tmp_path / "qconv.onnx"
+  onnx.save(qlinear_conv_model(cin, weight_max), str(path))
+  report = compile_model(str(path), "c", str(tmp_path / "c"), force=True)
+  with open(f"{report.out_dir}/model.c") as f: source = f.read()
+  # the accumulators: float32 vectors when exact in float, int32 vectors otherwise
+  assert bool(re.search(r"tg_f32x\d+ acc", source)) == exact_in_float
+  assert bool(re.search(r"tg_i32x\d+ acc", source)) != exact_in_float
+  ref = ReferenceEvaluator(str(path))
+  with runner_class("c")(report.out_dir) as runner:
+    for seed in range(2):
+      x = np.random.default_rng(seed).integers(0, 256, (1, cin, 8, 8)).astype(np.uint8)
+      np.testing.assert_array_equal(runner.run({"x": x})["y"], ref.run(None, {"x": x})[0])
