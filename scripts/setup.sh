@@ -11,13 +11,20 @@ DEBIAN_PACKAGES=(pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gc
                  libc6-dev-arm64-cross qemu-user
                  cmake                             # the C-family artifacts' CMakeLists.txt (tests/emit/test_c_cmake.py)
                  mesa-vulkan-drivers libvulkan1    # lavapipe: a software Vulkan adapter for the WebGPU runtime (wgpu)
-                 chromium                          # headless Chromium (SwiftShader WebGPU) for the WebGPU artifacts
-                 nodejs npm)                       # model.js under node; npm pack and the esbuild app of the package
+                 chromium)                         # headless Chromium (SwiftShader WebGPU) for the WebGPU artifacts
+# model.js under node; npm pack and the esbuild app of the package: Debian's packages only where no node and npm
+# are installed at all (a NodeSource nodejs carries its own npm, which Debian's npm package would conflict with)
+COMMAND_PACKAGES=(node:nodejs npm:npm)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
   if ! dpkg -s "$package" >/dev/null 2>&1; then
     missing+=("$package")
+  fi
+done
+for entry in "${COMMAND_PACKAGES[@]}"; do
+  if ! command -v "${entry%%:*}" >/dev/null 2>&1; then
+    missing+=("${entry#*:}")
   fi
 done
 
