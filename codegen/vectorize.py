@@ -32,10 +32,8 @@ class VectorCtx:
   def lanes(self) -> int: return self.v.src[0].arg
 
   def on_v(self, u: UOp) -> bool:
-    """Whether `u` depends on the VECTOR range: a vector value does (a gather's index loaded as a vector), one lane
-    of it (GEP) does not."""
-    if u not in self.depends:
-      self.depends[u] = u is self.v or u.dtype.count > 1 or (u.op is not Ops.GEP and any(self.on_v(s) for s in u.src))
+    """Whether `u` (a scalar node) depends on the VECTOR range."""
+    if u not in self.depends: self.depends[u] = u is self.v or any(self.on_v(s) for s in u.src)
     return self.depends[u]
 
   def vector_access(self, buf: UOp, base: UOp | None) -> bool:
@@ -72,15 +70,22 @@ def contiguous_base(idx: UOp, v: UOp) -> UOp | None:
   return simplify(base)
 
 
+def _per_lane(ctx: VectorCtx, s: UOp) -> bool:
+  """Whether a load's index or gate differs per lane: it depends on v, or it is a vector value (a gather's indices
+  loaded as a vector, and gates computed from them)."""
+  return s.dtype.count > 1 or ctx.on_v(s)
+
+
 def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
-  if ld.dtype.count > 1 or not any(ctx.on_v(s) for s in ld.src[1:]): return None
+  if ld.dtype.count > 1 or not any(_per_lane(ctx, s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
   base = contiguous_base(idx, ctx.v)
-  if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
+  if ctx.vector_access(buf, base) and not any(_per_lane(ctx, g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
-  # each lane's load: only the sources that depend on v change (a workgroup-memory read keeps its barrier as is)
+  # each lane's load: only the sources that differ per lane change (a workgroup-memory read keeps its barrier as is)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(
-    ld.replace(src=(buf,) + tuple(ctx.lane(s, i) if ctx.on_v(s) else s for s in ld.src[1:])) for i in range(ctx.lanes)))
+    ld.replace(src=(buf,) + tuple(ctx.lane(s, i) if _per_lane(ctx, s) else s for s in ld.src[1:]))
+    for i in range(ctx.lanes)))
 
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
