@@ -85,7 +85,7 @@ def quantized_conv(ctx: NodeContext, x: Tensor, w: Tensor, b: Tensor | None, str
                    group: int) -> Tensor | None:
   """Conv of a dequantized activation (and dequantized or float weights) on its 8-bit values, or None."""
   act = _activation(ctx, x)
-  if act is None: return None
+  if act is None or w.dtype != dtypes.float32: return None
   xq, sx = act
   wq, sw = _weight(ctx, w, w.shape[0], 0) or (w, None)
   y = _scaled(functional.conv(xq, wq, None, strides, pads, dilations, group), sx, sw, 1)
