@@ -601,8 +601,8 @@ console.log(JSON.stringify([await attempt(flipped), await attempt(weights)]));
   assert plan["weightsBlocks"] == [hashlib.sha256(Path(folder, "weights.safetensors").read_bytes()).hexdigest()]
   assert "sha256" not in good and "weights" not in good, good
   source = Path(folder, "model.js").read_text()
-  sha_class = source[source.index("const SHA_K"):source.index("// ------------------------------------------------------------"
-                                                              "---- the device")]
+  device_section = "// " + "-" * 64 + " the device"
+  sha_class = source[source.index("const SHA_K"):source.index(device_section)]
   lengths = [0, 1, 55, 56, 63, 64, 65, 119, 120, 1000, 70000]
   script = sha_class + f"""
 const out = [];
@@ -912,7 +912,8 @@ STREAM_JS = """async ({cache, image}) => {
   }
   const out = await model.run({image: Float32Array.from(image)});
   await model.dispose();
-  const outputs = Object.fromEntries(Object.entries(out).map(([k, v]) => [k, {data: Array.from(v.data), shape: v.shape}]));
+  const outputs = Object.fromEntries(Object.entries(out).map(
+    ([k, v]) => [k, {data: Array.from(v.data), shape: v.shape}]));
   return {progress, writes, whole, timings: model.loadTimings, outputs};
 }"""
 
