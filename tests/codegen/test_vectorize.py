@@ -34,6 +34,18 @@ def vectorized(t: Tensor, opts: list[Opt], native=CRenderer.vector_ops):
   return vectorize(expand(Kernel(it.ast).apply_all(opts).ast), native)
 
 
+def run_on_c(t: Tensor, opts: list[Opt]):
+  """The kernels of `t` run on the C runtime, the last one with `opts`: (its KernelProgram, the output buffer)."""
+  it, out, before = kernel(t)
+  rt = get_runtime("c")
+  for prev in before:
+    p = lower(prev.ast, "c")
+    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
+  prg = lower(it.ast, "c", opts)
+  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
+  return prg, out
+
+
 def ops(ast, op):
   return [n for n in ast.toposort() if n.op is op]
 
@@ -94,14 +106,8 @@ def test_vector_kernels_compute_what_numpy_computes(name):
   fn, shapes, opts = CASES[name]
   arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
   want = fn(*[Tensor(x, device="numpy") for x in arrays]).numpy()
-  it, out, before = kernel(fn(*[c(x) for x in arrays]))
-  rt = get_runtime("c")
-  for prev in before:
-    p = lower(prev.ast, "c")
-    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
-  prg = lower(it.ast, "c", opts)
+  prg, out = run_on_c(fn(*[c(x) for x in arrays]), opts)
   assert re.search(r"tg_[fiu]32x\d", prg.function), "the kernel was not vectorized"
-  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
   np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6)
 
 
@@ -151,15 +157,9 @@ def test_narrow_integer_vectors_compute_what_numpy_computes(name):
   w = RNG.integers(-128, 128, (16, 32)).astype(np.int8)
   m = RNG.integers(0, 2, (6, 16)).astype(np.uint8)
   want = fn(*[Tensor(x, device="numpy") for x in (a, w, m)]).numpy()
-  it, out, before = kernel(fn(*[c(x) for x in (a, w, m)]))
-  rt = get_runtime("c")
-  for prev in before:
-    p = lower(prev.ast, "c")
-    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
-  prg = lower(it.ast, "c", opts)
+  prg, out = run_on_c(fn(*[c(x) for x in (a, w, m)]), opts)
   assert re.search(r"tg_[fiu]32x\d", prg.function), "the kernel was not vectorized"
   if name != "byte_mask": assert "__builtin_convertvector" in prg.function and ("x16u *)" in prg.function)
-  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
   # sums of 16 products in another order: float32 rounding relative to the largest value
   np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6 * max(1.0, float(np.abs(want).max())))
 
@@ -170,11 +170,5 @@ def test_gather_by_loaded_indices_reads_lane_by_lane():
   table = np.linspace(0, 1, 256).astype(np.float32)
   idx = RNG.integers(0, 256, (4, 16)).astype(np.int32)
   t, i = c(table), c(idx)
-  it, out, before = kernel(t[i])
-  rt = get_runtime("c")
-  for prev in before:
-    p = lower(prev.ast, "c")
-    rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
-  prg = lower(it.ast, "c", [Opt("VECTOR", 1, 8)])
-  rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
+  _, out = run_on_c(t[i], [Opt("VECTOR", 1, 8)])
   np.testing.assert_array_equal(to_numpy(out), table[idx])
