@@ -9,6 +9,7 @@ from tgc.ir import lowp
 from tgc.ir.config import config
 from tgc.codegen.opts import Opt, OptError
 from tgc.codegen.registry import load, target_names, target_spec
+from tgc.runtimes.dims import shape_at
 from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder, MissingInput
 from tgc.runtimes.base import ToolchainMissing
 from tgc.runtimes.io_arrays import storage_type, value_dtype
@@ -74,13 +75,15 @@ def run_artifact(folder: str, arrays: dict[str, np.ndarray], threads: int = 1) -
   with artifact_runtime(art, threads) as runtime: return run_values(runtime, arrays)
 
 
-def random_inputs(art: ArtifactFolder, seed: int) -> dict[str, np.ndarray]:
+def random_inputs(art: ArtifactFolder, seed: int, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
   """Fresh seeded input values: normal floats (never all zeros), small non-negative integers (for int4/int2 anywhere
-  in their range), random booleans; storage-only types as their values (`io_arrays.value_dtype`)."""
+  in their range), random booleans; storage-only types as their values (`io_arrays.value_dtype`). `dims`: the
+  values of the sizes known only at run time (default: each at its largest)."""
   rng = np.random.default_rng(seed)
+  if dims is None: dims = {d["name"]: d["max"] for d in art.manifest.get("dims", ())}
   out = {}
   for i in art.inputs:
-    shape, dt = tuple(i["shape"]), storage_type(i)
+    shape, dt = shape_at(i["shape"], dims), storage_type(i)
     if dt is not None and dt in lowp.INT_RANGES:
       lo, hi = lowp.INT_RANGES[dt]
       out[i["name"]] = rng.integers(lo, hi + 1, shape).astype(value_dtype(i))

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
-from tgc.ir import viz
+from tgc.ir import Ops, viz
+from tgc.ir.sint import is_static, variables
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
@@ -126,6 +127,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   weights = models.named_weights(capture, loaded)
   searched = time.perf_counter()
   if opts_for is None: opts_for = searched_opts(capture.items, weights, target, beam, search)
+  _check_sizes(spec, target, capture)
   progress = _Progress(name)
   searched = time.perf_counter() - searched
   try:
@@ -142,6 +144,25 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
               "lower+render": time.perf_counter() - progress.start}
     print(f"tgc: {name}: phases " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), file=sys.stderr)
   return cm, loaded
+
+
+def _check_sizes(spec: models.ModelSpec, target: Target, capture) -> None:
+  """A model with sizes known only at run time: the target must take them, and each must be a dim of an input of
+  its own (the runners read its value off the inputs' shapes)."""
+  dims = variables(*(it.ast for it in capture.items), *(ts.shape for ts, _ in capture.inputs))
+  if not dims: return
+  if not target_spec(target.name).run_time_sizes:
+    raise UserError(f"{spec.text}: sizes known only at run time ({', '.join(dims)}) are not supported for target "
+                    f"{target.name} yet (c supports them); give the inputs fixed shapes")
+  for ts, _ in capture.inputs + capture.outputs:
+    if ts.dtype.storage_only and not is_static(ts.shape):
+      raise UserError(f"{spec.text}: {ts.name!r} is {ts.dtype.name} with sizes known only at run time; tensors of "
+                      f"packed types need fixed shapes")
+  given = {s.arg[0] for ts, _ in capture.inputs for s in ts.shape if not is_static(s) and s.op is Ops.DEFINE_VAR}
+  for name in dims:
+    if name not in given:
+      raise UserError(f"{spec.text}: size {name} is no dim of any input on its own (an input's shape must name it, "
+                      f"so that a run can tell its value)")
 
 
 def _check_emit_options(target: str, options: dict) -> None:

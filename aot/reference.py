@@ -12,6 +12,7 @@ from tgc.frontend import buffers
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.interpreter import evaluate
 from tgc.frontend import realize as _realize
+from tgc.ir.sint import is_static
 from tgc.aot.errors import UserError, describe
 from tgc.aot import models
 
@@ -65,7 +66,8 @@ def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> di
     values = lowp.value_numpy(t.dtype) if t.dtype.storage_only else np.dtype(t.dtype.numpy)
     want = (tuple(t.shape), values.name)
     got = (tuple(feeds[n].shape), feeds[n].dtype.name)
-    if want != got:
+    if want[1] != got[1] or len(want[0]) != len(got[0]) or \
+        any(is_static(w) and w != g for w, g in zip(want[0], got[0])):   # a size known at run time fits any value
       raise UserError(f"model {spec.text} takes input {n!r} as {list(want[0])} {want[1]} but the artifact takes "
                       f"{list(got[0])} {got[1]}; is --model the model this artifact was compiled from?")
   tensors = [Tensor(buffers.host_array(feeds[n]), device=t.device, dtype=t.dtype) for n, t in loaded.inputs]

@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+from tgc.ir.sint import variables
 from tgc.ir.config import config
 from tgc.codegen.compiled import buffer_nbytes, own_weights
 from tgc.codegen.lower import KernelProgram, lower
@@ -232,6 +233,9 @@ def searched_opts(items: list, weights: list, target: Target, beam: int, search:
     return opts_from_tuning(tuning, target, local_device(target))
   if not beam: return None
   search.check(beam)
+  if variables(*(it.ast for it in items)):
+    raise UserError("--beam: the model has sizes known only at run time, which the search does not time yet "
+                    "(compile without --beam: the heuristics choose)")
   found, _ = tune(items, weights, target, beam, search.budget, search.jobs, search.measurer(target))
   return lambda item: found.get(item.ast.key)
 

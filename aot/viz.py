@@ -21,6 +21,8 @@ import os
 import re
 import sys
 import numpy as np
+from tgc.ir import UOp
+from tgc.ir.sint import render
 import onnx
 from tgc.ir import provenance, viz as recorder_viz
 from tgc.ir.uop import UOp
@@ -140,6 +142,7 @@ def embed_json(data) -> str:
 def _json_default(value):
   if isinstance(value, np.integer): return int(value)
   if isinstance(value, np.floating): return float(value)
+  if isinstance(value, UOp): return render(value)       # a size known only at run time, as the manifest writes it
   raise TypeError(f"cannot put {type(value).__name__} on the viz page")
 
 

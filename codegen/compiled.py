@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from tgc.ir.words import WordEnum
 from tgc.ir import UOp, DType, dtypes, viz
+from tgc.ir.sint import highest_prod, variables
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.opts import OptOps
@@ -76,14 +77,20 @@ class CompiledModel:
     """The model nodes a kernel computes, over all its calls (a kernel identical for two layers serves both)."""
     return tuple(dict.fromkeys(o for c in self.calls if c.kernel == kernel for o in c.nodes))
   @property
+  def dims(self) -> dict[str, tuple[int, int]]:
+    """The sizes known only at run time that the model's shapes use: name -> (lowest, highest), sorted by name."""
+    found = variables(*(b.shape for b in self.buffers), *(ast for ast, _ in self.asts.values()))
+    return {name: v.arg[1:] for name, v in found.items()}
+  @property
   def inputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.INPUT)
   @property
   def outputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.OUTPUT)
 
 
 def buffer_nbytes(b: UOp) -> int:
-  """Bytes of a BUFFER's elements (shape times item size)."""
-  return math.prod(b.arg[1]) * b.dtype.itemsize
+  """Bytes of a BUFFER's elements (shape times item size; at the largest sizes of dims known only at run time: the
+  arena is planned for the largest shapes)."""
+  return highest_prod(b.arg[1]) * b.dtype.itemsize
 
 
 CPU_VARIANT = "cpu"

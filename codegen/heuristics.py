@@ -16,6 +16,7 @@ import math
 from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
+from tgc.codegen.render import get_renderer
 from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
@@ -38,9 +39,10 @@ def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()
 
 
 # ---------------------------------------------------------------- CPUs
-def _gather_share(k: Kernel, r: UOp, constant: frozenset) -> float:
+def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) -> float:
   """The share of the kernel's memory accesses that would move one lane at a time when vectorizing along `r`
-  (gathers, scatters, gated lanes), reduction loads weighted by their loop."""
+  (gathers, scatters, gated lanes: with `masked` vector accesses, a contiguous one gated per lane moves as a vector),
+  reduction loads weighted by their loop."""
   hot = set(reduce_body_loads(k))
   loop = math.prod(Kernel.size(x) for x in k.axes(R)) or 1
   bad = total = 0
@@ -49,7 +51,7 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset) -> float:
     buf, idx, gates = n.src[0], n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
     weight = loop if n in hot else 1
     total += weight
-    if any(depends(g, r) for g in gates): bad += weight
+    if any(depends(g, r) for g in gates) and not (masked and len(gates) == 1 and stride(idx, r) == 1): bad += weight
     elif not (n.op is Ops.LOAD and buf.arg[0] in constant) and stride(idx, r) not in (0, 1): bad += weight
   return bad / max(total, 1)
 
@@ -69,7 +71,8 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
       for w in widths:
         opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
-        share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant)
+        share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant,
+                              get_renderer(target).masked_vectors)
         # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
         # most lanes that move as vectors
         key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)

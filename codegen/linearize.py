@@ -43,6 +43,7 @@ class _Linearizer:
   def run(self, sink: UOp) -> list[UOp]:
     grid = sorted((n for n in self.nodes if n.op is Ops.RANGE and n.arg.kind in self.grid_kinds),
                   key=lambda r: (r.arg.kind is not AxisType.GLOBAL, r.arg.id))
+    for g in grid: self.emit(g.src[0])
     self.out += grid
     self.emitted |= set(grid)
     owned = {r for rs in self.groups for r in rs}
@@ -68,6 +69,7 @@ class _Linearizer:
     reduction body (`hoist_all`), address arithmetic otherwise (values are computed where they are used)."""
     body = self._within(roots)
     for r in loops:
+      self.emit(r.src[0])        # a loop over a size known only at run time: its length first
       self.out.append(r)
       self.emitted.add(r)
       self.open.add(r)
@@ -77,7 +79,7 @@ class _Linearizer:
         if hoist_all or n.dtype == INDEX: self.emit(n)
 
   def emit(self, n: UOp) -> None:
-    if n in self.emitted: return
+    if n in self.emitted or n.op is Ops.CONST: return
     if n.op is Ops.REDUCE:
       self._group(tuple(n.src[1:]))
       return

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
+from tgc.ir.sint import sint, highest_prod
 from tgc.codegen.opts import Kernel, Opt, divisors
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
@@ -33,7 +34,7 @@ class KernelProgram:
   src: str                              # a complete translation unit: prefix + function
   function: str                         # the kernel function alone
   prefix: tuple[str, ...]               # includes and helpers the function needs
-  global_size: tuple[int, int, int]     # total work-items per dimension (C: informative)
+  global_size: tuple[sint, sint, sint]  # total work-items per dimension (C: the task loop's iterations)
   local_size: tuple[int, int, int]
   nbufs: int
   opts: tuple[Opt, ...]
@@ -46,6 +47,7 @@ class KernelProgram:
   relayouts: dict[int, Relayout] = field(default_factory=dict, compare=False, hash=False, repr=False)
   # the AST's argument positions the kernel's arguments 0, 1, ... stand for (a weight folded into another is dropped)
   args: tuple[int, ...] = ()
+  variables: tuple[str, ...] = ()       # the sizes known only at run time it takes after its buffers, by name
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -197,7 +199,7 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
     if u.op in (Ops.ELSE, Ops.ENDIF): skipping = u.op is Ops.ELSE
     elif skipping: continue
     elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
-      loops.append(u.src[0].arg); mult *= u.src[0].arg
+      loops.append(int(u.src[0].vmax)); mult *= loops[-1]     # a size known at run time: at its largest
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
         and u.dtype.scalar != INDEX:
@@ -227,7 +229,8 @@ def _reduced(ast: UOp, r: UOp) -> bool:
 def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
   expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
-  if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes)
+  if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes,
+                                   renderer.masked_vectors)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
                                target.max_groups_per_dim[:target.grid_dims] if target.max_groups_per_dim else None)
@@ -302,10 +305,10 @@ def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | Non
   function = comment + function
   src = "\n".join(prefix + [function])
   ops, nbytes = count_ops(program, not target.has_workgroups)
-  work_items = 1 if not target.has_workgroups else math.prod(gsz)
+  work_items = 1 if not target.has_workgroups else highest_prod(gsz)
   return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(done.args), tuple(done.opts),
                        ops * work_items, rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features,
-                       done.relayouts, done.args)
+                       done.relayouts, done.args, rendered.variables)
 
 
 def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:
@@ -324,17 +327,21 @@ def task_loop(ast: UOp) -> UOp:
   iterations or no output loop is left."""
   globs = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G}, key=lambda r: r.arg.id)
   n = 1
-  while n < len(globs) and math.prod(g.src[0].arg for g in globs[:n]) < MIN_TASKS: n += 1
+  # loops over a size known only at run time are not folded (one of them is a task loop of its own)
+  while n < len(globs) and all(g.src[0].op is Ops.CONST for g in globs[:n + 1]) and \
+      math.prod(g.src[0].arg for g in globs[:n]) < MIN_TASKS: n += 1
   return ast if n < 2 else _fold(ast, globs[:n], globs[0].arg.id)[0]
 
 
 def _c_sizes(ast: UOp):
-  """C: the launch size is the task loop's iterations (1 without output loops)."""
-  g = [r.src[0].arg for r in sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G},
-                                    key=lambda r: r.arg.id)]
+  """C: the launch size is the task loop's iterations (1 without output loops; an `ir.sint` expression when the task
+  loop runs over a size known only at run time)."""
+  ranges = sorted({n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is G}, key=lambda r: r.arg.id)
+  g = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in ranges]
   return (g[0] if g else 1, 1, 1)
 
 
 def _default_name(ast: UOp, gsz) -> str:
   red = any(n.op is Ops.REDUCE for n in ast.toposort())
-  return f"{'r' if red else 'e'}_{'_'.join(str(s) for s in gsz if s > 1) or '1'}_{ast.key[:6]}"
+  sizes = [str(s) if isinstance(s, int) else "n" for s in gsz if not isinstance(s, int) or s > 1]
+  return f"{'r' if red else 'e'}_{'_'.join(sizes) or '1'}_{ast.key[:6]}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tgc.ir.words import WordEnum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
 from tgc.ir.symbolic import simplify
+from tgc.ir.uop import dtype_bounds
 
 INDEX = dtypes.index
 G, R = AxisType.GLOBAL, AxisType.REDUCE
@@ -73,6 +74,30 @@ def _gate_stores(sink: UOp, cond: UOp) -> UOp:
   return sink.replace(src=tuple(gated(st) for st in sink.src))
 
 
+def _end(n) -> UOp: return n if isinstance(n, UOp) else UOp.const(INDEX, n)
+
+
+def _gate_loads(ast: UOp, inside: UOp, inner: UOp) -> UOp:
+  """Every global-memory load whose index moves with the padded range `inner` also gated by `inside`: padded
+  iterations read nothing (a vector of them is one masked load)."""
+  def gated(ld: UOp) -> UOp:
+    gate = inside if len(ld.src) < 3 else ld.src[2].logical_and(inside)
+    return ld.replace(src=ld.src[:2] + (gate,) + ld.src[3:])
+  loads = [n for n in ast.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and
+           inner in n.src[1].toposort()]
+  return substitute(ast, {ld: gated(ld) for ld in loads}) if loads else ast
+
+
+def _mask_reduces(ast: UOp, inside: UOp, inner: UOp) -> UOp:
+  """A padded reduce axis (its length known only at run time): the reductions over its new inner range take their
+  identity where the padded index is past the end."""
+  def masked(red: UOp) -> UOp:
+    identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype_bounds(red.dtype)[0]}[red.arg]
+    return red.replace(src=(inside.where(red.src[0], UOp.const(red.dtype, identity)),) + red.src[1:])
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and any(inner in s.toposort() for s in n.src[1:])]
+  return substitute(ast, {red: masked(red) for red in reds}) if reds else ast
+
+
 @dataclass(frozen=True, order=True)
 class Opt:
   op: OptOps     # an OptOps (its name is accepted and converted: OptError for an unknown one)
@@ -112,7 +137,9 @@ class Kernel:
     return [r for r in self.ranges() if r.arg.kind in kinds]
 
   @staticmethod
-  def size(r: UOp) -> int: return r.src[0].arg
+  def size(r: UOp) -> int:
+    """The length of a loop (over a size known only at run time: its largest, what heuristics plan for)."""
+    return int(r.src[0].vmax)
 
   def next_id(self) -> int: return max((r.arg.id for r in self.ranges()), default=-1) + 1
 
@@ -127,17 +154,23 @@ class Kernel:
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: no axis {opt.axis}")
     r = axes[opt.axis]
     if opt.op is OptOps.SWAP: return self._swap(opt, r, axes)
-    n = self.size(r)
-    padded = n % opt.amount != 0 and (opt.op is OptOps.LOCAL or
-                                      (opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is AxisType.GLOBAL))
-    if opt.amount <= 1 or (n % opt.amount and not padded): raise OptError(f"{opt}: {opt.amount} does not divide {n}")
+    n = r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
+    if opt.amount <= 1: raise OptError(f"{opt}: splits by {opt.amount}")
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
-    groups = -(-n // opt.amount)
-    outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, groups),), RangeArg(r.arg.id, r.arg.kind)) \
-      if groups > 1 else UOp.const(INDEX, 0)
+    padded = not isinstance(n, int) or n % opt.amount != 0
+    if padded and not (opt.op is OptOps.LOCAL or opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is G or
+                       opt.op in (OptOps.VECTOR, OptOps.UNROLL) and not isinstance(n, int)):
+      raise OptError(f"{opt}: {opt.amount} does not divide {n}")
+    groups = -(-n // opt.amount) if isinstance(n, int) else simplify((n + (opt.amount - 1)) // opt.amount)
+    outer = UOp(Ops.RANGE, INDEX, (_end(groups),), RangeArg(r.arg.id, r.arg.kind)) \
+      if not isinstance(groups, int) or groups > 1 else UOp.const(INDEX, 0)
     inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), RangeArg(self.next_id(), inner_kind, r.arg.id))
     flat = outer * opt.amount + inner
     if not padded: new_ast = simplify(substitute(self.ast, {r: flat}))
+    elif isinstance(n, UOp):    # a size known at run time: past its end loads are gated off, reductions and stores too
+      inside = flat.lt(n)
+      gated = _gate_loads(substitute(self.ast, {r: flat}), inside, inner)
+      new_ast = simplify(_mask_reduces(gated, inside, inner) if r.arg.kind is R else _gate_stores(gated, inside))
     else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: flat.lt(n).where(flat, n - 1)}), flat.lt(n)))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 

@@ -37,6 +37,7 @@ class TargetSpec:
   emit_options: tuple[str, ...] = ()   # keyword options its emitter takes (c: "embed_weights")
   run_options: tuple[str, ...] = ()    # keyword options its artifact runner takes (c: "threads", "profile")
   aliases: tuple[str, ...] = ()        # more device names for it (the ONNX backend's "CPU", "cl", ...)
+  run_time_sizes: bool = False         # its artifacts take sizes known only at run time (ir.sint Variables)
 
 
 _specs: dict[str, TargetSpec] = {}

@@ -175,6 +175,7 @@ def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UO
   outer_gates = [g for ld in loads for g in ld.src[2:] if not {n for n in g.toposort() if n.op is Ops.RANGE} <= own]
   if outer_gates: return None       # a gate over another loop: the kernel keeps reading the weights as they are
   rs = tuple(sorted(own, key=lambda r: (order[r.arg.kind], r.arg.id)))
+  if any(r.src[0].op is not Ops.CONST for r in rs): return None   # a loop over a size known only at run time
   numel = math.prod(r.src[0].arg for r in rs)
   if numel > MAX_ELEMENTS or numel * e.dtype.itemsize > MAX_GROWTH * old_bytes + 256: return None
   new_idx = UOp.const(INDEX, 0)

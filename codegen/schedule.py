@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz, graph_rewrite
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
+from tgc.ir.sint import sint, highest, highest_prod, is_static, same, prod as sym_prod
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
@@ -39,7 +40,8 @@ def _expands(n: UOp) -> bool:
 
 
 def _numel(n: UOp) -> int:
-  return math.prod(n.shape)
+  """Elements of `n`'s value (at the largest sizes of dims known only at run time)."""
+  return highest_prod(n.shape)
 
 
 def _source_sizes(roots: list[UOp]) -> dict[UOp, int]:
@@ -235,8 +237,9 @@ class _KernelBuilder:
     if perm is None: return _flat_index(idx, n.shape)
     return _flat_index(tuple(idx[p] for p in perm), tuple(n.shape[p] for p in perm))
 
-  def new_range(self, size: int, kind: AxisType) -> UOp:
-    r = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, size),), RangeArg(self.n_ranges, kind))
+  def new_range(self, size: sint, kind: AxisType) -> UOp:
+    end = size if isinstance(size, UOp) else UOp.const(INDEX, size)
+    r = UOp(Ops.RANGE, INDEX, (end,), RangeArg(self.n_ranges, kind))
     self.n_ranges += 1
     return r
 
@@ -255,7 +258,7 @@ class _KernelBuilder:
       flat = _flat_index(idx, buf.arg[1]) if n.op is Ops.BUFFER else self.flat_index(n, idx)
       src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
       return UOp(Ops.LOAD, buf.dtype, src)
-    if n.op is Ops.CONST: return n
+    if n.op in (Ops.CONST, Ops.DEFINE_VAR): return n
     if n.op is Ops.ARANGE: return idx[0].cast(n.dtype)
     if n.op is Ops.CONTIGUOUS: return self.value(n.src[0], idx, valid)
     if n.op in GroupOp.Elementwise:
@@ -263,7 +266,7 @@ class _KernelBuilder:
     if n.op is Ops.REDUCE_AXIS:
       op, axes = n.arg
       in_shape = n.src[0].shape
-      ranges = {a: self.new_range(in_shape[a], AxisType.REDUCE) if in_shape[a] > 1 else UOp.const(INDEX, 0)
+      ranges = {a: self.new_range(in_shape[a], AxisType.REDUCE) if in_shape[a] != 1 else UOp.const(INDEX, 0)
                 for a in axes}
       inner = tuple(ranges[i] if i in ranges else x for i, x in enumerate(idx))
       body = self.value(n.src[0], inner, valid)
@@ -297,18 +300,18 @@ class _KernelBuilder:
     raise NotImplementedError(f"scheduler: cannot index through {n.op}")
 
 
-def _strides(shape) -> list[int]:
+def _strides(shape) -> list[sint]:
   st, acc = [], 1
   for s in reversed(shape):
     st.append(acc if s != 1 else 0)
-    acc *= s
+    acc = sym_prod((acc, s))
   return st[::-1]
 
 
 def _flat_index(idx, shape) -> UOp:
   out = UOp.const(INDEX, 0)
   for x, st in zip(idx, _strides(shape)):
-    if st: out = out + x * st
+    if isinstance(st, UOp) or st: out = out + x * st
   return out
 
 
@@ -330,9 +333,9 @@ def _reshaped_index(idx: tuple[UOp, ...], shape: tuple[int, ...], src_shape: tup
   while a < len(dst) or b < len(srcd):
     ga, gb = [dst[a]] if a < len(dst) else [], [srcd[b]] if b < len(srcd) else []
     pa, pb = (shape[ga[0]] if ga else 1), (src_shape[gb[0]] if gb else 1)
-    while pa != pb:
-      if pa < pb: a += 1; ga.append(dst[a]); pa *= shape[dst[a]]
-      else: b += 1; gb.append(srcd[b]); pb *= src_shape[srcd[b]]
+    while not same(pa, pb):     # sizes known at run time compare at their largest values
+      if highest(pa) < highest(pb): a += 1; ga.append(dst[a]); pa = sym_prod((pa, shape[dst[a]]))
+      else: b += 1; gb.append(srcd[b]); pb = sym_prod((pb, src_shape[srcd[b]]))
     a, b = a + 1, b + 1
     if len(ga) == 1 and len(gb) == 1: out[gb[0]] = idx[ga[0]]; continue
     flat = _flat_index(tuple(idx[i] for i in ga), tuple(shape[i] for i in ga))
@@ -351,6 +354,7 @@ def _drop_unused_buffers(ast: UOp, bufs: list[UOp]) -> tuple[UOp, tuple[UOp, ...
 
 def _packed_store(kb: _KernelBuilder, n: UOp, out_arg: UOp) -> UOp:
   """A sub-byte output is written a whole byte per work-item: each byte gathers its elements."""
+  if not is_static(n.shape): raise NotImplementedError("sub-byte tensors with sizes known only at run time")
   k, numel = per_word(n.dtype), math.prod(n.shape)
   nbytes = -(-numel // k)
   byte = kb.new_range(nbytes, AxisType.GLOBAL) if nbytes > 1 else UOp.const(INDEX, 0)
@@ -453,7 +457,7 @@ def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp
     if it is None: continue
     for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or not _layout_free(n.dtype): continue
+      if n is None or n in roots or n in picked or not _layout_free(n.dtype) or not is_static(n.shape): continue
       dims = _image_dims(n.shape)
       if dims is not None and _channel_access(ld.src[1], n.shape, dims):
         c, w = dims[0], dims[2]
@@ -483,7 +487,7 @@ def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UO
     out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
     if len(out) != 1: continue
     g = out[0]
-    if g.src[0].arg % TRANSPOSE_MULTIPLE: continue
+    if g.src[0].op is not Ops.CONST or g.src[0].arg % TRANSPOSE_MULTIPLE: continue
     for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
       loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
       moving = [ld for ld in loads if g in ld.src[1].toposort()]
@@ -491,6 +495,7 @@ def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UO
       ld = moving[0]
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
       if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
+      if not is_static(n.shape): continue
       dim = _transposed_dim(ld.src[1], n.shape, g, red.src[1:])
       if dim is not None: picked[n] = tuple(d for d in range(len(n.shape)) if d != dim) + (dim,)
   return picked

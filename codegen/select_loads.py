@@ -31,7 +31,7 @@ def _select_load(red: UOp, cond: UOp, value: UOp, zero: UOp) -> UOp | None:
   for i, term in enumerate(terms):
     if (hit := _selected_range(term, ranges)) is None: continue
     r, x = hit
-    n = r.src[0].arg
+    n = r.src[0]
     xi = x.cast(INDEX)
     inside = xi.lt(0).ne(True).logical_and(xi.lt(n))
     at = inside.where(xi, UOp.const(INDEX, 0))        # every load stays in bounds; the select zeroes the rest

@@ -39,7 +39,7 @@ def kernel_traffic(ast: UOp, target, opts=None, weights: dict[int, int] | None =
 def program_traffic(program: list[UOp]) -> Traffic:
   grid = [u for u in program if u.op is Ops.RANGE and u.arg.kind in _GRID]
   workers = [r for r in grid if r.arg.kind is not AxisType.GLOBAL]
-  fixed = {r: np.asarray(r.src[0].arg // 2, np.int64) for r in grid if r.arg.kind is AxisType.GLOBAL}
+  fixed = {r: np.asarray(_extent(r) // 2, np.int64) for r in grid if r.arg.kind is AxisType.GLOBAL}
   loops: list[UOp] = []
   loaded, executed, stored, addresses = 0, 0.0, 0, {}
   vector = scalar = 0
@@ -52,15 +52,15 @@ def program_traffic(program: list[UOp]) -> Traffic:
     axes = workers + loops
     env = dict(fixed)
     for i, r in enumerate(axes):
-      n = r.src[0].arg if r in workers else min(r.src[0].arg, SAMPLE)
+      n = _extent(r) if r in workers else min(_extent(r), SAMPLE)
       env[r] = np.arange(n, dtype=np.int64).reshape([-1 if j == i else 1 for j in range(len(axes))])
-    shape = [(r.src[0].arg if r in workers else min(r.src[0].arg, SAMPLE)) for r in axes]
+    shape = [(_extent(r) if r in workers else min(_extent(r), SAMPLE)) for r in axes]
     gate = load_gate(u) if u.op is Ops.LOAD else store_gate(u)
     valid = np.broadcast_to(evaluate(gate, env), shape).reshape(-1) if gate is not None else \
       np.ones(math.prod(shape), bool)
     count = int(valid.sum()) * lanes
     if u.op is Ops.STORE: stored += count; continue
-    sampled = math.prod(r.src[0].arg / min(r.src[0].arg, SAMPLE) for r in loops)    # every iteration, not the sample
+    sampled = math.prod(_extent(r) / min(_extent(r), SAMPLE) for r in loops)    # every iteration, not the sample
     loaded += count
     executed += count * sampled
     base = np.broadcast_to(evaluate(u.src[1], env), shape).reshape(-1)[valid]
@@ -68,3 +68,8 @@ def program_traffic(program: list[UOp]) -> Traffic:
     addresses.setdefault(u.src[0].arg[0], []).append(where)
   distinct = sum(np.unique(np.concatenate(a)).size for a in addresses.values())
   return Traffic(executed / max(stored, 1), loaded / max(distinct, 1), vector, scalar)
+
+
+def _extent(r: UOp) -> int:
+  """A loop's length (over a size known only at run time: its largest)."""
+  return int(r.src[0].vmax)

@@ -3,6 +3,8 @@ depends on the VECTOR range is turned into a `dtype.vec(W)` value:
   LOAD(buf, base + v)           -> one contiguous vector load at base (a gate that does not depend on v stays scalar)
   LOAD(buf, idx(v)) otherwise   -> a gather: VECTORIZE of the W lane loads (also for elements narrower than a lane:
                                    a byte mask is loaded lane by lane)
+  LOAD(buf, base + v, gate(v))  -> a masked vector load (renderers that have them: the end of a loop over a size
+                                   known at run time); STOREs alike
   STORE(buf, base + v, x)       -> one contiguous vector store; otherwise one store per lane (GEP)
   ALU(x, y) with vector sources -> the vector ALU; scalar sources are broadcast (VECTORIZE of one source)
   REDUCE(x, v, rest)            -> a vector accumulator over `rest`, then its lanes combined (a horizontal reduce)
@@ -26,6 +28,7 @@ class VectorCtx:
   native: frozenset                        # ops the renderer does on vectors
   aligned: Callable[[UOp, UOp], bool] | None = None    # (buffer, base) -> a vector access there is allowed
   itemsizes: frozenset = frozenset({4})    # element sizes the renderer loads and stores as vectors
+  masked: bool = False                     # the renderer has masked vector loads and stores (a gate per lane)
   depends: dict = field(default_factory=dict)
 
   @property
@@ -82,10 +85,19 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(_per_lane(ctx, g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
+  if _masked(ctx, buf, base, gate, ld.dtype):
+    return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base, ctx.vec(gate[0])))
   # each lane's load: only the sources that differ per lane change (a workgroup-memory read keeps its barrier as is)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(
     ld.replace(src=(buf,) + tuple(ctx.lane(s, i) if _per_lane(ctx, s) else s for s in ld.src[1:]))
     for i in range(ctx.lanes)))
+
+
+def _masked(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> bool:
+  """A contiguous access of 32-bit elements whose one gate differs per lane (the end of a loop over a size known at
+  run time): one masked vector load or store, where the renderer has them."""
+  return ctx.masked and len(gate) == 1 and gate[0].dtype.count == 1 and ctx.on_v(gate[0]) and \
+    ctx.vector_access(buf, base) and dtype.itemsize == 4
 
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
@@ -96,6 +108,8 @@ def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and val.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)
+  if _masked(ctx, buf, base, gate, val.dtype): return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val),
+                                                                                 ctx.vec(gate[0])))
   vals = ctx.vec(val)
   return UOp(Ops.SINK, dtypes.bool, tuple(UOp(Ops.STORE, dtypes.bool, (buf, ctx.lane(idx, i), gep(vals, i)) +
                                               tuple(ctx.lane(g, i) for g in gate)) for i in range(ctx.lanes)))
@@ -165,13 +179,14 @@ vectorizer = PatternMatcher([
 
 
 def vectorize(ast: UOp, native: frozenset, aligned: Callable[[UOp, UOp], bool] | None = None,
-              itemsizes: frozenset = frozenset({4})) -> UOp:
+              itemsizes: frozenset = frozenset({4}), masked: bool = False) -> UOp:
   """`ast` with its VECTOR range (if any) turned into vector values (`aligned`: see the module docstring; `itemsizes`:
-  the element sizes loaded and stored as vectors, others lane by lane)."""
+  the element sizes loaded and stored as vectors, others lane by lane; `masked`: the renderer has masked vector
+  loads and stores)."""
   vs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR]
   if not vs: return ast
   if len(vs) > 1: raise ValueError("a kernel vectorizes one axis")
-  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned, itemsizes))
+  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned, itemsizes, masked))
   return _flatten(out)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tgc.ir import lowp
+from tgc.ir.sint import dims_text, highest, is_static
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.memory import ALIGN as ARENA_ALIGN
@@ -59,7 +60,7 @@ def _check_names(cm: CompiledModel) -> None:
 
 
 # ---- the host libraries' documentation and tensor tables ----
-def _dims(b: BufferInfo) -> str: return "".join(f"[{s}]" for s in b.shape) or "(scalar)"
+def _dims(b: BufferInfo) -> str: return "".join(f"[{s}]" for s in dims_text(b.shape)) or "(scalar)"
 
 
 def io_doc(cm: CompiledModel) -> str:
@@ -68,9 +69,25 @@ def io_doc(cm: CompiledModel) -> str:
   for title, bufs in (("Inputs (inputs[i])", cm.inputs), ("Outputs (outputs[i])", cm.outputs)):
     lines.append(f"   {title}:" if bufs else f"   {title}: none")
     for i, b in enumerate(bufs):
-      lines.append(f"     {i}: {b.symbol}  {numpy_name(b.dtype)}{_dims(b)}  {b.nbytes} bytes  "
+      lines.append(f"     {i}: {b.symbol}  {numpy_name(b.dtype)}{_dims(b)}  {b.nbytes} bytes{_at_most(b)}  "
                    f"original name \"{comment_safe(b.name)}\"")
   return "\n".join(lines)
+
+
+def _at_most(b: BufferInfo) -> str: return "" if is_static(b.shape) else " at most"
+
+
+def dims_doc(cm: CompiledModel) -> str:
+  """model.h's list of the sizes known only at run time, with their ranges."""
+  if not cm.dims: return ""
+  rows = [f"     {i}: {name}  {lo}..{hi}" for i, (name, (lo, hi)) in enumerate(cm.dims.items())]
+  return "\n   Sizes known at run time (dims[i] of set_dims; shapes above name them):\n" + "\n".join(rows)
+
+
+def dim_table(cm: CompiledModel) -> str:
+  """The rows `{name, lowest, highest}` of the host library's table of sizes known only at run time."""
+  rows = [f"  {{{c_string(name)}, {lo}, {hi}}}" for name, (lo, hi) in cm.dims.items()]
+  return ",\n".join(rows) if rows else "  {NULL, 0, 0}"
 
 
 def lowp_table() -> str:
@@ -96,7 +113,7 @@ def tensor_tables(cm: CompiledModel) -> dict[str, str]:
     for b in bufs:
       rows.append(f"  {{{c_string(b.name)}, {c_string(b.symbol)}, {c_string(numpy_name(b.dtype))}, {len(b.shape)}, "
                   f"{len(dims)}, {b.nbytes}, {b.dtype.itemsize}}}")
-      dims.extend(b.shape)
+      dims.extend(highest(s) for s in b.shape)     # a size known only at run time: its largest value
     out[key] = ",\n".join(rows) if rows else "  {NULL, NULL, NULL, 0, 0, 0, 1}"
   out["dims"] = ", ".join(str(d) for d in dims + [0])
   return out
@@ -106,7 +123,8 @@ def host_values(cm: CompiledModel, sym: str, weights: WeightsFile, counts: dict[
   """The placeholder values every host library fills: names, documentation, sizes, the weights header, the tensor
   tables, and for each count `num_<key>` and `<key>_len` (at least 1: C arrays are never empty)."""
   values = {"sym": sym, "SYM": sym.upper(), "version": tgc_version(), "model_comment": f"\"{comment_safe(cm.name)}\"",
-            "io_doc": io_doc(cm), "arena_bytes": str(cm.arena_bytes), "weights_bytes": str(len(weights.data)),
+            "io_doc": io_doc(cm) + dims_doc(cm), "arena_bytes": str(cm.arena_bytes),
+            "weights_bytes": str(len(weights.data)),
             "header_len": str(len(weights.header)), "header_bytes": c_bytes(weights.header)}
   values.update({f"num_{key}": str(n) for key, n in counts.items()})
   values.update({f"{key}_len": str(max(n, 1)) for key, n in counts.items()})

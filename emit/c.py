@@ -10,11 +10,13 @@ Generated text comes from the templates in templates/c; model names reach it onl
 reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)."""
 from __future__ import annotations
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
+from tgc.ir.sint import is_static, render
 from tgc.codegen.lower import KernelProgram
+from tgc.codegen.render.cstyle import variable_name
 from tgc.codegen.render.c import SIMD_POSTLUDE, SIMD_PRELUDE
-from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, host_values, kernel_params,
-                             write_bundle)
-from tgc.emit.c_io import io_declarations, run_io_body
+from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, dim_table, host_values,
+                             kernel_params, write_bundle)
+from tgc.emit.c_io import io_declarations, run_io_body, shape_functions
 from tgc.emit.c_literals import c_bytes
 from tgc.emit.common import call_comment, fill, read_template, sha256
 from tgc.emit.weights import WeightsFile
@@ -38,9 +40,10 @@ def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
   """Per kernel, the argument block a launch fills, the function running a range of its task loop, and the task
   function a parallel-for calls (one task loop iteration)."""
   out = []
-  for name in cm.kernels:
-    fields = "".join(f" {p.ctype} *d{p.index};" for p in params[name])
-    call = ", ".join([f"g->d{p.index}" for p in params[name]] + ["(int)lo", "(int)hi"])
+  for name, k in cm.kernels.items():
+    dims = [variable_name(v) for v in k.variables]
+    fields = "".join(f" {p.ctype} *d{p.index};" for p in params[name]) + "".join(f" int {d};" for d in dims)
+    call = ", ".join([f"g->d{p.index}" for p in params[name]] + [f"g->{d}" for d in dims] + ["(int)lo", "(int)hi"])
     out.append(f"typedef struct {{{fields} }} tg_args_{name};\n"
                f"static void tg_range_{name}(void *p, size_t lo, size_t hi) {{\n"
                f"  tg_args_{name} *g = (tg_args_{name} *)p;\n  {name}({call});\n}}\n"
@@ -51,7 +54,7 @@ def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
 def _parallel(k: KernelProgram) -> str:
   """Whether a launch may go to the parallel-for: a C expression on the kernel's op and byte counts (model.c's
   TG_PARALLEL thresholds); a kernel with one task iteration never does."""
-  return f"TG_PARALLEL({k.ops}.0, {k.bytes}.0)" if k.global_size[0] > 1 else "0"
+  return f"TG_PARALLEL({k.ops}.0, {k.bytes}.0)" if not is_static(k.global_size[0]) or k.global_size[0] > 1 else "0"
 
 
 def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
@@ -61,6 +64,8 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
   if BufferKind.WEIGHT in uses: locals_.append("  const unsigned char *w;\n"); setup.append("  w = ctx->weights;\n")
   if BufferKind.ARENA in uses: locals_.append("  unsigned char *a;\n"); setup.append("  a = ctx->arena;\n")
   locals_.append("  size_t i;\n")
+  locals_ += [f"  int {variable_name(name)};\n" for name in cm.dims]
+  setup += [f"  {variable_name(name)} = ctx->dims[{i}];\n" for i, name in enumerate(cm.dims)]
   checks = []
   for what, table in (("inputs", "tg_inputs"), ("outputs", "tg_outputs")):
     if what == "inputs" and not cm.inputs: continue
@@ -77,9 +82,11 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
       else: arg = _argument(b, p)
       sets.append(f"    g.d{p.index} = {arg};\n")
     k = cm.kernels[c.kernel]
+    sets += [f"    g.{variable_name(v)} = {variable_name(v)};\n" for v in k.variables]
     calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}"
                  f"    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
-                 f"tg_range_{c.kernel}, &g, {k.global_size[0]}, {_parallel(k)});\n  }}")
+                 f"tg_range_{c.kernel}, &g, (size_t){render(k.global_size[0], variable_name)}, "
+                 f"{_parallel(k)});\n  }}")
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}
 
@@ -119,7 +126,10 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
                  "objects": "model.o weights.o" if embed_weights else "model.o",
                  "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
                  "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
+                 "num_dims": str(len(cm.dims)), "num_dims_len": str(max(len(cm.dims), 1)),
+                 "dim_table": dim_table(cm),
                  "io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym),
+                 "shape_functions": shape_functions(cm, sym),
                  "cmake_languages": "C ASM" if embed_weights else "C",
                  "cmake_sources": "model.c weights.S" if embed_weights else "model.c",
                  "cmake_weights": CMAKE_WEIGHTS if embed_weights else "", "cpu_arch": cm.target.cpu.arch,

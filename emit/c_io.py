@@ -6,6 +6,8 @@ Field names come from the buffers' sanitized symbols (`codegen.names.symbol`), a
 keywords (model.h is included from C++), the lower-case macros C libraries and compilers define (`errno`, `stdin`,
 `linux`, ...), the `tg_` prefix, and names equal but for case (each field's macros are its name in upper case)."""
 from __future__ import annotations
+from tgc.ir import Ops
+from tgc.ir.sint import dims_text, highest, is_static, prod, render
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.codegen.names import comment_safe, symbol
 from tgc.emit.common import numpy_name
@@ -38,15 +40,18 @@ def field_names(bufs: list[BufferInfo]) -> list[str]:
   return names
 
 
-def _shape_text(b: BufferInfo) -> str: return "[" + ", ".join(str(d) for d in b.shape) + "]"
+def _shape_text(b: BufferInfo) -> str: return "[" + ", ".join(str(d) for d in dims_text(b.shape)) + "]"
 
 
 def _macros(prefix: str, index: int, b: BufferInfo) -> list[str]:
+  """A size known only at run time appears at its largest value (the _BYTES a buffer needs for any size)."""
+  shape = [highest(d) for d in b.shape]
   elems = 1
-  for d in b.shape: elems *= d
-  out = [f"#define {prefix}_INDEX {index}", f"#define {prefix}_NDIM {len(b.shape)}"]
-  out += [f"#define {prefix}_DIM{k} {d}" for k, d in enumerate(b.shape)]
-  if b.shape: out.append(f"#define {prefix}_SHAPE {{{', '.join(str(d) for d in b.shape)}}}")
+  for d in shape: elems *= d
+  out = [f"#define {prefix}_INDEX {index}", f"#define {prefix}_NDIM {len(shape)}"]
+  out += [f"#define {prefix}_DIM{k} {d}" + ("" if is_static(s) else f"   /* {render(s)}: at most */")
+          for k, (d, s) in enumerate(zip(shape, b.shape))]
+  if shape: out.append(f"#define {prefix}_SHAPE {{{', '.join(str(d) for d in shape)}}}")
   return out + [f"#define {prefix}_ELEMS {elems}", f"#define {prefix}_BYTES {b.nbytes}"]
 
 
@@ -81,3 +86,32 @@ def run_io_body(cm: CompiledModel, sym: str) -> str:
   lines += [f"  inputs[{i}] = in->{f};" for i, f in enumerate(field_names(cm.inputs))]
   lines += [f"  outputs[{i}] = out->{f};" for i, f in enumerate(field_names(cm.outputs))]
   return "\n".join(lines + [f"  return {sym}_run(ctx, inputs, outputs);"])
+
+
+def shape_functions(cm: CompiledModel, sym: str) -> str:
+  """`<name>_input_shape_at` / `<name>_output_shape_at(ctx, i, shape)`: tensor i's shape for the context's sizes
+  known at run time (fixed dims as they are), and its bytes; and `<name>_input_dim_size(i, k)`: the size that dim k of
+  input i is (its number in set_dims), or -1."""
+  names = list(cm.dims)
+  spell = lambda n: f"(size_t)ctx->dims[{names.index(n)}]"     # noqa: E731
+  out = []
+  for kind, bufs in (("input", cm.inputs), ("output", cm.outputs)):
+    cases = []
+    for i, b in enumerate(bufs):
+      sets = "".join(f" shape[{k}] = {render(d, spell) if not is_static(d) else d};" for k, d in enumerate(b.shape))
+      nbytes = b.nbytes if is_static(b.shape) else \
+        f"{render(prod(b.shape), spell)} * {b.dtype.itemsize}" if b.shape else b.nbytes
+      cases.append(f"    case {i}:{sets} return (size_t)({nbytes});")
+    out.append(f"size_t {sym}_{kind}_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape) {{\n"
+               f"  if (ctx == NULL || shape == NULL) return 0;\n" + (f"  (void)ctx;\n" if not names else "") +
+               "  switch (i) {\n" + "".join(c + "\n" for c in cases) + "    default: return 0;\n  }\n}\n")
+  table = [names.index(d.arg[0]) if not is_static(d) and d.op is Ops.DEFINE_VAR else -1
+           for b in cm.inputs for d in b.shape]
+  offsets = [0]
+  for b in cm.inputs: offsets.append(offsets[-1] + len(b.shape))
+  out.append(f"static const int tg_input_dim_sizes[] = {{{', '.join(str(t) for t in table + [-1])}}};\n"
+             f"static const size_t tg_input_dims_at[] = {{{', '.join(str(o) for o in offsets)}}};\n"
+             f"int {sym}_input_dim_size(size_t i, size_t k) {{\n"
+             f"  if (i >= tg_num_inputs || k >= tg_input_dims_at[i + 1] - tg_input_dims_at[i]) return -1;\n"
+             f"  return tg_input_dim_sizes[tg_input_dims_at[i] + k];\n}}\n")
+  return "\n".join(out)

@@ -1,6 +1,7 @@
 """`manifest.json`: the description of an artifact that tools read instead of the sources (format version, model,
 inputs/outputs with original names and symbols, weights file and per-tensor layout, arena, kernels, call order
-and the sha256 of every other file). The JSON Schema it follows ships next to this module
+and the sha256 of every other file; `dims`: the sizes known only at run time, with their ranges, that shapes
+name). The JSON Schema it follows ships next to this module
 (`emit/manifest.schema.json`); `validate_manifest` checks a manifest against it. Serialization is deterministic:
 sorted keys, two-space indent, ASCII only, one trailing newline."""
 from __future__ import annotations
@@ -8,6 +9,7 @@ import importlib.resources
 import json
 
 from tgc.ir import DType, lowp
+from tgc.ir.sint import dims_text
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.emit.common import numpy_name, sha256, tgc_version
 from tgc.emit.weights import ALIGN, WeightsFile
@@ -18,7 +20,7 @@ SCHEMA = "manifest.schema.json"
 
 
 def _tensor(b: BufferInfo) -> dict:
-  return {"name": b.name, "symbol": b.symbol, "shape": list(b.shape), "dtype": numpy_name(b.dtype),
+  return {"name": b.name, "symbol": b.symbol, "shape": dims_text(b.shape), "dtype": numpy_name(b.dtype),
           "tgc_dtype": b.dtype.name, "npy_dtype": npy_name(b.dtype), "nbytes": b.nbytes}
 
 
@@ -37,6 +39,7 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
     "tgc_version": tgc_version(),
     "target": cm.target.name,
     "model": {"name": cm.name, "symbol": model_symbol},
+    **({"dims": [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in cm.dims.items()]} if cm.dims else {}),
     "inputs": [_tensor(b) for b in cm.inputs],
     "outputs": [_tensor(b) for b in cm.outputs],
     "weights": {
@@ -46,9 +49,9 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
                    "shape": list(t.shape), "offset": t.offset, "nbytes": t.nbytes} for t in weights.tensors]},
     "arena_bytes": cm.arena_bytes,
     "arena_buffers": [{"index": b.index, "symbol": b.symbol, "offset": b.offset, "nbytes": b.nbytes,
-                       "shape": list(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
+                       "shape": dims_text(b.shape), "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name}
                       for b in cm.of_kind(BufferKind.ARENA)],
-    "kernels": [{"name": name, "global_size": list(k.global_size), "local_size": list(k.local_size),
+    "kernels": [{"name": name, "global_size": dims_text(k.global_size), "local_size": list(k.local_size),
                  "ops": k.ops, "bytes": k.bytes, "opts": [o.to_json() for o in k.opts],
                  "tuned": name in cm.meta.get("tuned", ()), "args": kernel_args[name],
                  "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}

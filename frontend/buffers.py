@@ -4,6 +4,7 @@ import itertools
 import weakref
 import numpy as np
 from tgc.ir import Ops, UOp, DType, lowp
+from tgc.ir.sint import highest_prod, simplified
 
 _ids = itertools.count()
 _storage: dict[int, object] = {}
@@ -13,7 +14,7 @@ _device: dict[int, str] = {}
 def new_buffer(device: str, shape: tuple[int, ...], dtype: DType, storage=None) -> UOp:
   """A BUFFER node; its storage is freed when the node is garbage collected."""
   bid = next(_ids)
-  u = UOp(Ops.BUFFER, dtype, (), (bid, tuple(int(s) for s in shape)))
+  u = UOp(Ops.BUFFER, dtype, (), (bid, tuple(simplified(s) for s in shape)))
   _device[bid] = device
   if storage is not None: _storage[bid] = storage
   weakref.finalize(u, _free, bid)
@@ -33,8 +34,8 @@ def set_storage(u: UOp, s) -> None: _storage[u.arg[0]] = s
 
 
 def nbytes(u: UOp) -> int:
-  n = 1
-  for s in u.arg[1]: n *= s
+  """Bytes of a buffer's elements (at the largest size of a dim known only at run time)."""
+  n = highest_prod(u.arg[1])
   if u.dtype.storage_only: return lowp.storage_nbytes(u.dtype, n)
   return n * u.dtype.itemsize
 

@@ -7,6 +7,7 @@ import math
 import time
 from dataclasses import dataclass, field
 import numpy as np
+from tgc.ir.sint import highest_prod, is_static
 from tgc.ir import Ops, GroupOp, UOp, DType, lowp, provenance, substitute
 from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
 from tgc.frontend import buffers, realize as _realize
@@ -220,7 +221,7 @@ def _grows(n: UOp) -> bool:
   dequantized to float32, float16 weights cast up): such values stay computed in the kernels, weights stay small."""
   sources = {b for b in n.toposort() if b.op is Ops.BUFFER}
   source_bytes = sum(lowp.storage_nbytes(b.dtype, math.prod(b.arg[1])) for b in sources)
-  return bool(sources) and lowp.storage_nbytes(n.dtype, math.prod(n.shape)) > source_bytes
+  return bool(sources) and lowp.storage_nbytes(n.dtype, highest_prod(n.shape)) > source_bytes
 
 
 def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
@@ -271,7 +272,8 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
   for r in roots:
     for n in r.toposort():
       if n in depends: continue
-      depends[n] = n in inputs or any(depends[s] for s in n.src)
+      # sizes known only at run time are inputs too: what has one cannot be computed now
+      depends[n] = n in inputs or n.op is Ops.DEFINE_VAR or not is_static(n.shape) or any(depends[s] for s in n.src)
       kinds = {index_math[s] for s in n.src}
       index_math[n] = True if n.op is Ops.ARANGE else None if n.op is Ops.CONST else \
         (False if False in kinds or not n.src else True if True in kinds else None)

@@ -8,6 +8,7 @@ every buffer it is about to capture or fold and every reduction's length; a tens
 from __future__ import annotations
 import math
 from dataclasses import dataclass
+from tgc.ir.sint import highest
 from tgc.ir import DType, lowp
 
 MAX_ELEMENTS = 2**31 - 1          # int32 index arithmetic in kernels
@@ -36,7 +37,8 @@ class SizeLimits:
   max_elements: int = MAX_ELEMENTS
 
   def problem(self, shape: tuple[int, ...], dtype: DType) -> str | None:
-    """Why a tensor of `shape` and `dtype` is refused, or None."""
+    """Why a tensor of `shape` and `dtype` is refused (at the largest sizes of dims known at run time), or None."""
+    shape = tuple(highest(s) for s in shape)
     numel = math.prod(shape)
     if numel > self.max_elements:
       return (f"shape {list(shape)} has {numel} elements; artifacts index tensors with 32-bit integers (at most "
@@ -55,7 +57,7 @@ class SizeLimits:
   def check_reduction(self, shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
     """Raise TensorTooLarge when reducing `shape` over `axes` takes more steps per result than kernels can count
     (their loop counters are 32-bit too)."""
-    extent = math.prod(shape[i] for i in axes)
+    extent = math.prod(highest(shape[i]) for i in axes)
     if extent > self.max_elements:
       raise TensorTooLarge(f"a reduction over {extent} elements per result (of shape {list(shape)}); kernels count "
                            f"with 32-bit integers (at most {self.max_elements})")

@@ -5,6 +5,7 @@ import time
 import numpy as np
 from tgc.ir import Ops, UOp, DType, dtypes, lowp
 from tgc.ir.config import config
+from tgc.ir.sint import is_static
 from tgc.frontend import buffers
 from tgc.frontend.interpreter import evaluate
 from tgc.codegen.registry import target_names, target_spec
@@ -127,6 +128,9 @@ def run_items(items, device: str, timing: bool = False) -> float:
 
 def realize(roots: list[UOp], device: str) -> list[UOp]:
   """Compute `roots` on `device`; returns a BUFFER node per root."""
+  if not all(is_static(r.shape) for r in roots):
+    raise ValueError(f"a tensor of shape {next(r.shape for r in roots if not is_static(r.shape))} has sizes known "
+                     f"only at run time: it can be traced (trace, tgc compile), not computed")
   stats["realizes"] += 1
   if device == "numpy":
     vals = evaluate(roots, buffers.storage)

@@ -1,15 +1,18 @@
 """Shape and value-range arithmetic shared by the Tensor, its compositions (`functional`) and the ONNX handlers:
 products of dims, ceiling division, numpy broadcasting of two shapes, and the lowest and highest value of a dtype
 (what max pooling and scatter reductions pad with). Pure functions on ints and dtypes; nothing here builds a
-graph."""
+graph. Dims known only at run time are `ir.sint` expressions."""
 from __future__ import annotations
 import math
 from typing import Sequence
 from tgc.ir import DType
+from tgc.ir.sint import sint, is_static, prod as sym_prod
 
 
-def prod(xs) -> int:
-  """The product of `xs` as a Python int (1 for none)."""
+def prod(xs) -> sint:
+  """The product of `xs` as a Python int (1 for none); a size expression when a dim is known only at run time."""
+  xs = list(xs)
+  if not is_static(xs): return sym_prod(xs)
   out = 1
   for x in xs: out *= int(x)
   return out

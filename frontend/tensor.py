@@ -6,6 +6,7 @@ import numpy as np
 from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
+from tgc.ir.sint import sint, is_static, same, simplified
 from tgc.codegen.registry import target_names
 from tgc.frontend import buffers, functional, realize as _realize, shapes
 from tgc.frontend.shapes import broadcast_shape
@@ -107,6 +108,19 @@ class Tensor:
     dt = dtype or dtypes.from_py(fill_value)
     c = Tensor(UOp.const(dt, fill_value), device)
     return c.reshape((1,) * len(shape)).expand(shape) if shape else c
+
+  @staticmethod
+  def empty(*shape, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    """A tensor of this shape without data: an input to trace, whose dims may be `Variable`s (sizes known only at
+    run time)."""
+    dev = canonical_device(device)
+    return Tensor(buffers.new_buffer(dev, _shape_arg(shape), dtype or dtypes.float32), dev)
+
+  @staticmethod
+  def size_value(n: sint, dtype: DType = dtypes.float32, device: str | None = None) -> Tensor:
+    """A size as a scalar value (a size known at run time read by the kernels: the count of a mean)."""
+    if is_static(n): return Tensor(UOp.const(dtype, n), device)
+    return Tensor(UOp(Ops.CAST, dtype, (simplified(n),)), device)
 
   @staticmethod
   def zeros(*shape, dtype=None, device=None) -> Tensor: return Tensor.full(shape, 0.0, dtype or dtypes.float32, device)
@@ -437,11 +451,13 @@ class Tensor:
     x = self._float()
     n = shapes.prod(self.shape[a] for a in self._axes(axis))
     s = x.sum(axis, keepdim)
+    if not is_static(n): return s / Tensor.size_value(n, s.dtype, self.device)
     return s * (1.0 / n) if n else s * math.nan
   def var(self, axis=None, keepdim=False, correction=1) -> Tensor:
     x = self._float()
     n = shapes.prod(self.shape[a] for a in self._axes(axis))
     d = x - x.mean(axis, keepdim=True)
+    if not is_static(n): return (d * d).sum(axis, keepdim) / Tensor.size_value(n - correction, x.dtype, self.device)
     return (d * d).sum(axis, keepdim) / max(n - correction, 0)
   def std(self, axis=None, keepdim=False, correction=1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
 
@@ -481,9 +497,8 @@ class Tensor:
     if shape.count(-1) > 1: raise ValueError(f"reshape: only one -1 allowed, got {shape}")
     if -1 in shape:
       known = shapes.prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} to {shape}")
-      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if any(s < 0 for s in shape) or shapes.prod(shape) != self.numel():
+      shape = tuple(_inferred_dim(self.shape, shape, known) if s == -1 else s for s in shape)
+    if any(is_static(s) and s < 0 for s in shape) or not same(shapes.prod(shape), self.numel()):
       raise ValueError(f"reshape: cannot reshape {self.shape} to {shape}")
     if shape == self.shape: return self
     return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
@@ -518,10 +533,11 @@ class Tensor:
     return mask.where(out, value)
 
   def shrink(self, arg) -> Tensor:
-    arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    arg = tuple((0, s) if a is None else (simplified(a[0]), simplified(a[1])) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(arg, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink: {arg} out of bounds for {self.shape}")
-    if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)): return self
+      if not (is_static((b, e, s)) and 0 <= b <= e <= s) and not (b == 0 and same(e, s)):
+        raise ValueError(f"shrink: {arg} out of bounds for {self.shape}")
+    if all(b == 0 and same(e, s) for (b, e), s in zip(arg, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), arg))
 
   def flip(self, axis) -> Tensor:
@@ -586,7 +602,8 @@ class Tensor:
     n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
     xb = x.cast(out_dtype)._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
     wc, wbatch = w.cast(out_dtype), w.shape[:-2]
-    if out_dtype.is_float and k >= MATMUL_PACK_MIN and m >= MATMUL_PACK_MIN and m % MATMUL_PANEL == 0:
+    if out_dtype.is_float and is_static((k, m)) and k >= MATMUL_PACK_MIN and m >= MATMUL_PACK_MIN and \
+        m % MATMUL_PANEL == 0:
       # repack w into panels of MATMUL_PANEL columns, contiguous along k: each step of the reduction then reads
       # one short contiguous row (vector loads; no cache-set conflicts from a stride of m). Packed over w's own
       # batch dims and broadcast after: a copy per broadcast batch entry would be a buffer bigger than w.
@@ -636,9 +653,22 @@ def _as_bool(y, like: Tensor) -> Tensor:
   return Tensor(UOp.const(dtypes.bool, bool(y)), like.device)
 
 
-def _shape_arg(shape) -> tuple[int, ...]:
+def _shape_arg(shape) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
-  return tuple(int(s) for s in shape)
+  return tuple(simplified(s) for s in shape)
+
+
+def _inferred_dim(have: tuple, shape: tuple, known: sint) -> sint:
+  """The size of reshape's -1: the elements left over by the other dims."""
+  numel = shapes.prod(have)
+  if is_static((numel, known)):
+    if known == 0 or numel % known: raise ValueError(f"reshape: cannot reshape {have} to {shape}")
+    return numel // known
+  if same(numel, known): return 1
+  for i in range(len(have) + 1):       # the dims of `have` left after a run of them whose product is `known`
+    for j in range(i, len(have) + 1):
+      if same(shapes.prod(have[i:j]), known): return shapes.prod(have[:i] + have[j:])
+  raise ValueError(f"reshape: cannot infer -1 in {shape} from {have}")
 
 
 def _pad_arg(padding, ndim: int) -> tuple[tuple[int, int], ...]:

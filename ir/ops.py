@@ -8,6 +8,7 @@ class Ops(Enum):
   CONTIGUOUS = auto()    # marks a value the scheduler must materialize in a buffer of its own
   CONST = auto()         # scalar constant; arg = python value
   ARANGE = auto()        # 0, 1, .., n-1 along its one dim (an index as a value, no data); arg = n
+  DEFINE_VAR = auto()    # a size known only at run time (ir.sint): dtype index, arg = (name, lowest, highest)
   # movement: shape-level, never copy; they become index arithmetic
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
   # unary

@@ -142,6 +142,9 @@ symbolic = PatternMatcher([
   (x + 0, lambda x: x),
   # x*1 -> x
   (x * 1, lambda x: x),
+  # c*x -> x*c: constants multiply from the right (integers; one spelling per product)
+  (UPat(Ops.MUL, src=(UPat.cvar("c"), x)),
+   lambda c, x: x * c.arg if x.dtype.is_int and x.op is not Ops.CONST else None),
   # x*0 -> 0 (integers only: NaN*0 is NaN)
   (UPat(Ops.MUL, dtype=ints + (dtypes.index,), src=[x, UPat.const(0)], name="m"), lambda x, m: m.const_like(0)),
   # x//1 -> x

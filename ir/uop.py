@@ -115,12 +115,18 @@ class UOp:
     for n in _uncached(self, "_bounds"): object.__setattr__(n, "_bounds", _bounds(n))
     return self._bounds
   @property
-  def shape(self) -> tuple[int, ...]:
-    """Shape of a lazy-graph node (see ir.shape)."""
-    if self._shape is None:
-      from tgc.ir.shape import shape_of
-      object.__setattr__(self, "_shape", shape_of(self))
+  def shape(self) -> tuple:
+    """Shape of a lazy-graph node (the rule ir.shape registers: shapes need the symbolic rules, which need UOp)."""
+    if self._shape is None: object.__setattr__(self, "_shape", _shape_rule[0](self))
     return self._shape
+
+
+_shape_rule: list = [None]     # ir.shape.shape_of, set when tgc.ir loads
+
+
+def set_shape_rule(rule) -> None:
+  """Give UOp.shape its rule (called once by ir.shape)."""
+  _shape_rule[0] = rule
 
 
 def _uncached(root: UOp, slot: str) -> list[UOp]:
@@ -169,7 +175,8 @@ def _stable_repr(arg) -> str:
   return repr(arg)
 
 
-def _dtype_bounds(d: DType):
+def dtype_bounds(d: DType):
+  """The smallest and largest value of a dtype (floats: -inf and inf)."""
   if d.is_bool: return (False, True)
   if d.is_int and not d.storage_only:
     bits = d.itemsize * 8
@@ -180,13 +187,14 @@ def _dtype_bounds(d: DType):
 def _bounds(u: UOp) -> tuple:
   """Interval analysis: the smallest and largest value `u` can take."""
   if u.op is Ops.CONST: return (u.arg, u.arg)
-  if u.op is Ops.RANGE: return (0, u.src[0].vmax - 1) if u.src[0].op is Ops.CONST else (0, math.inf)
-  if not u.dtype.is_int and not u.dtype.is_bool: return _dtype_bounds(u.dtype)
+  if u.op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if u.op is Ops.RANGE: return (0, u.src[0].vmax - 1)
+  if not u.dtype.is_int and not u.dtype.is_bool: return dtype_bounds(u.dtype)
   s = [x.bounds for x in u.src]
   if u.op is Ops.ADD: return (s[0][0] + s[1][0], s[0][1] + s[1][1])
   if u.op is Ops.MUL:
     p = [a * b for a in s[0] for b in s[1]]
-    if any(math.isnan(x) for x in p if isinstance(x, float)): return _dtype_bounds(u.dtype)
+    if any(math.isnan(x) for x in p if isinstance(x, float)): return dtype_bounds(u.dtype)
     return (min(p), max(p))
   if u.op is Ops.MAX: return (max(s[0][0], s[1][0]), max(s[0][1], s[1][1]))
   if u.op is Ops.IDIV and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
@@ -209,9 +217,9 @@ def _bounds(u: UOp) -> tuple:
   if u.op is Ops.AND and u.dtype.is_bool: return (bool(s[0][0] and s[1][0]), bool(s[0][1] and s[1][1]))
   if u.op is Ops.OR and u.dtype.is_bool: return (bool(s[0][0] or s[1][0]), bool(s[0][1] or s[1][1]))
   if u.op is Ops.CAST and u.src[0].dtype.is_int:
-    lo, hi = _dtype_bounds(u.dtype)
+    lo, hi = dtype_bounds(u.dtype)
     if lo <= s[0][0] and s[0][1] <= hi: return s[0]
-  return _dtype_bounds(u.dtype)
+  return dtype_bounds(u.dtype)
 
 
 def _tdiv(a, c):
@@ -223,6 +231,7 @@ def pretty(u: UOp, depth: int = 0, limit: int = 6) -> str:
   """A readable one-node-per-line dump (used by DEBUG=3)."""
   if u.op is Ops.CONST: return f"{u.arg!r}"
   if u.op is Ops.RANGE: return f"r{u.arg.id}"
+  if u.op is Ops.DEFINE_VAR: return u.arg[0]
   if depth >= limit: return f"{u.op.name}(...)"
   args = [pretty(s, depth + 1, limit) for s in u.src]
   a = "" if u.arg is None or u.op is Ops.SINK else f", arg={u.arg!r}"

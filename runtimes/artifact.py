@@ -18,6 +18,7 @@ import time as _time
 import numpy as np
 
 from tgc.runtimes.base import ArtifactError, MissingInput, UnknownInput
+from tgc.runtimes.dims import DimsError, bind_dims, is_dynamic, shape_at
 from tgc.runtimes.io_arrays import from_storage, to_storage
 
 FORMAT_VERSION = 3        # the manifest format this tgc reads (emit.manifest writes it; a test checks they agree)
@@ -234,11 +235,11 @@ class Artifact:
     """The inputs in manifest order as C-contiguous storage arrays: names checked, then each array's dtype and
     shape (values, `_Values`, are converted by `io_arrays.to_storage`, which checks them)."""
     check_input_names(self.inputs, inputs)
+    specs = self.specs_at(self.input_dims(inputs))[0]
     if isinstance(inputs, _Values):
-      return [np.require(to_storage(spec["name"], inputs[spec["name"]], spec), requirements="C")
-              for spec in self.inputs]
+      return [np.require(to_storage(spec["name"], inputs[spec["name"]], spec), requirements="C") for spec in specs]
     out = []
-    for spec in self.inputs:
+    for spec in specs:
       name, arr = spec["name"], np.asarray(inputs[spec["name"]])
       want = np.dtype(spec["dtype"])
       if arr.dtype != want:
@@ -248,6 +249,19 @@ class Artifact:
         raise ArtifactError(f"input {name!r}: shape {tuple(arr.shape)}, expected {tuple(spec['shape'])}")
       out.append(np.require(arr, requirements=["C", "A"]))
     return out
+
+  def input_dims(self, inputs: dict) -> dict[str, int]:
+    """The sizes known only at run time, read off the inputs' shapes (none for an artifact of fixed shapes)."""
+    if not is_dynamic(self.manifest): return {}
+    check_input_names(self.inputs, inputs)
+    try: return bind_dims(self.manifest, {s["name"]: np.shape(inputs[s["name"]]) for s in self.inputs})
+    except DimsError as error: raise ArtifactError(str(error)) from None
+
+  def specs_at(self, dims: dict[str, int]) -> tuple[list[dict], list[dict]]:
+    """The input and output specs with the shapes they have for these sizes."""
+    if not dims: return self.inputs, self.outputs
+    return tuple([{**s, "shape": list(shape_at(s["shape"], dims))} for s in specs]
+                 for specs in (self.inputs, self.outputs))
 
   def _prepare(self, inputs: dict[str, np.ndarray]):
     """What `_execute` runs on: by default the checked input arrays."""

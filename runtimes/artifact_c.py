@@ -20,6 +20,7 @@ import time
 import numpy as np
 from tgc.ir.config import config
 
+from tgc.runtimes.dims import is_dynamic
 from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
 from tgc.runtimes.base import ToolchainMissing, cache_root
 
@@ -157,7 +158,8 @@ class CArtifact(Artifact):
     """The API functions to bind: name -> (restype, argtypes)."""
     p, size, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     sigs = {"ctx_size": (size, []), "arena_bytes": (size, []), "init": (i, [p, ctypes.c_char_p, p]),
-            "verify_weights": (i, [p]), "run": (i, [p, p, p]), "free": (None, [p]), "strerror": (ctypes.c_char_p, [i])}
+            "verify_weights": (i, [p]), "run": (i, [p, p, p]), "free": (None, [p]), "strerror": (ctypes.c_char_p, [i]),
+            "set_dims": (i, [p, p])}
     if self.embedded: sigs["init_embedded"] = (i, [p, p])
     if "tgc_threads.c" in self.manifest["files"]:
       sigs.update({"set_parallel": (None, [p, p, p]), "profile": (size, [p, p, size]), "profile_reset": (None, [p])})
@@ -187,7 +189,14 @@ class CArtifact(Artifact):
       self._out_specs = [(tuple(t["shape"]), np.dtype(t["dtype"])) for t in self.outputs]
       self._in_ptrs = (ctypes.c_void_p * max(len(ins), 1))()
       self._out_ptrs = (ctypes.c_void_p * len(self._out_specs))()
-    outs = [np.empty(shape, dtype) for shape, dtype in self._out_specs]
+    out_specs = self._out_specs
+    if is_dynamic(self.manifest):       # the sizes of this run: given to the context, and the outputs' shapes
+      dims = self.input_dims(inputs)
+      values = (ctypes.c_int32 * len(dims))(*dims.values())
+      status = self._fn("set_dims")(self._ctx, values)
+      if status != 0: raise ArtifactError(f"{self.folder}: set_dims failed: {self._describe(status)}")
+      out_specs = [(tuple(t["shape"]), d) for t, (_, d) in zip(self.specs_at(dims)[1], self._out_specs)]
+    outs = [np.empty(shape, dtype) for shape, dtype in out_specs]
     for i, a in enumerate(ins): self._in_ptrs[i] = a.__array_interface__["data"][0]
     for i, a in enumerate(outs): self._out_ptrs[i] = a.__array_interface__["data"][0]
     return ins, outs, self._in_ptrs, self._out_ptrs

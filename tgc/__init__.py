@@ -11,7 +11,7 @@ _here = _os.path.dirname(_os.path.abspath(__file__))
 if not _os.path.isdir(_os.path.join(_here, "ir")):      # a source checkout: the layers are the sibling folders
   __path__.append(_os.path.dirname(_here))  # noqa: F821 (a package's __path__)
 
-__all__ = ["Tensor", "dtypes", "nn", "jit", "trace"]
+__all__ = ["Tensor", "Variable", "dtypes", "nn", "jit", "trace"]
 
 
 def __getattr__(name: str):
@@ -19,6 +19,9 @@ def __getattr__(name: str):
   if name == "Tensor":
     from tgc.frontend.tensor import Tensor
     return Tensor
+  if name == "Variable":
+    from tgc.ir.sint import Variable
+    return Variable
   if name == "dtypes":
     from tgc.ir import dtypes
     return dtypes

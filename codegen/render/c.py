@@ -107,6 +107,21 @@ def _exp2_helper(lanes: int) -> str:
           f"  return p * ({f})((k1 + 127) << 23) * ({f})((k - k1 + 127) << 23);\n}}\n#endif")
 
 
+def _masked_helper(op: Ops, d: DType) -> str:
+  """A masked vector load or store (lanes whose mask is 0 are not touched; a masked load gives 0 there): one plain
+  vector access when every lane is on (all but the last vector of a loop over a size known at run time)."""
+  v, n, c = vector_type(d), d.count, _VEC_C[_VEC_NAMES[d.scalar]][0]
+  m = f"tg_i32x{n}"
+  every = f"  int i, all = 1;\n  for (i = 0; i < {n}; i++) all &= m[i] != 0;\n"
+  if op is Ops.LOAD:
+    return (f"#if TG_SIMD\nstatic inline {v} tg_mload_{v[3:]}(const {c} *p, {m} m) {{\n  {v} r = {{0}};\n{every}"
+            f"  if (all) return *(const {v}u *)p;\n  for (i = 0; i < {n}; i++) if (m[i]) r[i] = p[i];\n"
+            f"  return r;\n}}\n"
+            f"#endif")
+  return (f"#if TG_SIMD\nstatic inline void tg_mstore_{v[3:]}({c} *p, {v} x, {m} m) {{\n{every}"
+          f"  if (all) {{ *({v}u *)p = x; return; }}\n  for (i = 0; i < {n}; i++) if (m[i]) p[i] = x[i];\n}}\n#endif")
+
+
 def _typedefs(kind: str, lanes: int) -> str:
   c, itemsize = _VEC_C[kind]
   size = itemsize * lanes
@@ -122,6 +137,7 @@ class CRenderer(CStyleRenderer):
                           Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP,
                           Ops.EXP2})
   vector_itemsizes = frozenset({1, 2, 4})
+  masked_vectors = True
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -138,6 +154,9 @@ class CRenderer(CStyleRenderer):
     if vecs: out.append(NEEDS_SIMD)
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
+    masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
+              if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) > 2 + (u.op is Ops.STORE) and u.src[-1].dtype.count > 1}
+    out += [_masked_helper(op, d) for op, d in sorted(masked, key=lambda m: (m[0].value, vector_type(m[1])))]
     return out
 
   # ---- vectors ----
@@ -152,6 +171,12 @@ class CRenderer(CStyleRenderer):
 
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
     return f"*({vector_type(d)}u *)({buf} + ({idx})) = {val};"
+
+  def render_masked_load(self, buf: str, idx: str, mask: str, d: DType) -> str:
+    return f"tg_mload_{vector_type(d)[3:]}({buf} + ({idx}), {mask})"
+
+  def render_masked_store(self, buf: str, idx: str, val: str, mask: str, d: DType) -> str:
+    return f"tg_mstore_{vector_type(d)[3:]}({buf} + ({idx}), {val}, {mask});"
 
   def render_gated_load(self, gate: str, load: str, d: DType) -> str:
     if d.count == 1: return super().render_gated_load(gate, load, d)
@@ -219,4 +244,4 @@ class CRenderer(CStyleRenderer):
 
 TARGET = TargetSpec("c", "C", CRenderer, "tgc.emit.c:write_c_bundle", artifact="tgc.runtimes.artifact_c:CArtifact",
                     runtime="tgc.runtimes.c:CRuntime", cpu=True, emit_options=("embed_weights",),
-                    run_options=("threads", "profile"), aliases=("cpu",))
+                    run_options=("threads", "profile"), aliases=("cpu",), run_time_sizes=True)

@@ -30,6 +30,7 @@ class RenderedKernel:
   params: tuple[KernelParam, ...]
   shared_bytes: int = 0
   features: tuple[str, ...] = ()
+  variables: tuple[str, ...] = ()    # the sizes known at run time it takes after its buffers, by name, in order
 
 # op -> format over rendered sources; the same in every C-family language
 BASE_OPS = {
@@ -54,6 +55,7 @@ class CStyleRenderer:
   has_half = False
   vector_ops: frozenset = frozenset()     # ops the language does on SIMD vectors (empty: vectors are expanded)
   vector_itemsizes: frozenset = frozenset({4})   # element sizes loaded and stored as vectors (others lane by lane)
+  masked_vectors = False                  # vector loads and stores with a gate per lane (render_masked_load/store)
 
   def __init__(self, target: Target | None = None):
     self.target = target if target is not None else Target.make(self.language, artifact=False)
@@ -87,6 +89,10 @@ class CStyleRenderer:
   def render_local(self, name: str, d: DType, size: int) -> str | None:
     """A work-group buffer declared inside the kernel; None when the language declares it elsewhere (prefix)."""
     return f"{self.local_qualifier}{self.storage_type(d)} {name}[{size}];"
+  def render_masked_load(self, buf: str, idx: str, mask: str, d: DType) -> str:
+    raise NotImplementedError(f"{self.language}: no masked vector loads")
+  def render_masked_store(self, buf: str, idx: str, val: str, mask: str, d: DType) -> str:
+    raise NotImplementedError(f"{self.language}: no masked vector stores")
   def render_gated_load(self, gate: str, load: str, d: DType) -> str:
     return f"(({gate})?{load}:{self.render_const(0, d)})"
   def render_if(self, cond: str, stmt: str) -> str: return f"if ({cond}) {stmt}"
@@ -151,6 +157,9 @@ class CStyleRenderer:
     return f"{'' if mutable else self.const_qualifier}{self.storage_type(d)}".strip()
   def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
     return f"{self.global_qualifier}{self.param_type(d, mutable)}* {self.restrict}data{i}"
+  def variable_decl(self, name: str) -> str:
+    """The parameter of a size known at run time (`variable_name` spells its name)."""
+    return f"const int {name}"
 
   def params(self, program: list[UOp]) -> list[KernelParam]:
     """The kernel's buffer parameters in signature order."""
@@ -163,7 +172,7 @@ class CStyleRenderer:
     """The kernel and what callers need to know about it, as data."""
     function = self.render(name, program, local_size)
     return RenderedKernel(function, tuple(self.prefix(program)), tuple(self.params(program)), shared_bytes(program),
-                          self.features(program))
+                          self.features(program), tuple(v.arg[0] for v in variables_of(program)))
 
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
     """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it. Each op is
@@ -173,14 +182,17 @@ class CStyleRenderer:
     for u in program:
       for s in u.src: body.uses[s] = body.uses.get(s, 0) + 1
     for b in bufs: body.names[b] = f"data{b.arg[0]}"
+    for v in variables_of(program): body.names[v] = variable_name(v.arg[0])
     # workgroup memory is declared at the kernel's outermost scope (OpenCL and Metal require it), before anything else
     program = [u for u in program if u.op is Ops.DEFINE_LOCAL] + [u for u in program if u.op is not Ops.DEFINE_LOCAL]
     for u in program:
-      if u.op is Ops.DEFINE_GLOBAL: continue
+      if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): continue
       if u.op in STATEMENTS: STATEMENTS[u.op](body, u)
       else: body.value(u, self.render_value(body, u))
     while body.depth > 1: _close_block(body, None)
-    sig = self.kernel_signature(name, [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs], local_size)
+    args = [self.arg_decl(b.arg[0], b.dtype, b.arg[1]) for b in bufs] + \
+      [self.variable_decl(variable_name(v.arg[0])) for v in variables_of(program)]
+    sig = self.kernel_signature(name, args, local_size)
     return "\n".join([sig + " {"] + self.kernel_preamble(body.task) + body.lines + ["}", ""])
 
   def render_value(self, body: KernelBody, u: UOp) -> str:
@@ -192,6 +204,7 @@ class CStyleRenderer:
       ld = self.render_load(r(buf), r(idx), buf.dtype) if u.dtype.count == 1 else \
         self.render_vector_load(r(buf), r(idx), u.dtype)
       gate = load_gate(u)
+      if gate is not None and gate.dtype.count > 1: return self.render_masked_load(r(buf), r(idx), r(gate), u.dtype)
       return self.render_gated_load(r(gate), ld, u.dtype) if gate is not None else ld
     if u.op is Ops.VECTORIZE:
       return self.render_vector([r(s) for s in u.src] * (u.dtype.count if len(u.src) == 1 else 1), u.dtype)
@@ -290,7 +303,8 @@ def _store(body: KernelBody, u: UOp) -> None:
   st = rd.render_store(r(buf), r(idx), r(val), buf.dtype) if val.dtype.count == 1 else \
     rd.render_vector_store(r(buf), r(idx), r(val), val.dtype)
   gate = store_gate(u)
-  body.line(rd.render_if(r(gate), st) if gate is not None else st)
+  if gate is not None and gate.dtype.count > 1: st = rd.render_masked_store(r(buf), r(idx), r(val), r(gate), val.dtype)
+  body.line(rd.render_if(r(gate), st) if gate is not None and gate.dtype.count == 1 else st)
 
 
 # op -> the statement it writes (every other op is a value: CStyleRenderer.render_value)
@@ -334,3 +348,15 @@ def _buffers(program: list[UOp]) -> list[UOp]:
   """The DEFINE_GLOBALs a program uses, by argument position."""
   return sorted({u for u in program if u.op is Ops.DEFINE_GLOBAL} |
                 {s for u in program for s in u.src if s.op is Ops.DEFINE_GLOBAL}, key=lambda b: b.arg[0])
+
+
+def variables_of(program: list[UOp]) -> list[UOp]:
+  """The sizes known at run time (DEFINE_VAR) a program uses, sorted by name: the kernel's parameters after its
+  buffers."""
+  return sorted({s for u in program for s in (u, *u.src) if s.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
+
+
+def variable_name(name: str) -> str:
+  """How kernels name a size known at run time (a `Variable`'s name is an identifier; the prefix keeps it apart from
+  the language's keywords and the kernel's own names)."""
+  return f"dim_{name}"

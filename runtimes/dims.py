@@ -1,0 +1,87 @@
+"""Sizes known only at run time, as an artifact's runner sees them: the manifest's `dims` (name and range) and
+shapes whose entries are ints or size text (`T`, `((T+(-1))/2)`). `bind_dims` reads each size's value off the
+inputs' shapes (a dim that is a size's name gives its value; every other dim is checked against it), `shape_at`
+evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers, + - * / % and brackets."""
+from __future__ import annotations
+import ast
+import numpy as np
+
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.Div: lambda a, b: a // b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+
+class DimsError(ValueError):
+  """Inputs whose shapes do not fit the artifact's shapes (the message names the input and the dimension)."""
+
+
+def evaluate_size(text, values: dict[str, int]) -> int:
+  """The value of a manifest shape entry (an int, or size text over `values`' names)."""
+  if isinstance(text, int): return text
+  try: tree = ast.parse(str(text), mode="eval")
+  except SyntaxError: raise DimsError(f"size {text!r} is not an expression") from None
+  return _value(tree.body, values, text)
+
+
+def _value(node, values: dict[str, int], text) -> int:
+  if isinstance(node, ast.Constant) and isinstance(node.value, int): return node.value
+  if isinstance(node, ast.Name):
+    if node.id not in values: raise DimsError(f"size {text!r} names {node.id}, which the artifact does not define")
+    return values[node.id]
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub): return -_value(node.operand, values, text)
+  if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+    a, b = _value(node.left, values, text), _value(node.right, values, text)
+    if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b == 0: raise DimsError(f"size {text!r}: / 0")
+    return _BINARY[type(node.op)](a, b)
+  raise DimsError(f"size {text!r} is not integer arithmetic over sizes")
+
+
+def dim_ranges(manifest: dict) -> dict[str, tuple[int, int]]:
+  return {d["name"]: (int(d["min"]), int(d["max"])) for d in manifest.get("dims", ())}
+
+
+def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+  """The value of every size known at run time, read off the inputs' `shapes` (by input name), each checked
+  against its range and every input dim checked against the shape it must have."""
+  ranges = dim_ranges(manifest)
+  values: dict[str, int] = {}
+  for spec in manifest["inputs"]:
+    name, want, got = spec["name"], spec["shape"], tuple(shapes[spec["name"]])
+    if len(got) != len(want):
+      raise DimsError(f"input {name!r}: shape {got}, expected {len(want)} dims {_text(want)}")
+    for axis, (w, g) in enumerate(zip(want, got)):
+      if isinstance(w, str) and w in ranges and w not in values:
+        lo, hi = ranges[w]
+        if not lo <= g <= hi:
+          raise DimsError(f"input {name!r}: dimension {axis} ({w}) is {g}, outside the range {lo}..{hi} the "
+                          f"artifact was compiled for")
+        values[w] = g
+  missing = [n for n in ranges if n not in values]
+  if missing: raise DimsError(f"the inputs' shapes do not give the size of {', '.join(missing)}")
+  for spec in manifest["inputs"]:
+    expected = shape_at(spec["shape"], values)
+    if tuple(shapes[spec["name"]]) != expected:
+      raise DimsError(f"input {spec['name']!r}: shape {tuple(shapes[spec['name']])}, expected {expected} "
+                      f"({_text(spec['shape'])} with {_assignments(values)})")
+  return values
+
+
+def shape_at(shape: list, values: dict[str, int]) -> tuple[int, ...]:
+  """A manifest shape for these sizes."""
+  return tuple(evaluate_size(s, values) for s in shape)
+
+
+def is_dynamic(manifest: dict) -> bool: return bool(manifest.get("dims"))
+
+
+def sample_sizes(manifest: dict, count: int = 3) -> list[dict[str, int]]:
+  """Sizes to test an artifact at: every size at its lowest, at its highest, and in between (`count` sets)."""
+  ranges = dim_ranges(manifest)
+  if not ranges: return [{}]
+  picks = [np.linspace(lo, hi, count).round().astype(int).tolist() for lo, hi in ranges.values()]
+  return [dict(zip(ranges, vals)) for vals in zip(*picks)]
+
+
+def _text(shape: list) -> str: return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _assignments(values: dict[str, int]) -> str: return ", ".join(f"{k}={v}" for k, v in values.items())
