@@ -486,8 +486,8 @@ def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UO
     terms, _ = split_terms(it.ast.src[0].src[1])
     out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
     if len(out) != 1: continue
-    g = out[0]
-    if g.src[0].op is not Ops.CONST or g.src[0].arg % TRANSPOSE_MULTIPLE: continue
+    g = out[0]     # a length known only at run time ends in a masked vector
+    if g.src[0].op is Ops.CONST and g.src[0].arg % TRANSPOSE_MULTIPLE: continue
     for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
       loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
       moving = [ld for ld in loads if g in ld.src[1].toposort()]
@@ -495,7 +495,6 @@ def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UO
       ld = moving[0]
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
       if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
-      if not is_static(n.shape): continue
       dim = _transposed_dim(ld.src[1], n.shape, g, red.src[1:])
       if dim is not None: picked[n] = tuple(d for d in range(len(n.shape)) if d != dim) + (dim,)
   return picked
@@ -508,9 +507,9 @@ def _transposed_dim(idx: UOp, shape: tuple[int, ...], g: UOp, reduced: tuple[UOp
   if not any(terms.get(r) == 1 for r in reduced) or any(g in t.toposort() for t in terms if t is not g): return None
   k = terms.get(g)
   strides = _strides(shape)
-  last = max((d for d, s in enumerate(shape) if s > 1), default=None)
-  if k is None or last is None or k < shape[last]: return None
-  dim = min((d for d, s in enumerate(strides) if s and s <= k), default=None)
+  last = max((d for d, s in enumerate(shape) if highest(s) > 1), default=None)
+  if k is None or last is None or k < highest(shape[last]): return None
+  dim = min((d for d, s in enumerate(strides) if is_static(s) and s and s <= k), default=None)
   return dim if dim is not None and dim != last and k == strides[dim] else None
 
 

@@ -47,7 +47,8 @@ def _invariant_gates(body: list[UOp], position: dict[UOp, int], start: int) -> l
   for u in body:
     if u.op is Ops.LOAD and len(u.src) > 2:
       gate = u.src[2]
-      if gate.op is Ops.CONST or position.get(gate, len(position)) > start: return []
+      # a mask per lane (a masked vector load) is no condition an if can test
+      if gate.op is Ops.CONST or gate.dtype.count > 1 or position.get(gate, len(position)) > start: return []
       if gate not in gates: gates.append(gate)
   return gates
 

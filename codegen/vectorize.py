@@ -51,8 +51,18 @@ class VectorCtx:
     """`u` as a vector: itself if it is one, its lanes if it depends on v, else broadcast."""
     if u.dtype.count > 1: return u
     if self.on_v(u):
+      if (mask := self.end_mask(u)) is not None: return mask
       return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), tuple(self.lane(u, i) for i in range(self.lanes)))
     return UOp(Ops.VECTORIZE, u.dtype.vec(self.lanes), (u,))
+
+  def end_mask(self, u: UOp) -> UOp | None:
+    """`base + v < n` (the end of a loop over a size known at run time) as one vector compare of base + (0, 1, ...)
+    with n; None for any other value."""
+    if u.op is not Ops.CMPLT or self.on_v(u.src[1]) or (base := contiguous_base(u.src[0], self.v)) is None: return None
+    w = self.lanes
+    lanes = UOp(Ops.ADD, INDEX.vec(w), (UOp(Ops.VECTORIZE, INDEX.vec(w), (base,)),
+                                        UOp(Ops.VECTORIZE, INDEX.vec(w), tuple(UOp.const(INDEX, i) for i in range(w)))))
+    return UOp(Ops.CMPLT, dtypes.bool.vec(w), (lanes, UOp(Ops.VECTORIZE, INDEX.vec(w), (u.src[1],))))
 
 
 def gep(u: UOp, i: int) -> UOp:
