@@ -107,7 +107,13 @@ def _masked(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> b
   """A contiguous access of 32-bit elements whose one gate differs per lane (the end of a loop over a size known at
   run time): one masked vector load or store, where the renderer has them."""
   return ctx.masked and len(gate) == 1 and gate[0].dtype.count == 1 and ctx.on_v(gate[0]) and \
-    ctx.vector_access(buf, base) and dtype.itemsize == 4
+    ctx.vector_access(buf, base) and dtype.itemsize == 4 and run_time_end(gate[0])
+
+
+def run_time_end(gate: UOp) -> bool:
+  """Whether a gate compares with a size known only at run time (the end of a loop over one): the gates masked
+  vector accesses are used for (other gates, a convolution's padding, keep their lane-by-lane accesses)."""
+  return any(n.op is Ops.DEFINE_VAR for n in gate.toposort())
 
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
