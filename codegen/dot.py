@@ -1,0 +1,198 @@
+"""Integer dot products: reductions of 8-bit products summed by the CPU's dot-product instruction.
+
+A reduction that sums products of small integers (8-bit values converted to float32 or int32, an activation minus its
+zero point: a QDQ convolution or matrix product computed on its 8-bit values) multiplies and adds `g` products per
+32-bit lane in one instruction where the C target's CPU level has one (`Target.dot_group`: pairs of int16 for x86's
+pmaddwd and VNNI's vpdpwssd, groups of four int8 for Arm's sdot). Three steps, one per stage of lowering:
+
+1. `dot_unroll` (heuristics): a reduce axis that g divides is unrolled by g, when every reduction of the kernel is
+   such a sum: (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane).
+2. `dot_axis` (lowering, before relayout): that UNROLL range, which the weights' relayout stores innermost, inside
+   the VECTOR lanes: each output lane's g weights side by side, the layout the instruction reads.
+3. `dot_products` (a rule table, after vectorization): a vector reduction whose body adds g products of a broadcast
+   integer and weight lanes read at base + g*lane + j (product j) becomes a DOT of the g integers packed into one
+   32-bit word and broadcast, and the g*lanes weights loaded as one vector; it sums into an int32 accumulator that
+   is converted after the reduction when the sum was a float one. The linearizer lets the DOT add into the
+   accumulator itself; the C renderer spells it per CPU level.
+
+The integer sums are exact. The float32 sums they replace are the same numbers wherever those are exact (every
+partial sum below 2**24: the 8-bit kernels' float sums are exact integer sums there); the rule fires only when every
+operand fits the instruction's element type and the whole sum fits int32, by interval bounds."""
+from __future__ import annotations
+import math
+from tgc.ir import Ops, UOp, AxisType, PatternMatcher, UPat, dtypes, graph_rewrite
+from tgc.ir.symbolic import split_terms
+from tgc.codegen.opts import Kernel, Opt, OptOps
+from tgc.codegen.kernel_access import depends, try_opt
+
+I32, U32 = dtypes.int32, dtypes.uint32
+OPERAND = {2: dtypes.int16, 4: dtypes.int8}      # the instruction's element type by group size
+EXACT = 1 << 24                                    # float32 holds every integer below this
+
+
+# ---------------------------------------------------------------- integer values
+def int_form(u: UOp) -> UOp | None:
+  """The scalar `u` (float or integer) as an int32 expression of the same value, when it is computed from integers of
+  8 or 16 bits by conversions, integer constants, +, -, * and selects, every step exact (below 2**24); else None."""
+  out = _int_form(u)
+  if out is None or any(n.dtype == I32 and not -EXACT < n.vmin <= n.vmax < EXACT for n in out.toposort()): return None
+  return out
+
+
+def _int_form(u: UOp) -> UOp | None:
+  if u.dtype.count > 1: return None
+  if u.op is Ops.CONST:
+    ok = not isinstance(u.arg, bool) and float(u.arg).is_integer() and abs(u.arg) < EXACT
+    return UOp.const(I32, int(u.arg)) if ok else None
+  narrow = u.dtype.is_int and u.dtype.itemsize <= 2
+  if u.op is Ops.LOAD: return u.cast(I32) if narrow else None
+  if u.op is Ops.CAST:
+    src = u.src[0]
+    if src.dtype.is_int and src.dtype.itemsize <= 2: return src.cast(I32)
+    return _int_form(src) if not narrow and (u.dtype.is_float or u.dtype == I32) else None
+  if narrow: return None
+  srcs = [_int_form(s) for s in (u.src[1:] if u.op is Ops.WHERE else u.src)]
+  if any(s is None for s in srcs): return None
+  if u.op is Ops.ADD: return srcs[0] + srcs[1]
+  if u.op is Ops.SUB: return srcs[0] - srcs[1]
+  if u.op is Ops.MUL: return srcs[0] * srcs[1]
+  if u.op is Ops.NEG: return -srcs[0]
+  if u.op is Ops.WHERE: return UOp(Ops.WHERE, I32, (u.src[0], srcs[0], srcs[1]))
+  return None
+
+
+def _fits(u: UOp, dtype) -> bool:
+  lo, hi = (-(1 << (8 * dtype.itemsize - 1)), (1 << (8 * dtype.itemsize - 1)) - 1)
+  return lo <= u.vmin and u.vmax <= hi
+
+
+# ---------------------------------------------------------------- 1. and 2.: the kernel's reductions, before expansion
+def _dot_operands(red: UOp, vec: UOp, group: int, constant: frozenset) -> bool:
+  """REDUCE(ADD, a * w): `a` an integer the lanes share (the operand type holds it), `w` an 8-bit weight load (or
+  its conversion) that differs per lane along the output axis `vec`."""
+  body = red.src[0]
+  if red.arg is not Ops.ADD or body.op is not Ops.MUL or vec in red.src[1:]: return False
+  for a, w in (body.src, body.src[::-1]):
+    ld = w.src[0] if w.op is Ops.CAST else w
+    if ld.op is not Ops.LOAD or ld.src[0].op is not Ops.DEFINE_GLOBAL or ld.src[0].arg[0] not in constant: continue
+    if ld.dtype.itemsize != 1 or not _fits(ld, OPERAND[group]) or not depends(ld.src[1], vec): continue
+    ia = int_form(a)
+    if ia is not None and not depends(a, vec) and _fits(ia, OPERAND[group]): return True
+  return False
+
+
+def _dot_kernel(ast: UOp, group: int, constant: frozenset) -> bool:
+  """Every reduction of the kernel sums products `_dot_operands` takes, along its output VECTOR axis."""
+  vec = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR), None)
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
+  return vec is not None and bool(reds) and all(_dot_operands(r, vec, group, constant) for r in reds)
+
+
+def dot_unroll(k: Kernel, group: int, constant: frozenset) -> Kernel:
+  """`k` with its innermost reduce axis that `group` divides unrolled by it, when the target has a dot-product
+  instruction of `group` products per lane (0: none) and the kernel's reductions are sums it takes."""
+  if not group or not _dot_kernel(k.ast, group, constant): return k
+  axes = k.axes((AxisType.REDUCE,))
+  for i in reversed(range(len(axes))):
+    if Kernel.size(axes[i]) % group == 0: return try_opt(k, Opt(OptOps.UNROLL, i, group))
+  return k
+
+
+def dot_axis(ast: UOp, group: int, constant: frozenset) -> UOp | None:
+  """The UNROLL range of `group` copies whose products one dot-product instruction will sum (see `dot_unroll`): the
+  weights' relayout stores it inside the VECTOR lanes. None when the kernel has none."""
+  if not group or not _dot_kernel(ast, group, constant): return None
+  return next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
+               Kernel.size(n) == group), None)
+
+
+# ---------------------------------------------------------------- 3.: vector reductions to DOT, after vectorization
+def _summands(u: UOp) -> list[UOp]:
+  return _summands(u.src[0]) + _summands(u.src[1]) if u.op is Ops.ADD else [u]
+
+
+def _weight_lanes(w: UOp, lanes: int) -> list[UOp] | None:
+  """The lane loads of 8-bit weights read lane by lane (a VECTORIZE of ungated scalar loads, maybe converted)."""
+  while w.op is Ops.CAST: w = w.src[0]
+  if w.op is not Ops.VECTORIZE or len(w.src) != lanes: return None
+  ok = all(s.op is Ops.LOAD and len(s.src) == 2 and s.dtype.itemsize == 1 and s.src[0] is w.src[0].src[0]
+           for s in w.src)
+  return list(w.src) if ok else None
+
+
+def _term(t: UOp, lanes: int, operand) -> tuple[UOp, list[UOp]] | None:
+  """A product of the vector body as (the broadcast integer in int32, the weights' lane loads)."""
+  if t.op is not Ops.MUL: return None
+  for a, w in (t.src, t.src[::-1]):
+    ws = _weight_lanes(w, lanes)
+    if ws is None or a.op is not Ops.VECTORIZE or len(a.src) != 1 or not _fits(ws[0], operand): continue
+    ia = int_form(a.src[0])
+    if ia is not None and _fits(ia, operand): return ia, ws
+  return None
+
+
+def _offset(ld: UOp, base: UOp) -> int | None:
+  """How many elements after the load `base` the load `ld` reads (same buffer, constant distance), else None."""
+  if ld.src[0] is not base.src[0]: return None
+  (terms, c), (base_terms, base_c) = split_terms(ld.src[1]), split_terms(base.src[1])
+  return c - base_c if terms == base_terms else None
+
+
+def _groups(terms: list, group: int) -> list[tuple[list[UOp], UOp]] | None:
+  """The products in groups of `group` whose weights are read at base + group*lane + j (product j of the group), as
+  (the group's integers, the load at base); None unless every product belongs to one."""
+  out, left = [], list(terms)
+  while left:
+    base = left[0][1][0]
+    members = [next((t for t in left if _offset(t[1][0], base) == j), None) for j in range(group)]
+    if any(m is None for m in members): return None
+    if any(_offset(ld, base) != group * i + j for j, m in enumerate(members) for i, ld in enumerate(m[1])): return None
+    out.append(([m[0] for m in members], base))
+    left = [t for t in left if all(t is not m for m in members)]
+  return out
+
+
+def _dot(acts: list[UOp], base: UOp, lanes: int, group: int) -> UOp:
+  """DOT of the integers `acts` packed into one 32-bit word (broadcast) and the weights at `base` as one vector."""
+  operand = OPERAND[group]
+  bits = 8 * operand.itemsize
+  word = None
+  for j, a in enumerate(acts):
+    part = UOp(Ops.AND, U32, (a.cast(U32), UOp.const(U32, (1 << bits) - 1)))
+    if j: part = UOp(Ops.SHL, U32, (part, UOp.const(U32, bits * j)))
+    word = part if word is None else UOp(Ops.OR, U32, (word, part))
+  packed = UOp(Ops.BITCAST, operand.vec(group * lanes), (UOp(Ops.VECTORIZE, U32.vec(lanes), (word,)),))
+  weights = UOp(Ops.LOAD, base.dtype.vec(group * lanes), base.src).cast(operand.vec(group * lanes))
+  return UOp(Ops.DOT, I32.vec(lanes), (packed, weights))
+
+
+def _dot_reduce(ctx: tuple[int, int], red: UOp) -> UOp | None:
+  group, vector_bytes = ctx
+  body, rest = red.src[0], red.src[1:]
+  lanes = body.dtype.count
+  if red.arg is not Ops.ADD or lanes == 1 or not 16 <= 4 * lanes <= vector_bytes: return None
+  terms = [_term(t, lanes, OPERAND[group]) for t in _summands(body)]
+  if not terms or any(t is None for t in terms): return None
+  groups = _groups(terms, group)
+  if groups is None: return None
+  # the whole sum must fit int32: the largest product times the products summed
+  bound = sum(max(-a.vmin, a.vmax) * max(-ws[0].vmin, ws[0].vmax) for a, ws in terms)
+  if bound * math.prod(r.src[0].arg for r in rest) >= 1 << 31: return None
+  acc = None
+  for acts, base in groups:
+    d = _dot(acts, base, lanes, group)
+    acc = d if acc is None else acc + d
+  total = UOp(Ops.REDUCE, acc.dtype, (acc,) + rest, Ops.ADD) if rest else acc
+  return total.cast(red.dtype)
+
+
+dot_products = PatternMatcher([
+  # REDUCE(ADD, sum of g products of a broadcast integer and weight lanes at base + g*lane + j) -> REDUCE(ADD, DOT)
+  (UPat(Ops.REDUCE, name="red"), _dot_reduce),
+])
+
+
+def dot_rewrite(ast: UOp, group: int, vector_bytes: int) -> UOp:
+  """`ast` (vectorized) with its reductions of 8-bit products summed by DOTs of `group` products per lane, on
+  vectors of up to `vector_bytes`."""
+  return graph_rewrite(ast, dot_products, ctx=(group, vector_bytes))
