@@ -5,10 +5,12 @@ zero point: a QDQ convolution or matrix product computed on its 8-bit values) mu
 32-bit lane in one instruction where the C target's CPU level has one (`Target.dot_group`: pairs of int16 for x86's
 pmaddwd and VNNI's vpdpwssd, groups of four int8 for Arm's sdot). Three steps, one per stage of lowering:
 
-1. `dot_unroll` (heuristics): a reduce axis that g divides is unrolled by g, when every reduction of the kernel is
-   such a sum: (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane).
-2. `dot_axis` (lowering, before relayout): that UNROLL range, which the weights' relayout stores innermost, inside
-   the VECTOR lanes: each output lane's g weights side by side, the layout the instruction reads.
+1. `dot_unroll` (heuristics): a reduce axis is unrolled by g, when every reduction of the kernel is such a sum:
+   (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane). An axis g divides, else one
+   padded by a few percent (the copies past its end add zero: a convolution's 7 taps in 4 pairs).
+2. `dot_prepare` (lowering, before relayout): the gate of padded copies moves from the product onto the shared
+   integer, and the UNROLL range is what the weights' relayout stores innermost, inside the VECTOR lanes: each
+   output lane's g weights side by side, the layout the instruction reads.
 3. `dot_products` (a rule table, after vectorization): a vector reduction whose body adds g products of a broadcast
    integer and weight lanes read at base + g*lane + j (product j) becomes a DOT of the g integers packed into one
    32-bit word and broadcast, and the g*lanes weights loaded as one vector; it sums into an int32 accumulator that
@@ -28,6 +30,7 @@ from tgc.codegen.kernel_access import depends, try_opt
 I32, U32 = dtypes.int32, dtypes.uint32
 OPERAND = {2: dtypes.int16, 4: dtypes.int8}      # the instruction's element type by group size
 EXACT = 1 << 24                                    # float32 holds every integer below this
+MAX_PADDING = 0.15                                 # a reduce axis may be padded by this fraction to pair its products
 
 
 # ---------------------------------------------------------------- integer values
@@ -89,21 +92,40 @@ def _dot_kernel(ast: UOp, group: int, constant: frozenset) -> bool:
 
 
 def dot_unroll(k: Kernel, group: int, constant: frozenset) -> Kernel:
-  """`k` with its innermost reduce axis that `group` divides unrolled by it, when the target has a dot-product
-  instruction of `group` products per lane (0: none) and the kernel's reductions are sums it takes."""
+  """`k` with a reduce axis unrolled by `group`, when the target has a dot-product instruction of `group` products
+  per lane (0: none) and the kernel's reductions are sums it takes: the innermost axis `group` divides, else the one
+  it pads least (at most MAX_PADDING: the weights are stored padded)."""
   if not group or not _dot_kernel(k.ast, group, constant): return k
-  axes = k.axes((AxisType.REDUCE,))
-  for i in reversed(range(len(axes))):
-    if Kernel.size(axes[i]) % group == 0: return try_opt(k, Opt(OptOps.UNROLL, i, group))
-  return k
+  sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
+  padding = [(-(-n // group) * group - n) / n for n in sizes]
+  best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
+  if best is None or padding[best] > MAX_PADDING: return k
+  return try_opt(k, Opt(OptOps.UNROLL, best, group))
 
 
-def dot_axis(ast: UOp, group: int, constant: frozenset) -> UOp | None:
-  """The UNROLL range of `group` copies whose products one dot-product instruction will sum (see `dot_unroll`): the
-  weights' relayout stores it inside the VECTOR lanes. None when the kernel has none."""
-  if not group or not _dot_kernel(ast, group, constant): return None
-  return next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
-               Kernel.size(n) == group), None)
+def _gate_operand(ctx: frozenset, c: UOp, a: UOp, w: UOp) -> UOp | None:
+  ld = w.src[0] if w.op is Ops.CAST else w
+  if ld.op is not Ops.LOAD or not ld.dtype.is_int or w.op is not Ops.CAST: return None
+  return c.where(a, 0) * w
+
+
+gated_products = PatternMatcher([
+  # where(c, a * cast(int weights), 0) -> where(c, a, 0) * cast(int weights): the weights are finite, so the
+  # product is zero either way; the gate of a padded copy goes onto the integer the dot product packs
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.MUL, src=[UPat.var("a"), UPat(Ops.CAST, name="w")]), UPat.cvar("z"))),
+   lambda ctx, c, a, w, z: _gate_operand(ctx, c, a, w) if z.arg == 0 else None),
+])
+
+
+def dot_prepare(ast: UOp, group: int, constant: frozenset) -> tuple[UOp, UOp | None]:
+  """`ast` (opts applied) with the gates of padded products on their shared integer, and the UNROLL range of
+  `group` copies whose products one dot-product instruction will sum (see `dot_unroll`), which the weights' relayout
+  stores inside the VECTOR lanes; (`ast`, None) when the kernel has none."""
+  if not group: return ast, None
+  ast = graph_rewrite(ast, gated_products, ctx=constant)
+  if not _dot_kernel(ast, group, constant): return ast, None
+  return ast, next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
+                    Kernel.size(n) == group), None)
 
 
 # ---------------------------------------------------------------- 3.: vector reductions to DOT, after vectorization

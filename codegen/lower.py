@@ -13,7 +13,7 @@ from tgc.ir.symbolic import simplify
 from tgc.codegen.opts import Kernel, Opt, divisors
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
-from tgc.codegen.dot import dot_axis, dot_rewrite
+from tgc.codegen.dot import dot_prepare, dot_rewrite
 from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.unswitch import unswitch_gated_loops
@@ -258,8 +258,8 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   order = GPU_ORDER if target.has_workgroups else None
-  inner = dot_axis(k.ast, target.dot_group, frozenset(weights))
-  relaid_ast, relayouts = relayout(k.ast, weights, order, inner) if weights else (k.ast, {})
+  prepared, inner = dot_prepare(k.ast, target.dot_group, frozenset(weights))
+  relaid_ast, relayouts = relayout(prepared, weights, order, inner) if weights else (prepared, {})
   nargs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   relaid_ast, args = _compact_args(relaid_ast, nargs)
   if target.has_threads: relaid_ast = task_loop(relaid_ast)

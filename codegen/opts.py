@@ -7,7 +7,8 @@ SWAP exchanges the numbers that order two loops. A LOCAL amount need not divide 
 multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
 (the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing. A VECTOR or an
 UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
-register blocks of 4: the extra lanes and copies recompute the last element and store nothing)."""
+register blocks of 4: the extra lanes and copies recompute the last element and store nothing). An UNROLL need not
+divide the axis of a sum either: its copies past the end read the last element and add zero (the body is gated)."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
@@ -73,6 +74,18 @@ def _gate_stores(sink: UOp, cond: UOp) -> UOp:
   return sink.replace(src=tuple(gated(st) for st in sink.src))
 
 
+def _sums_only(ast: UOp, r: UOp) -> bool:
+  """Every reduction over `r` is a sum (padded copies can add zero)."""
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and r in n.src[1:]]
+  return bool(reds) and all(red.arg is Ops.ADD for red in reds)
+
+
+def _gate_sums(ast: UOp, inner: UOp, cond: UOp) -> UOp:
+  """Every sum over `inner` adds its body only where `cond` holds (zero in the padded copies)."""
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and any(inner in s.toposort() for s in n.src[1:])]
+  return substitute(ast, {red: red.replace(src=(cond.where(red.src[0], 0),) + red.src[1:]) for red in reds})
+
+
 @dataclass(frozen=True, order=True)
 class Opt:
   op: OptOps     # an OptOps (its name is accepted and converted: OptError for an unknown one)
@@ -129,7 +142,8 @@ class Kernel:
     if opt.op is OptOps.SWAP: return self._swap(opt, r, axes)
     n = self.size(r)
     padded = n % opt.amount != 0 and (opt.op is OptOps.LOCAL or
-                                      (opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is AxisType.GLOBAL))
+                                      (opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is AxisType.GLOBAL) or
+                                      (opt.op is OptOps.UNROLL and _sums_only(self.ast, r)))
     if opt.amount <= 1 or (n % opt.amount and not padded): raise OptError(f"{opt}: {opt.amount} does not divide {n}")
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
     groups = -(-n // opt.amount)
@@ -137,8 +151,10 @@ class Kernel:
       if groups > 1 else UOp.const(INDEX, 0)
     inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), RangeArg(self.next_id(), inner_kind, r.arg.id))
     flat = outer * opt.amount + inner
+    clamped = flat.lt(n).where(flat, n - 1)
     if not padded: new_ast = simplify(substitute(self.ast, {r: flat}))
-    else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: flat.lt(n).where(flat, n - 1)}), flat.lt(n)))
+    elif opt.op is OptOps.UNROLL: new_ast = simplify(_gate_sums(substitute(self.ast, {r: clamped}), inner, flat.lt(n)))
+    else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: clamped}), flat.lt(n)))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 
   def _swap(self, opt: Opt, r: UOp, axes: list[UOp]) -> Kernel:
