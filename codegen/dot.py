@@ -1,9 +1,10 @@
 """Integer dot products: reductions of 8-bit products summed by the CPU's dot-product instruction.
 
 A reduction that sums products of small integers (8-bit values converted to float32 or int32, an activation minus its
-zero point: a QDQ convolution or matrix product computed on its 8-bit values) multiplies and adds `g` products per
-32-bit lane in one instruction where the C target's CPU level has one (`Target.dot_group`: pairs of int16 for x86's
-pmaddwd and VNNI's vpdpwssd, groups of four int8 for Arm's sdot). Three steps, one per stage of lowering:
+zero point: a QDQ convolution or matrix product computed on its 8-bit values) multiplies and adds g products per
+32-bit lane in one instruction where the C target's CPU level has one (`CPU.dot`, the kinds of `INSTRUCTIONS`: x86's
+pmaddwd takes pairs of int16, VNNI's vpdpbusd and Arm's sdot groups of four 8-bit values). Three steps, one per
+stage of lowering:
 
 1. `dot_unroll` (heuristics): a reduce axis is unrolled by g, when every reduction of the kernel is such a sum:
    (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane). An axis g divides, else one
@@ -15,7 +16,10 @@ pmaddwd and VNNI's vpdpwssd, groups of four int8 for Arm's sdot). Three steps, o
    integer and weight lanes read at base + g*lane + j (product j) becomes a DOT of the g integers packed into one
    32-bit word and broadcast, and the g*lanes weights loaded as one vector; it sums into an int32 accumulator that
    is converted after the reduction when the sum was a float one. The linearizer lets the DOT add into the
-   accumulator itself; the C renderer spells it per CPU level.
+   accumulator itself; the C renderer spells it per CPU level. Integers whose range is as wide as the instruction's
+   operand but elsewhere (uint8 minus a zero point for an unsigned or signed 8-bit operand) are shifted into it by a
+   constant c: sum(a*w) = sum((a - c)*w) + c*sum(w), and sum(w) per output lane is one more DOT (of ones) in one
+   more accumulator, which every register-block copy reading the same weights shares.
 
 The integer sums are exact. The float32 sums they replace are the same numbers wherever those are exact (every
 partial sum below 2**24: the 8-bit kernels' float sums are exact integer sums there); the rule fires only when every
@@ -23,12 +27,14 @@ operand fits the instruction's element type and the whole sum fits int32, by int
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType, PatternMatcher, UPat, dtypes, graph_rewrite
-from tgc.ir.symbolic import split_terms
+from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.kernel_access import depends, try_opt
 
 I32, U32 = dtypes.int32, dtypes.uint32
-OPERAND = {2: dtypes.int16, 4: dtypes.int8}      # the instruction's element type by group size
+# the instructions by CPU.dot: (products per 32-bit lane, element type of the shared integers, of the weights)
+INSTRUCTIONS = {"madd": (2, dtypes.int16, dtypes.int16), "vnni": (4, dtypes.uint8, dtypes.int8),
+                "sdot": (4, dtypes.int8, dtypes.int8)}
 EXACT = 1 << 24                                    # float32 holds every integer below this
 MAX_PADDING = 0.15                                 # a reduce axis may be padded by this fraction to pair its products
 
@@ -64,38 +70,51 @@ def _int_form(u: UOp) -> UOp | None:
   return None
 
 
+def _range(dtype) -> tuple[int, int]:
+  bits = 8 * dtype.itemsize
+  return (0, (1 << bits) - 1) if dtype.is_unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
 def _fits(u: UOp, dtype) -> bool:
-  lo, hi = (-(1 << (8 * dtype.itemsize - 1)), (1 << (8 * dtype.itemsize - 1)) - 1)
+  lo, hi = _range(dtype)
   return lo <= u.vmin and u.vmax <= hi
 
 
+def _shiftable(u: UOp, dtype) -> bool:
+  """`u` minus some constant fits `dtype` (its range is no wider)."""
+  lo, hi = _range(dtype)
+  return u.vmax - u.vmin <= hi - lo
+
+
 # ---------------------------------------------------------------- 1. and 2.: the kernel's reductions, before expansion
-def _dot_operands(red: UOp, vec: UOp, group: int, constant: frozenset) -> bool:
-  """REDUCE(ADD, a * w): `a` an integer the lanes share (the operand type holds it), `w` an 8-bit weight load (or
-  its conversion) that differs per lane along the output axis `vec`."""
+def _dot_operands(red: UOp, vec: UOp, kind: str, constant: frozenset) -> bool:
+  """REDUCE(ADD, a * w): `a` an integer the lanes share (the instruction's operand holds it, maybe shifted), `w` an
+  8-bit weight load (or its conversion) the instruction takes that differs per lane along the output axis `vec`."""
+  _, act, wt = INSTRUCTIONS[kind]
   body = red.src[0]
   if red.arg is not Ops.ADD or body.op is not Ops.MUL or vec in red.src[1:]: return False
   for a, w in (body.src, body.src[::-1]):
     ld = w.src[0] if w.op is Ops.CAST else w
     if ld.op is not Ops.LOAD or ld.src[0].op is not Ops.DEFINE_GLOBAL or ld.src[0].arg[0] not in constant: continue
-    if ld.dtype.itemsize != 1 or not _fits(ld, OPERAND[group]) or not depends(ld.src[1], vec): continue
+    if ld.dtype.itemsize != 1 or not _fits(ld, wt) or not depends(ld.src[1], vec): continue
     ia = int_form(a)
-    if ia is not None and not depends(a, vec) and _fits(ia, OPERAND[group]): return True
+    if ia is not None and not depends(a, vec) and _shiftable(ia, act): return True
   return False
 
 
-def _dot_kernel(ast: UOp, group: int, constant: frozenset) -> bool:
+def _dot_kernel(ast: UOp, kind: str, constant: frozenset) -> bool:
   """Every reduction of the kernel sums products `_dot_operands` takes, along its output VECTOR axis."""
   vec = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR), None)
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
-  return vec is not None and bool(reds) and all(_dot_operands(r, vec, group, constant) for r in reds)
+  return vec is not None and bool(reds) and all(_dot_operands(r, vec, kind, constant) for r in reds)
 
 
-def dot_unroll(k: Kernel, group: int, constant: frozenset) -> Kernel:
-  """`k` with a reduce axis unrolled by `group`, when the target has a dot-product instruction of `group` products
-  per lane (0: none) and the kernel's reductions are sums it takes: the innermost axis `group` divides, else the one
-  it pads least (at most MAX_PADDING: the weights are stored padded)."""
-  if not group or not _dot_kernel(k.ast, group, constant): return k
+def dot_unroll(k: Kernel, kind: str, constant: frozenset) -> Kernel:
+  """`k` with a reduce axis unrolled by the products per lane of the target's dot-product instruction (`kind`, "":
+  none), when the kernel's reductions are sums it takes: the innermost axis the group divides, else the one it pads
+  least (at most MAX_PADDING: the weights are stored padded)."""
+  if not kind or not _dot_kernel(k.ast, kind, constant): return k
+  group = INSTRUCTIONS[kind][0]
   sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
   padding = [(-(-n // group) * group - n) / n for n in sizes]
   best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
@@ -117,15 +136,15 @@ gated_products = PatternMatcher([
 ])
 
 
-def dot_prepare(ast: UOp, group: int, constant: frozenset) -> tuple[UOp, UOp | None]:
-  """`ast` (opts applied) with the gates of padded products on their shared integer, and the UNROLL range of
-  `group` copies whose products one dot-product instruction will sum (see `dot_unroll`), which the weights' relayout
+def dot_prepare(ast: UOp, kind: str, constant: frozenset) -> tuple[UOp, UOp | None]:
+  """`ast` (opts applied) with the gates of padded products on their shared integer, and the UNROLL range whose
+  copies one dot-product instruction (`kind`, "": none) will sum (see `dot_unroll`), which the weights' relayout
   stores inside the VECTOR lanes; (`ast`, None) when the kernel has none."""
-  if not group: return ast, None
+  if not kind: return ast, None
   ast = graph_rewrite(ast, gated_products, ctx=constant)
-  if not _dot_kernel(ast, group, constant): return ast, None
+  if not _dot_kernel(ast, kind, constant): return ast, None
   return ast, next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
-                    Kernel.size(n) == group), None)
+                    Kernel.size(n) == INSTRUCTIONS[kind][0]), None)
 
 
 # ---------------------------------------------------------------- 3.: vector reductions to DOT, after vectorization
@@ -142,14 +161,14 @@ def _weight_lanes(w: UOp, lanes: int) -> list[UOp] | None:
   return list(w.src) if ok else None
 
 
-def _term(t: UOp, lanes: int, operand) -> tuple[UOp, list[UOp]] | None:
+def _term(t: UOp, lanes: int, act, wt) -> tuple[UOp, list[UOp]] | None:
   """A product of the vector body as (the broadcast integer in int32, the weights' lane loads)."""
   if t.op is not Ops.MUL: return None
   for a, w in (t.src, t.src[::-1]):
     ws = _weight_lanes(w, lanes)
-    if ws is None or a.op is not Ops.VECTORIZE or len(a.src) != 1 or not _fits(ws[0], operand): continue
+    if ws is None or a.op is not Ops.VECTORIZE or len(a.src) != 1 or not _fits(ws[0], wt): continue
     ia = int_form(a.src[0])
-    if ia is not None and _fits(ia, operand): return ia, ws
+    if ia is not None and _shiftable(ia, act): return ia, ws
   return None
 
 
@@ -174,37 +193,52 @@ def _groups(terms: list, group: int) -> list[tuple[list[UOp], UOp]] | None:
   return out
 
 
-def _dot(acts: list[UOp], base: UOp, lanes: int, group: int) -> UOp:
+def _dot(acts: list[UOp], base: UOp, lanes: int, act, wt) -> UOp:
   """DOT of the integers `acts` packed into one 32-bit word (broadcast) and the weights at `base` as one vector."""
-  operand = OPERAND[group]
-  bits = 8 * operand.itemsize
+  group, bits = len(acts), 8 * act.itemsize
   word = None
   for j, a in enumerate(acts):
-    part = UOp(Ops.AND, U32, (a.cast(U32), UOp.const(U32, (1 << bits) - 1)))
+    part = UOp(Ops.AND, U32, (a.cast(U32), UOp.const(U32, (1 << bits) - 1))) if a.op is not Ops.CONST else \
+      UOp.const(U32, a.arg & ((1 << bits) - 1))
     if j: part = UOp(Ops.SHL, U32, (part, UOp.const(U32, bits * j)))
     word = part if word is None else UOp(Ops.OR, U32, (word, part))
-  packed = UOp(Ops.BITCAST, operand.vec(group * lanes), (UOp(Ops.VECTORIZE, U32.vec(lanes), (word,)),))
-  weights = UOp(Ops.LOAD, base.dtype.vec(group * lanes), base.src).cast(operand.vec(group * lanes))
+  packed = UOp(Ops.BITCAST, act.vec(group * lanes), (UOp(Ops.VECTORIZE, U32.vec(lanes), (simplify(word),)),))
+  weights = UOp(Ops.LOAD, base.dtype.vec(group * lanes), base.src).cast(wt.vec(group * lanes))
   return UOp(Ops.DOT, I32.vec(lanes), (packed, weights))
 
 
-def _dot_reduce(ctx: tuple[int, int], red: UOp) -> UOp | None:
-  group, vector_bytes = ctx
+def _summed(parts: list[UOp], rest: tuple) -> UOp:
+  total = parts[0]
+  for p in parts[1:]: total = total + p
+  return UOp(Ops.REDUCE, total.dtype, (total,) + rest, Ops.ADD) if rest else total
+
+
+def _shift(terms: list, act) -> int:
+  """The constant c the shared integers are shifted by (a - c) so that all of them fit the operand type `act`."""
+  lo, hi = min(a.vmin for a, _ in terms), max(a.vmax for a, _ in terms)
+  olo, ohi = _range(act)
+  return 0 if olo <= lo and hi <= ohi else lo - olo
+
+
+def _dot_reduce(ctx: tuple[str, int], red: UOp) -> UOp | None:
+  kind, vector_bytes = ctx
+  group, act, wt = INSTRUCTIONS[kind]
   body, rest = red.src[0], red.src[1:]
   lanes = body.dtype.count
   if red.arg is not Ops.ADD or lanes == 1 or not 16 <= 4 * lanes <= vector_bytes: return None
-  terms = [_term(t, lanes, OPERAND[group]) for t in _summands(body)]
+  terms = [_term(t, lanes, act, wt) for t in _summands(body)]
   if not terms or any(t is None for t in terms): return None
   groups = _groups(terms, group)
-  if groups is None: return None
-  # the whole sum must fit int32: the largest product times the products summed
-  bound = sum(max(-a.vmin, a.vmax) * max(-ws[0].vmin, ws[0].vmax) for a, ws in terms)
+  c = _shift(terms, act)
+  if groups is None or max(a.vmax for a, _ in terms) - c > _range(act)[1]: return None
+  # every sum must fit int32: the largest product times the products summed (the shifted ones, sum(w) times c)
+  wmax = max(max(-ws[0].vmin, ws[0].vmax) for _, ws in terms)
+  bound = sum(max(abs(a.vmin - c), abs(a.vmax - c)) for a, _ in terms) * wmax + abs(c) * len(terms) * wmax
   if bound * math.prod(r.src[0].arg for r in rest) >= 1 << 31: return None
-  acc = None
-  for acts, base in groups:
-    d = _dot(acts, base, lanes, group)
-    acc = d if acc is None else acc + d
-  total = UOp(Ops.REDUCE, acc.dtype, (acc,) + rest, Ops.ADD) if rest else acc
+  total = _summed([_dot([simplify(a - c) for a in acts], base, lanes, act, wt) for acts, base in groups], rest)
+  if c:     # + c * sum(w): the weights' sums per lane, a DOT of ones in an accumulator of their own
+    ones = _summed([_dot([UOp.const(I32, 1)] * group, base, lanes, act, wt) for _, base in groups], rest)
+    total = total + ones * UOp(Ops.VECTORIZE, ones.dtype, (UOp.const(I32, c),))
   return total.cast(red.dtype)
 
 
@@ -214,7 +248,7 @@ dot_products = PatternMatcher([
 ])
 
 
-def dot_rewrite(ast: UOp, group: int, vector_bytes: int) -> UOp:
-  """`ast` (vectorized) with its reductions of 8-bit products summed by DOTs of `group` products per lane, on
-  vectors of up to `vector_bytes`."""
-  return graph_rewrite(ast, dot_products, ctx=(group, vector_bytes))
+def dot_rewrite(ast: UOp, kind: str, vector_bytes: int) -> UOp:
+  """`ast` (vectorized) with its reductions of 8-bit products summed by the dot-product instruction `kind` (a key of
+  INSTRUCTIONS) on vectors of up to `vector_bytes`."""
+  return graph_rewrite(ast, dot_products, ctx=(kind, vector_bytes))

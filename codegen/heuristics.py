@@ -150,5 +150,5 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> l
   if has_reduce:
     k = _register_block(k, target)
     k = _order_loops(k, constant)
-    k = dot_unroll(k, target.dot_group, constant)
+    k = dot_unroll(k, target.dot, constant)
   return k.opts

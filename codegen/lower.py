@@ -230,7 +230,7 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
   expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes)
-  if vectors and target.dot_group: expanded = dot_rewrite(expanded, target.dot_group, target.cpu.vector_bytes)
+  if vectors and target.dot: expanded = dot_rewrite(expanded, target.dot, target.cpu.vector_bytes)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
                                target.max_groups_per_dim[:target.grid_dims] if target.max_groups_per_dim else None)
@@ -258,7 +258,7 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   order = GPU_ORDER if target.has_workgroups else None
-  prepared, inner = dot_prepare(k.ast, target.dot_group, frozenset(weights))
+  prepared, inner = dot_prepare(k.ast, target.dot, frozenset(weights))
   relaid_ast, relayouts = relayout(prepared, weights, order, inner) if weights else (prepared, {})
   nargs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   relaid_ast, args = _compact_args(relaid_ast, nargs)

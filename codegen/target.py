@@ -19,8 +19,8 @@ e.g. Snapdragon 855 and newer), `generic` (plain C99 without vector types, for c
 extensions).
 
 `CPU.dot` names the integer dot-product instructions a level has (codegen/dot.py): `madd` (x86 pmaddwd: pairs of
-int16 into int32 lanes), `vnni` (the same pairs added into the accumulator by one instruction, vpdpwssd), `sdot`
-(Arm: groups of four int8 into int32 lanes); "" for none."""
+int16 into int32 lanes), `vnni` (AVX-512 VNNI vpdpbusd: groups of four uint8 x int8 added into the int32 lanes),
+`sdot` (Arm: groups of four int8); "" for none."""
 from __future__ import annotations
 import os
 import platform
@@ -192,9 +192,9 @@ class Target:
     return self.cpu.vector_bytes // itemsize if self.cpu is not None else 4
 
   @property
-  def dot_group(self) -> int:
-    """Products one lane of the CPU's integer dot-product instruction sums (0: it has none; codegen/dot.py)."""
-    return {"madd": 2, "vnni": 2, "sdot": 4}.get(self.cpu.dot, 0) if self.cpu is not None else 0
+  def dot(self) -> str:
+    """The CPU's integer dot-product instructions (`CPU.dot`; "" for none and for GPU languages)."""
+    return self.cpu.dot if self.cpu is not None else ""
 
   @property
   def registers(self) -> int:

@@ -183,11 +183,12 @@ class CRenderer(CStyleRenderer):
 
   def _dot(self, d: DType, a: str, b: str, acc: str) -> str:
     """acc plus the integer dot products of a and b per 32-bit lane, in the CPU level's instruction: x86 pmaddwd
-    (pairs of int16, then an add), VNNI vpdpwssd (the same, added by the one instruction), Arm sdot (four int8)."""
+    (pairs of int16, then an add), VNNI vpdpbusd (four uint8 x int8, added by the one instruction), Arm sdot (four
+    int8)."""
     kind, t = self.target.cpu.dot, vector_type(d)
     if kind == "sdot": return f"(({t})vdotq_s32((int32x4_t)({acc}), (int8x16_t)({a}), (int8x16_t)({b})))"
     m, fn = _X86_VECTORS[d.count * d.itemsize]
-    if kind == "vnni": return f"(({t}){fn}_dpwssd_epi32(({m})({acc}), ({m})({a}), ({m})({b})))"
+    if kind == "vnni": return f"(({t}){fn}_dpbusd_epi32(({m})({acc}), ({m})({a}), ({m})({b})))"
     return f"({acc}+({t}){fn}_madd_epi16(({m})({a}), ({m})({b})))"
 
   def _select(self, mask: str, a: str, b: str, d: DType) -> str:

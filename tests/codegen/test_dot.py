@@ -1,6 +1,7 @@
 """Integer dot products (codegen/dot.py): a matrix product of 8-bit values (uint8 activations minus a zero point or
 int8 ones, int8 weights, summed in float32 or int32) unrolls its reduction by the products one instruction sums, and
-each CPU level spells its instruction (x86-64-v3/v4: pmaddwd, x86-64-v4+vnni: vpdpwssd, armv8.2-a+dotprod: sdot);
+each CPU level spells its instruction (x86-64-v3/v4: pmaddwd, x86-64-v4+vnni: vpdpbusd, armv8.2-a+dotprod: sdot;
+the 8-bit ones take uint8 minus a zero point shifted into their operand, plus a sum of the weights);
 levels without one (armv8-a, generic) and operands the instruction cannot hold keep the lane-by-lane sums; a
 reduction the group does not divide is padded. The kernels give numpy's integer results exactly on random data of odd
 sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
@@ -18,6 +19,7 @@ from tgc.frontend.realize import _alloc
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import OptOps
+from tgc.codegen.dot import INSTRUCTIONS as GROUPS
 from tgc.codegen.target import CPU_LEVELS, Target, host_cpu
 from tgc.ir import dtypes
 from tgc.runtimes import get_runtime
@@ -25,8 +27,8 @@ from tgc.runtimes import get_runtime
 RNG = np.random.default_rng(20)
 # the instruction of each level with a dot product, for vectors of the level's full width
 SPELLING = {"x86-64-v2": "_mm_madd_epi16", "x86-64-v3": "_mm256_madd_epi16", "x86-64-v4": "_mm512_madd_epi16",
-            "x86-64-v4+vnni": "_mm512_dpwssd_epi32", "armv8.2-a+dotprod": "vdotq_s32"}
-INSTRUCTIONS = {"madd": "_madd_epi16", "vnni": "_dpwssd_epi32", "sdot": "vdotq_s32"}
+            "x86-64-v4+vnni": "_mm512_dpbusd_epi32", "armv8.2-a+dotprod": "vdotq_s32"}
+INSTRUCTIONS = {"madd": "_madd_epi16", "vnni": "_dpbusd_epi32", "sdot": "vdotq_s32"}
 W_POS = 2       # the kernel's arguments: output, activations, weights
 
 
@@ -77,7 +79,7 @@ def test_each_level_spells_its_instruction(level):
   x, w, zero = case(5, 40, 48, signed=CPU_LEVELS[level].dot == "sdot")
   prg = program(x, w, zero, level, float_sum=True)
   assert SPELLING[level] in prg.src and "tg_i32x" in prg.src
-  assert any(o.op is OptOps.UNROLL and o.amount == Target.make("c", cpu=level).dot_group for o in prg.opts)
+  assert any(o.op is OptOps.UNROLL and o.amount == GROUPS[CPU_LEVELS[level].dot][0] for o in prg.opts)
 
 
 @pytest.mark.parametrize("level", ["armv8-a", "armv8.2-a", "generic"])
@@ -88,13 +90,15 @@ def test_levels_without_one_sum_lane_by_lane(level):
 
 
 def test_operands_the_instruction_cannot_hold_are_summed_as_before():
-  """sdot multiplies int8: uint8 activations minus 131 range over [-131, 124] and are not given to it."""
-  x, w, zero = case(5, 40, 48, signed=False)
-  assert "vdotq_s32" not in program(x, w, zero, "armv8.2-a+dotprod", float_sum=True).src
+  """int16 activations fit pmaddwd's pairs of int16, not the 8-bit operands of vpdpbusd and sdot."""
+  x, w = RNG.integers(-30000, 30000, (5, 40)).astype(np.int16), RNG.integers(-128, 128, (40, 48)).astype(np.int8)
+  for level, fits in (("x86-64-v3", True), ("x86-64-v4+vnni", False), ("armv8.2-a+dotprod", False)):
+    src = program(x, w, 0, level, float_sum=False).src
+    assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in src) == fits, level
 
 
 @pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])
-@pytest.mark.parametrize("shape", [(5, 38, 24), (7, 131, 40), (1, 6, 72)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(5, 38, 24), (7, 131, 40), (1, 12, 72)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4", "x86-64-v4+vnni"])
 @pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
 def test_matches_numpy_integers(level, shape, float_sum, signed):
@@ -168,9 +172,10 @@ def run_under_qemu(prg, bufs: list[np.ndarray], folder) -> np.ndarray:
 
 
 @pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])
-def test_sdot_under_qemu_matches_numpy(tmp_path, float_sum):
+@pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
+def test_sdot_under_qemu_matches_numpy(tmp_path, float_sum, signed):
   require_aarch64_tools()
-  x, w, zero = case(5, 43, 24, signed=True)
+  x, w, zero = case(5, 43, 24, signed=signed)
   prg = program(x, w, zero, "armv8.2-a+dotprod", float_sum)
   assert "vdotq_s32" in prg.src
   got = run_under_qemu(prg, arguments(prg, x, w, np.float32 if float_sum else np.int32), str(tmp_path))
