@@ -122,17 +122,16 @@ def dot_unroll(k: Kernel, kind: str, constant: frozenset) -> Kernel:
   return try_opt(k, Opt(OptOps.UNROLL, best, group))
 
 
-def _gate_operand(ctx: frozenset, c: UOp, a: UOp, w: UOp) -> UOp | None:
-  ld = w.src[0] if w.op is Ops.CAST else w
-  if ld.op is not Ops.LOAD or not ld.dtype.is_int or w.op is not Ops.CAST: return None
+def _gate_operand(c: UOp, a: UOp, w: UOp, z: UOp) -> UOp | None:
+  if z.arg != 0 or w.src[0].op is not Ops.LOAD or not w.src[0].dtype.is_int: return None
   return c.where(a, 0) * w
 
 
 gated_products = PatternMatcher([
-  # where(c, a * cast(int weights), 0) -> where(c, a, 0) * cast(int weights): the weights are finite, so the
-  # product is zero either way; the gate of a padded copy goes onto the integer the dot product packs
+  # where(c, a * cast(int load), 0) -> where(c, a, 0) * cast(int load): the weights are finite, so the product is
+  # zero either way; the gate of a padded copy goes onto the integer the dot product packs
   (UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.MUL, src=[UPat.var("a"), UPat(Ops.CAST, name="w")]), UPat.cvar("z"))),
-   lambda ctx, c, a, w, z: _gate_operand(ctx, c, a, w) if z.arg == 0 else None),
+   _gate_operand),
 ])
 
 
@@ -141,10 +140,10 @@ def dot_prepare(ast: UOp, kind: str, constant: frozenset) -> tuple[UOp, UOp | No
   copies one dot-product instruction (`kind`, "": none) will sum (see `dot_unroll`), which the weights' relayout
   stores inside the VECTOR lanes; (`ast`, None) when the kernel has none."""
   if not kind: return ast, None
-  ast = graph_rewrite(ast, gated_products, ctx=constant)
-  if not _dot_kernel(ast, kind, constant): return ast, None
-  return ast, next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
-                    Kernel.size(n) == INSTRUCTIONS[kind][0]), None)
+  prepared = graph_rewrite(ast, gated_products)
+  if not _dot_kernel(prepared, kind, constant): return ast, None
+  return prepared, next((n for n in prepared.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
+                         Kernel.size(n) == INSTRUCTIONS[kind][0]), None)
 
 
 # ---------------------------------------------------------------- 3.: vector reductions to DOT, after vectorization
