@@ -201,7 +201,8 @@ def search_options(fn):
 @click.option("--cpu", default=None, metavar="LEVEL",
               help="CPU the C kernels are generated for: portable (default: the baseline of this machine's "
                    "architecture, x86-64-v3 or armv8-a), native (this machine), x86-64-v2, x86-64-v3, x86-64-v4, "
-                   "armv8-a, armv8.2-a (e.g. a Snapdragon board) or generic (plain C99, no vector types). "
+                   "x86-64-v4+vnni, armv8-a, armv8.2-a (e.g. a Snapdragon board), armv8.2-a+dotprod or generic "
+                   "(plain C99, no vector types). "
                    "Target c only.")
 @click.option("--precision", default=None, metavar="f32|f16",
               help="f16: compute float32 arithmetic in half precision with float32 accumulations (GPU targets; "

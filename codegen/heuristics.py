@@ -7,7 +7,8 @@ register-blocked: output axes along which a reduction load does not move are upc
 output pixels; the vector axis itself for a second or third vector), filling about the target's vector registers
 with accumulators. The loop over the reduce axis that every gate (padding) ignores goes innermost, so the gates
 are computed once per tap; the output loop that indexes the weights goes outermost, so a panel of weights stays in
-cache while the rest of the output streams past it.
+cache while the rest of the output streams past it. Where the CPU has an integer dot-product instruction and the
+reductions sum 8-bit products, a reduce axis is unrolled by the products one instruction sums (codegen/dot.py).
 
 GPU targets get work-group shapes for any extent, register blocks and work-group reductions: see
 codegen/gpu_heuristics.py."""
@@ -21,6 +22,7 @@ from tgc.codegen.vectorize import run_time_end
 from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
+from tgc.codegen.dot import dot_unroll
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 GR = (AxisType.GLOBAL, AxisType.REDUCE)
@@ -153,4 +155,5 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> l
   if has_reduce:
     k = _register_block(k, target)
     k = _order_loops(k, constant)
+    k = dot_unroll(k, target.dot, constant)
   return k.opts

@@ -2,7 +2,8 @@
 
 Grid ranges (work-item indices on GPUs) come first. Every other range is a loop: the output loops (C's global ranges)
 open in range order around the stores, and each group of REDUCEs sharing their loops becomes accumulators
-(DEFINE_ACC), a loop nest (RANGE ... ENDRANGE) with its body and ASSIGNs. Values are placed in the outermost loop
+(DEFINE_ACC), a loop nest (RANGE ... ENDRANGE) with its body and ASSIGNs (a DOT body adds into its accumulator: the
+ASSIGN stores DOT(a, b, acc) as it is). Values are placed in the outermost loop
 that contains everything they depend on: address arithmetic and whatever a reduction body needs are hoisted out
 of the loops they do not depend on; the rest is computed where it is first used. The result is what renderers
 walk."""
@@ -35,6 +36,8 @@ class _Linearizer:
     self.groups: dict[tuple, list[UOp]] = {}
     for n in self.nodes:
       if n.op is Ops.REDUCE: self.groups.setdefault(tuple(n.src[1:]), []).append(n)
+    # reduction bodies that add into their accumulator themselves: emitted only as part of their ASSIGN
+    self.fused = {n.src[0] for n in self.nodes if n.op is Ops.REDUCE and _accumulating(n.src[0])}
     self.out: list[UOp] = []
     self.emitted: set[UOp] = set()
     self.open: set[UOp] = set()
@@ -74,7 +77,7 @@ class _Linearizer:
       self.emitted.add(r)
       self.open.add(r)
       for n in body:
-        if n in self.emitted or n.op in (Ops.REDUCE, Ops.STORE, Ops.SINK, Ops.RANGE): continue
+        if n in self.emitted or n in self.fused or n.op in (Ops.REDUCE, Ops.STORE, Ops.SINK, Ops.RANGE): continue
         if not self.deps[n] <= self.open: continue
         if hoist_all or n.dtype == INDEX: self.emit(n)
 
@@ -100,15 +103,30 @@ class _Linearizer:
     bodies = [red.src[0] for red in reds]
     # what the body needs from outside the loops is computed before them
     for n in self._within(bodies):
-      if n.op not in (Ops.REDUCE, Ops.RANGE) and self.deps[n] <= self.open: self.emit(n)
+      if n.op not in (Ops.REDUCE, Ops.RANGE) and n not in self.fused and self.deps[n] <= self.open: self.emit(n)
     self._nest(loops, bodies, hoist_all=True)
-    for b in bodies: self.emit(b)
-    for red in reds: self.out.append(UOp(Ops.ASSIGN, red.dtype, (self.accs[red], red.src[0]), red))
+    for b in bodies:
+      for n in (b.src if b in self.fused else (b,)): self.emit(n)
+    for red in reds: self.out.append(UOp(Ops.ASSIGN, red.dtype, (self.accs[red], self._accumulated(red)), red))
     for r in reversed(loops):
       self.out.append(UOp(Ops.ENDRANGE, dtypes.bool, (r,)))
       self.open.discard(r)
     if shared: self.out.extend(_workgroup_reduce(reds, self.accs, shared, len(self.accs)))
     self.emitted |= set(reds)
+
+  def _accumulated(self, red: UOp) -> UOp:
+    """What the ASSIGN of `red` stores: its body, combined with the accumulator by the renderer; or a DOT that adds
+    into the accumulator itself (emitted here: acc = DOT(a, b, acc))."""
+    body = red.src[0]
+    if body not in self.fused: return body
+    fused = body.replace(src=body.src + (self.accs[red],))
+    self.out.append(fused)
+    return fused
+
+
+def _accumulating(body: UOp) -> bool:
+  """A reduction body the dot-product instruction sums into the accumulator itself (the renderer stores it as is)."""
+  return body.op is Ops.DOT and len(body.src) == 2
 
 
 def _computed(u: UOp, done: set[UOp]) -> list[UOp]:

@@ -14,6 +14,7 @@ from tgc.ir.sint import sint, highest_prod
 from tgc.codegen.opts import Kernel, Opt, divisors
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
+from tgc.codegen.dot import dot_prepare, dot_rewrite
 from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.unswitch import unswitch_gated_loops
@@ -201,8 +202,9 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
     elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(int(u.src[0].vmax)); mult *= loops[-1]     # a size known at run time: at its largest
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
+    elif u.op is Ops.DOT: n += mult * u.src[0].dtype.count * 2
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
-        and u.dtype.scalar != INDEX:
+        and u.dtype.scalar != INDEX and not (u.op is Ops.ASSIGN and u.src[1].op is Ops.DOT):
       n += mult * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
     elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: nbytes += mult * u.dtype.count * u.dtype.itemsize
     elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
@@ -231,6 +233,7 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
   expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes,
                                    renderer.masked_vectors)
+  if vectors and target.dot: expanded = dot_rewrite(expanded, target.dot, target.cpu.vector_bytes)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,
                                target.max_groups_per_dim[:target.grid_dims] if target.max_groups_per_dim else None)
@@ -258,7 +261,8 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   if opts is None: opts = [] if config.noopt else hand_coded_opts(k, target, frozenset(weights))
   k = k.apply_all(opts)
   order = GPU_ORDER if target.has_workgroups else None
-  relaid_ast, relayouts = relayout(k.ast, weights, order) if weights else (k.ast, {})
+  prepared, inner = dot_prepare(k.ast, target.dot, frozenset(weights))
+  relaid_ast, relayouts = relayout(prepared, weights, order, inner) if weights else (prepared, {})
   nargs = 1 + max(n.arg[0] for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL)
   relaid_ast, args = _compact_args(relaid_ast, nargs)
   if target.has_threads: relaid_ast = task_loop(relaid_ast)

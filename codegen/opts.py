@@ -7,7 +7,8 @@ SWAP exchanges the numbers that order two loops. A LOCAL amount need not divide 
 multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
 (the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing. A VECTOR or an
 UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
-register blocks of 4: the extra lanes and copies recompute the last element and store nothing)."""
+register blocks of 4: the extra lanes and copies recompute the last element and store nothing). An UNROLL need not
+divide the axis of a sum either: its copies past the end read the last element and add zero (the body is gated)."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
@@ -72,6 +73,18 @@ def _gate_stores(sink: UOp, cond: UOp) -> UOp:
     gate = cond if len(st.src) < 4 else st.src[3].logical_and(cond)
     return st.replace(src=st.src[:3] + (gate,) + st.src[4:])
   return sink.replace(src=tuple(gated(st) for st in sink.src))
+
+
+def _sums_only(ast: UOp, r: UOp) -> bool:
+  """Every reduction over `r` is a sum (padded copies can add zero)."""
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and r in n.src[1:]]
+  return bool(reds) and all(red.arg is Ops.ADD for red in reds)
+
+
+def _gate_sums(ast: UOp, inner: UOp, cond: UOp) -> UOp:
+  """Every sum over `inner` adds its body only where `cond` holds (zero in the padded copies)."""
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and any(inner in s.toposort() for s in n.src[1:])]
+  return substitute(ast, {red: red.replace(src=(cond.where(red.src[0], 0),) + red.src[1:]) for red in reds})
 
 
 def _end(n) -> UOp: return n if isinstance(n, UOp) else UOp.const(INDEX, n)
@@ -159,6 +172,7 @@ class Kernel:
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
     padded = not isinstance(n, int) or n % opt.amount != 0
     if padded and not (opt.op is OptOps.LOCAL or opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is G or
+                       opt.op is OptOps.UNROLL and _sums_only(self.ast, r) or
                        opt.op in (OptOps.VECTOR, OptOps.UNROLL) and not isinstance(n, int)):
       raise OptError(f"{opt}: {opt.amount} does not divide {n}")
     groups = -(-n // opt.amount) if isinstance(n, int) else simplify((n + (opt.amount - 1)) // opt.amount)
@@ -166,12 +180,14 @@ class Kernel:
       if not isinstance(groups, int) or groups > 1 else UOp.const(INDEX, 0)
     inner = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, opt.amount),), RangeArg(self.next_id(), inner_kind, r.arg.id))
     flat = outer * opt.amount + inner
+    clamped = flat.lt(n).where(flat, n - 1)
     if not padded: new_ast = simplify(substitute(self.ast, {r: flat}))
     elif isinstance(n, UOp):    # a size known at run time: past its end loads are gated off, reductions and stores too
       inside = flat.lt(n)
       gated = _gate_loads(substitute(self.ast, {r: flat}), inside, inner)
       new_ast = simplify(_mask_reduces(gated, inside, inner) if r.arg.kind is R else _gate_stores(gated, inside))
-    else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: flat.lt(n).where(flat, n - 1)}), flat.lt(n)))
+    elif opt.op is OptOps.UNROLL: new_ast = simplify(_gate_sums(substitute(self.ast, {r: clamped}), inner, flat.lt(n)))
+    else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: clamped}), flat.lt(n)))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 
   def _swap(self, opt: Opt, r: UOp, axes: list[UOp]) -> Kernel:

@@ -13,6 +13,8 @@ argument positions of the weights only this kernel reads (`own`):
    loops). An expression whose values would take more than a quarter more than its weights is left alone, but for
    its values before a conversion (int8 weights stay int8 and are converted on load; the copies of a padded VECTOR
    or UPCAST axis, a few percent more, are stored).
+   An unroll axis whose copies one integer dot-product instruction sums (`inner`: codegen/dot.py) goes inside the
+   vector lanes: each lane's copies side by side.
    On GPUs (`GPU_ORDER`) the work-item axes come after the upcast and unroll copies, just outside the vector lanes:
    neighbouring work-items of a work-group then read neighbouring elements at each step (coalesced), and what a
    work-group reads in one step of its reduction is one contiguous block.
@@ -118,11 +120,13 @@ fold_weights = PatternMatcher([
 
 
 # ---------------------------------------------------------------- 2. weight expressions stored in read order
-def relayout(ast: UOp, sizes: dict[int, int], order: dict | None = None) -> tuple[UOp, dict[int, Relayout]]:
+def relayout(ast: UOp, sizes: dict[int, int], order: dict | None = None,
+             inner: UOp | None = None) -> tuple[UOp, dict[int, Relayout]]:
   """`ast` (opts applied, before expansion) with the affine ops after its reductions folded into their weights and
   each maximal expression of the weight arguments at the positions of `sizes` (position -> elements the buffer
   holds) read from a new buffer in loop order (`order`: the rank of each axis kind in the new layout; default the
-  loop order, GPUs: GPU_ORDER); the relayout of each argument position it gives new contents."""
+  loop order, GPUs: GPU_ORDER; `inner`: a range stored innermost); the relayout of each argument position it gives
+  new contents."""
   own = frozenset(sizes)
   ast = graph_rewrite(ast, fold_weights, ctx=own)
   exprs = _maximal_weight_exprs(ast, own)
@@ -141,7 +145,8 @@ def relayout(ast: UOp, sizes: dict[int, int], order: dict | None = None) -> tupl
     free = [b for b in leaves if b.arg[0] not in out and reads[b.arg[0]] == {e} and
             sum(1 for n in e.toposort() if n.op is Ops.LOAD and n.src[0] is b) == all_loads[b.arg[0]]]
     if not free or any(b.dtype.storage_only for b in leaves): continue
-    made = _relayout_narrowest(e, free[0], sum(sizes[b.arg[0]] * b.dtype.itemsize for b in leaves), order or _ORDER)
+    made = _relayout_narrowest(e, free[0], sum(sizes[b.arg[0]] * b.dtype.itemsize for b in leaves), order or _ORDER,
+                               inner)
     if made is None: continue
     sub[made[0]], out[free[0].arg[0]] = made[1]
   return (simplify(substitute(ast, sub)) if sub else ast), out
@@ -157,16 +162,18 @@ def _maximal_weight_exprs(ast: UOp, own: frozenset) -> list[UOp]:
   return [n for n in ast.toposort() if n in weighty and not any(u in weighty for u in users.get(n, ()))]
 
 
-def _relayout_narrowest(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UOp, tuple] | None:
+def _relayout_narrowest(e: UOp, target: UOp, old_bytes: int, order: dict,
+                        inner: UOp | None) -> tuple[UOp, tuple] | None:
   """(the expression relaid, `_relayout_expr` of it) for `e`, or for its values before a conversion when `e` would
   take too many bytes (int8 weights converted to float: stored as int8, converted on load)."""
   while True:
-    made = _relayout_expr(e, target, old_bytes, order)
+    made = _relayout_expr(e, target, old_bytes, order, inner)
     if made is not None or e.op is not Ops.CAST: return (e, made) if made is not None else None
     e = e.src[0]
 
 
-def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UOp, Relayout] | None:
+def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict,
+                   inner: UOp | None) -> tuple[UOp, Relayout] | None:
   """The load replacing expression `e` (into argument `target`) and its recipe; None when not worth it (its values
   would take more than MAX_GROWTH times the bytes of the weights they come from: int8 weights stay int8)."""
   own = {n for n in e.toposort() if n.op is Ops.RANGE}
@@ -174,7 +181,7 @@ def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict) -> tuple[UO
   gated = any(len(ld.src) > 2 for ld in loads)
   outer_gates = [g for ld in loads for g in ld.src[2:] if not {n for n in g.toposort() if n.op is Ops.RANGE} <= own]
   if outer_gates: return None       # a gate over another loop: the kernel keeps reading the weights as they are
-  rs = tuple(sorted(own, key=lambda r: (order[r.arg.kind], r.arg.id)))
+  rs = tuple(sorted(own, key=lambda r: (r is inner, order[r.arg.kind], r.arg.id)))
   if any(r.src[0].op is not Ops.CONST for r in rs): return None   # a loop over a size known only at run time
   numel = math.prod(r.src[0].arg for r in rs)
   if numel > MAX_ELEMENTS or numel * e.dtype.itemsize > MAX_GROWTH * old_bytes + 256: return None

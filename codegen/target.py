@@ -13,8 +13,14 @@ arithmetic). Nothing below asks for a target by its name to decide how to genera
 x86-64-v3, AVX2 + FMA, which every x86-64 desktop, laptop and server CPU since 2013-2015 (Haswell, Zen) has, or
 armv8-a; x86-64-v2 for older or low-power x86 CPUs is 2-4x slower on them), `native` (the machine that
 compiles; the default of the eager runtime, which runs where it compiles), `x86-64-v2` (SSE4.2), `x86-64-v3` (AVX2 +
-FMA), `x86-64-v4` (AVX-512), `armv8-a` (NEON), `armv8.2-a` (NEON + half-precision arithmetic, e.g. Snapdragon 845 and
-newer), `generic` (plain C99 without vector types, for compilers without GCC/Clang vector extensions)."""
+FMA), `x86-64-v4` (AVX-512), `x86-64-v4+vnni` (AVX-512 VNNI: Ice Lake, Zen 4 and newer), `armv8-a` (NEON), `armv8.2-a`
+(NEON + half-precision arithmetic, e.g. Snapdragon 845 and newer), `armv8.2-a+dotprod` (and the 8-bit dot product,
+e.g. Snapdragon 855 and newer), `generic` (plain C99 without vector types, for compilers without GCC/Clang vector
+extensions).
+
+`CPU.dot` names the integer dot-product instructions a level has (codegen/dot.py): `madd` (x86 pmaddwd: pairs of
+int16 into int32 lanes), `vnni` (AVX-512 VNNI vpdpbusd: groups of four uint8 x int8 added into the int32 lanes),
+`sdot` (Arm: groups of four int8); "" for none."""
 from __future__ import annotations
 import os
 import platform
@@ -44,6 +50,7 @@ class CPU:
   l1d_bytes: int = 32 * 1024
   l2_bytes: int = 512 * 1024
   requested: str = ""            # what --cpu asked for ("portable", "native" or the level itself)
+  dot: str = ""                  # integer dot-product instructions: madd | vnni | sdot | "" (module docstring)
 
   @property
   def cc_flags(self) -> tuple[str, ...]: return ((f"-march={self.march}",) if self.march else ()) + self.tune
@@ -51,16 +58,21 @@ class CPU:
   def describe(self) -> dict:
     """The manifest's record of the CPU the kernels were generated for."""
     return {"requested": self.requested or self.level, "level": self.level, "arch": self.arch,
-            "vector_bytes": self.vector_bytes, "fma": self.fma, "fp16": self.fp16, "cflags": list(self.cc_flags)}
+            "vector_bytes": self.vector_bytes, "fma": self.fma, "fp16": self.fp16, "dot": self.dot,
+            "cflags": list(self.cc_flags)}
 
 
+_WIDE = ("-mprefer-vector-width=512",)
 CPU_LEVELS: dict[str, CPU] = {
-  "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2"),
-  "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3"),
+  "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2", dot="madd"),
+  "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3", dot="madd"),
   # the generic tuning of x86-64-v4 splits 512-bit vectors in two (half speed): the kernels' vectors are 512 bits
-  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", ("-mprefer-vector-width=512",)),
+  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", _WIDE, dot="madd"),
+  "x86-64-v4+vnni": CPU("x86-64-v4+vnni", "x86_64", 64, 32, True, False, "x86-64-v4", _WIDE + ("-mavx512vnni",),
+                        dot="vnni"),
   "armv8-a": CPU("armv8-a", "aarch64", 16, 32, True, False, "armv8-a"),
   "armv8.2-a": CPU("armv8.2-a", "aarch64", 16, 32, True, True, "armv8.2-a+fp16"),
+  "armv8.2-a+dotprod": CPU("armv8.2-a+dotprod", "aarch64", 16, 32, True, True, "armv8.2-a+fp16+dotprod", dot="sdot"),
   # plain C99 for any compiler and CPU (MSVC, IAR, a microcontroller without SIMD): one lane, no -march
   "generic": CPU("generic", "any", 4, 16, False, False, ""),
 }
@@ -97,11 +109,14 @@ def _cache_bytes(level: int, kind: str) -> int | None:
 
 
 def host_cpu() -> CPU:
-  """The level of the machine this runs on (x86-64 levels by their feature sets; aarch64 with half arithmetic is
-  armv8.2-a) with its own cache sizes."""
+  """The level of the machine this runs on (x86-64 levels by their feature sets, with VNNI where it has it; aarch64
+  with half arithmetic is armv8.2-a, with the dot product too armv8.2-a+dotprod) with its own cache sizes."""
   flags = _cpuinfo_flags()
-  if platform.machine() in ("aarch64", "arm64"): base = CPU_LEVELS["armv8.2-a" if "asimdhp" in flags else "armv8-a"]
-  elif _X86_V4 <= flags and _X86_V3 <= flags: base = CPU_LEVELS["x86-64-v4"]
+  if platform.machine() in ("aarch64", "arm64"):
+    base = CPU_LEVELS["armv8.2-a+dotprod" if {"asimdhp", "asimddp"} <= flags else
+                      "armv8.2-a" if "asimdhp" in flags else "armv8-a"]
+  elif _X86_V4 <= flags and _X86_V3 <= flags: base = CPU_LEVELS["x86-64-v4+vnni" if "avx512_vnni" in flags else
+                                                                 "x86-64-v4"]
   elif _X86_V3 <= flags: base = CPU_LEVELS["x86-64-v3"]
   else: base = CPU_LEVELS["x86-64-v2"]
   return replace(base, l1d_bytes=_cache_bytes(1, "Data") or base.l1d_bytes, l2_bytes=_cache_bytes(2, "Unified") or
@@ -175,6 +190,11 @@ class Target:
   def vector_lanes(self, itemsize: int) -> int:
     """Lanes of one SIMD register for elements of `itemsize` bytes (GPU languages: 4-wide vector types)."""
     return self.cpu.vector_bytes // itemsize if self.cpu is not None else 4
+
+  @property
+  def dot(self) -> str:
+    """The CPU's integer dot-product instructions (`CPU.dot`; "" for none and for GPU languages)."""
+    return self.cpu.dot if self.cpu is not None else ""
 
   @property
   def registers(self) -> int:

@@ -12,7 +12,8 @@ Every kernel takes, after its buffers, `tg_lo` and `tg_hi`: it runs iterations [
 output loop (the task loop; lowering folds small outer loops into it), so a thread pool can split it; a kernel
 without output loops runs when tg_lo < tg_hi. Vector loads and stores go through may_alias types of 4-byte alignment
 (any element address is fine); comparisons give masks of 32-bit integers (-1 or 0), selects are bitwise. Only 32-bit
-lanes are vector ops (`vectorize` does the rest lane by lane); exp2 on vectors is a polynomial (`_exp2_helper`)."""
+lanes are vector ops (`vectorize` does the rest lane by lane); exp2 on vectors is a polynomial (`_exp2_helper`).
+Integer dot products (DOT: codegen/dot.py) are the CPU level's intrinsics, from <immintrin.h> or <arm_neon.h>."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.registry import TargetSpec
@@ -82,6 +83,10 @@ _VEC_NAMES = {dtypes.float32: "f32", dtypes.int32: "i32", dtypes.uint32: "u32", 
 _VEC_C = {"f32": ("float", 4), "i32": ("int", 4), "u32": ("unsigned int", 4), "i8": ("signed char", 1),
           "u8": ("unsigned char", 1), "i16": ("short", 2), "u16": ("unsigned short", 2)}
 _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+# integer dot products by CPU level (Target.cpu.dot): the header, then per vector bytes the integer type and the
+# function's prefix (x86: __m128i/_mm, __m256i/_mm256, __m512i/_mm512; Arm: 16-byte NEON only)
+_DOT_HEADER = {"madd": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
+_X86_VECTORS = {16: ("__m128i", "_mm"), 32: ("__m256i", "_mm256"), 64: ("__m512i", "_mm512")}
 
 
 def vector_type(d: DType) -> str:
@@ -152,6 +157,8 @@ class CRenderer(CStyleRenderer):
     vecs = sorted({(_VEC_NAMES[d.scalar], d.count) for u in program for d in (u.dtype, *(s.dtype for s in u.src))
                    if d.count > 1})
     if vecs: out.append(NEEDS_SIMD)
+    if any(u.op is Ops.DOT for u in program):
+      out.append(f"#if TG_SIMD\n#include <{_DOT_HEADER[self.target.cpu.dot]}>\n#endif")
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
@@ -195,8 +202,19 @@ class CRenderer(CStyleRenderer):
     if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
     if u.op is Ops.BITCAST: return f"(({vector_type(d)})({s[0]}))"
     if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+    if u.op is Ops.DOT: return self._dot(d, *s[:2], s[2] if len(s) > 2 else self.render_vector(["0"] * d.count, d))
     return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
             Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})"}[u.op].format(*s)
+
+  def _dot(self, d: DType, a: str, b: str, acc: str) -> str:
+    """acc plus the integer dot products of a and b per 32-bit lane, in the CPU level's instruction: x86 pmaddwd
+    (pairs of int16, then an add), VNNI vpdpbusd (four uint8 x int8, added by the one instruction), Arm sdot (four
+    int8)."""
+    kind, t = self.target.cpu.dot, vector_type(d)
+    if kind == "sdot": return f"(({t})vdotq_s32((int32x4_t)({acc}), (int8x16_t)({a}), (int8x16_t)({b})))"
+    m, fn = _X86_VECTORS[d.count * d.itemsize]
+    if kind == "vnni": return f"(({t}){fn}_dpbusd_epi32(({m})({acc}), ({m})({a}), ({m})({b})))"
+    return f"({acc}+({t}){fn}_madd_epi16(({m})({a}), ({m})({b})))"
 
   def _select(self, mask: str, a: str, b: str, d: DType) -> str:
     if d.scalar.is_int or d.scalar.is_bool: return f"(({mask}&{a})|(~{mask}&{b}))"

@@ -289,6 +289,10 @@ def _define_acc(body: KernelBody, u: UOp) -> None:
 
 def _assign(body: KernelBody, u: UOp) -> None:
   acc, val, red = u.src[0], u.src[1], u.arg
+  if val.op is Ops.DOT and val.src[2:] == (acc,):     # a dot product that added into the accumulator itself
+    body.line(f"{body.r(acc)} = {body.r(val)};")
+    body.names[red] = body.r(acc)
+    return
   combine = {Ops.ADD: Ops.ADD, Ops.MUL: Ops.MUL, Ops.MAX: Ops.MAX}[red.arg]
   op = UOp(combine, acc.dtype, (acc, val))
   operands = [body.r(acc), body.r(val)]

@@ -41,7 +41,8 @@ def test_opt_keeps_result(device, what, opts):
 def test_bad_opts_raise():
   items, _ = schedule([(Tensor(A, device="numpy") @ Tensor(B, device="numpy")).uop], _alloc("numpy"))
   k = Kernel(items[0].ast)
-  with pytest.raises(OptError): k.apply(Opt("UNROLL", 0, 5))     # 5 does not divide 48 (a reduce axis: no padding)
+  maxed = Kernel(schedule([Tensor(A, device="numpy").max(axis=1).uop], _alloc("numpy"))[0][0].ast)
+  with pytest.raises(OptError): maxed.apply(Opt("UNROLL", 0, 5))   # 5 does not divide 48 (only sums are padded)
   with pytest.raises(OptError): k.apply(Opt("UNROLL", 3, 2))     # no such reduce axis
   with pytest.raises(OptError): k.apply(Opt("LOCAL", 0, 4)).apply(Opt("GROUP", 0, 4))
 
@@ -53,6 +54,12 @@ def test_padded_vector_of_an_output_axis(opts):
   recompute the last column and store nothing."""
   a, b = Tensor(A, device="c"), Tensor(B[:, :21].copy(), device="c")
   np.testing.assert_allclose(run_with(a @ b, "c", opts), A @ B[:, :21], rtol=1e-4, atol=1e-4)
+
+
+def test_padded_unroll_of_a_sum():
+  """An UNROLL need not divide a sum's axis (48 in copies of 5 or 7): the copies past its end add zero."""
+  a, b = Tensor(A, device="c"), Tensor(B, device="c")
+  for n in (5, 7): np.testing.assert_allclose(run_with(a @ b, "c", [Opt("UNROLL", 0, n)]), A @ B, rtol=1e-4, atol=1e-4)
 
 
 def test_a_reduce_axis_vector_must_divide():

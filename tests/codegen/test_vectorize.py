@@ -108,7 +108,8 @@ def test_vector_kernels_compute_what_numpy_computes(name):
   want = fn(*[Tensor(x, device="numpy") for x in arrays]).numpy()
   prg, out = run_on_c(fn(*[c(x) for x in arrays]), opts)
   assert re.search(r"tg_[fiu]32x\d", prg.function), "the kernel was not vectorized"
-  np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6)
+  # float32 sums in another order than numpy's: a few roundings of the terms' size apart (32 terms of about 1)
+  np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-5)
 
 
 EXP2_DRIVER = """

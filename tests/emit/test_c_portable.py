@@ -84,7 +84,8 @@ def test_native_build_of_an_avx512_machine_does_not(tmp_path):
   """The check above can fail: what the old default (native) gives on an AVX-512 machine stops on a Haswell."""
   x86_only()
   require_tool("qemu-x86_64", "qemu-user")
-  if host_cpu().level != "x86-64-v4": pytest.skip("this machine has no AVX-512: native is no level above Haswell")
+  if not host_cpu().level.startswith("x86-64-v4"):
+    pytest.skip("this machine has no AVX-512: native is no level above Haswell")
   out = str(tmp_path / "native")
   assert tgc("compile", EXAMPLE, "--cpu", "native", "-o", out).exit_code == 0
   make(out)

@@ -1,0 +1,182 @@
+"""Integer dot products (codegen/dot.py): a matrix product of 8-bit values (uint8 activations minus a zero point or
+int8 ones, int8 weights, summed in float32 or int32) unrolls its reduction by the products one instruction sums, and
+each CPU level spells its instruction (x86-64-v3/v4: pmaddwd, x86-64-v4+vnni: vpdpbusd, armv8.2-a+dotprod: sdot;
+the 8-bit ones take uint8 minus a zero point shifted into their operand, plus a sum of the weights);
+levels without one (armv8-a, generic) and operands the instruction cannot hold keep the lane-by-lane sums; a
+reduction the group does not divide is padded. The kernels give numpy's integer results exactly on random data of odd
+sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
+from __future__ import annotations
+import os
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tgc.frontend import Tensor
+from tgc.frontend.realize import _alloc
+from tgc.codegen.schedule import schedule
+from tgc.codegen.lower import lower
+from tgc.codegen.opts import OptOps
+from tgc.codegen.dot import INSTRUCTIONS as GROUPS
+from tgc.codegen.target import CPU_LEVELS, Target, host_cpu
+from tgc.ir import dtypes
+from tgc.runtimes import get_runtime
+
+RNG = np.random.default_rng(20)
+# the instruction of each level with a dot product, for vectors of the level's full width
+SPELLING = {"x86-64-v2": "_mm_madd_epi16", "x86-64-v3": "_mm256_madd_epi16", "x86-64-v4": "_mm512_madd_epi16",
+            "x86-64-v4+vnni": "_mm512_dpbusd_epi32", "armv8.2-a+dotprod": "vdotq_s32"}
+INSTRUCTIONS = {"madd": "_madd_epi16", "vnni": "_dpbusd_epi32", "sdot": "vdotq_s32"}
+W_POS = 2       # the kernel's arguments: output, activations, weights
+
+
+def case(m: int, k: int, n: int, signed: bool) -> tuple[np.ndarray, np.ndarray, int]:
+  """Random activations (int8, or uint8 with a zero point), int8 weights, the zero point."""
+  x = RNG.integers(-128, 128, (m, k)).astype(np.int8) if signed else RNG.integers(0, 256, (m, k)).astype(np.uint8)
+  return x, RNG.integers(-128, 128, (k, n)).astype(np.int8), 0 if signed else 131
+
+
+def reference(x: np.ndarray, w: np.ndarray, zero: int) -> np.ndarray:
+  return (x.astype(np.int64) - zero) @ w.astype(np.int64)
+
+
+def program(x: np.ndarray, w: np.ndarray, zero: int, level: str, float_sum: bool):
+  """The matrix product's kernel lowered for `level`, the weights its own (relaid at compile time)."""
+  acc = dtypes.float32 if float_sum else dtypes.int32
+  a = Tensor(x, device="c").cast(acc)
+  t = (a - zero if zero else a) @ Tensor(w, device="c").cast(acc)
+  items, _ = schedule([t.uop], _alloc("c"))
+  assert len(items) == 1
+  return lower(items[0].ast, Target.make("c", cpu=level), weights={W_POS: w.size})
+
+
+def arguments(prg, x: np.ndarray, w: np.ndarray, out_dtype) -> list[np.ndarray]:
+  """The kernel's buffers: the output, the activations, the weights as the kernel reads them."""
+  m, n = x.shape[0], w.shape[1]
+  data = {0: np.zeros((m, n), out_dtype), 1: x, W_POS: w}
+  for pos, how in prg.relayouts.items(): data[pos] = how.apply({p: data[p] for p in how.positions})
+  return [np.ascontiguousarray(data[p]) for p in prg.args]
+
+
+def run_here(prg, bufs: list[np.ndarray]) -> np.ndarray:
+  rt = get_runtime("c")
+  dev = [rt.alloc(b.nbytes) for b in bufs]
+  for d, b in zip(dev, bufs): rt.copyin(d, b.reshape(-1).view(np.uint8))
+  rt.compile(prg.src, prg.name)(*dev, global_size=prg.global_size)
+  return rt.copyout(dev[0]).view(bufs[0].dtype).reshape(bufs[0].shape)
+
+
+def runs_here(level: str) -> bool:
+  cpu, host = CPU_LEVELS[level], host_cpu()
+  return cpu.arch == "x86_64" and platform.machine().lower() in ("x86_64", "amd64") and \
+    host.vector_bytes >= cpu.vector_bytes and (cpu.dot != "vnni" or host.dot == "vnni")
+
+
+@pytest.mark.parametrize("level", sorted(SPELLING))
+def test_each_level_spells_its_instruction(level):
+  x, w, zero = case(5, 40, 48, signed=CPU_LEVELS[level].dot == "sdot")
+  prg = program(x, w, zero, level, float_sum=True)
+  assert SPELLING[level] in prg.src and "tg_i32x" in prg.src
+  assert any(o.op is OptOps.UNROLL and o.amount == GROUPS[CPU_LEVELS[level].dot][0] for o in prg.opts)
+
+
+@pytest.mark.parametrize("level", ["armv8-a", "armv8.2-a", "generic"])
+def test_levels_without_one_sum_lane_by_lane(level):
+  x, w, zero = case(5, 38, 48, signed=False)
+  src = program(x, w, zero, level, float_sum=True).src
+  assert not any(i in src for i in INSTRUCTIONS.values())
+
+
+def test_operands_the_instruction_cannot_hold_are_summed_as_before():
+  """int16 activations fit pmaddwd's pairs of int16, not the 8-bit operands of vpdpbusd and sdot."""
+  x, w = RNG.integers(-30000, 30000, (5, 40)).astype(np.int16), RNG.integers(-128, 128, (40, 48)).astype(np.int8)
+  for level, fits in (("x86-64-v3", True), ("x86-64-v4+vnni", False), ("armv8.2-a+dotprod", False)):
+    src = program(x, w, 0, level, float_sum=False).src
+    assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in src) == fits, level
+
+
+@pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])
+@pytest.mark.parametrize("shape", [(5, 38, 24), (7, 131, 40), (1, 12, 72)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4", "x86-64-v4+vnni"])
+@pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
+def test_matches_numpy_integers(level, shape, float_sum, signed):
+  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
+  x, w, zero = case(*shape, signed=signed)
+  prg = program(x, w, zero, level, float_sum)
+  assert INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src
+  got = run_here(prg, arguments(prg, x, w, np.float32 if float_sum else np.int32))
+  np.testing.assert_array_equal(got, reference(x, w, zero))
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4+vnni"])
+@pytest.mark.parametrize("k, paired", [(37, True), (7, True), (3, False)])
+def test_odd_reductions_stay_exact(level, k, paired):
+  """A reduction the group does not divide is padded when that costs little (37 -> 38, 7 -> 8: the last pair adds
+  zero), else summed lane by lane (3); exact either way."""
+  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
+  x, w, zero = case(3, k, 24, signed=False)
+  prg = program(x, w, zero, level, float_sum=True)
+  assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src) == paired
+  got = run_here(prg, arguments(prg, x, w, np.float32))
+  np.testing.assert_array_equal(got, reference(x, w, zero))
+
+
+# ---------------------------------------------------------------- sdot under qemu-aarch64
+MAIN = """#include <stdio.h>
+#include <stdlib.h>
+{kernel}
+static void *load(const char *path, size_t n) {{
+  void *p = calloc(1, n);
+  FILE *f = fopen(path, "rb");
+  if (!p || !f || fread(p, 1, n, f) != n) exit(1);
+  fclose(f);
+  return p;
+}}
+int main(void) {{
+  FILE *f;
+{loads}
+  {name}({args}, 0, {tasks});
+  f = fopen("out.bin", "wb");
+  if (!f || fwrite(b0, 1, {out_bytes}, f) != {out_bytes}) return 1;
+  fclose(f);
+  return 0;
+}}
+"""
+
+
+def require_aarch64_tools() -> None:
+  for tool, package in (("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"), ("qemu-aarch64", "qemu-user")):
+    if shutil.which(tool) is None: pytest.skip(f"{tool} not found: install the Debian package {package}")
+
+
+def run_under_qemu(prg, bufs: list[np.ndarray], folder) -> np.ndarray:
+  """The kernel built with the aarch64 cross compiler for its level and run by qemu-aarch64 on `bufs`."""
+  loads = [f"  void *b{i} = load(\"b{i}.bin\", {max(b.nbytes, 1)});" for i, b in enumerate(bufs)]
+  for i, b in enumerate(bufs): b.tofile(os.path.join(folder, f"b{i}.bin"))
+  args = ", ".join(f"({p.spelled} *)b{i}" for i, p in enumerate(prg.params))
+  with open(os.path.join(folder, "main.c"), "w") as f:
+    f.write(MAIN.format(kernel=prg.src, loads="\n".join(loads), name=prg.name, args=args, tasks=prg.global_size[0],
+                        out_bytes=bufs[0].nbytes))
+  cc = ["aarch64-linux-gnu-gcc", "-O2", "-std=c99", "-Wall", "-Werror", "-march=armv8.2-a+fp16+dotprod",
+        "main.c", "-o", "main", "-lm"]
+  build = subprocess.run(cc, cwd=folder, capture_output=True, text=True)
+  if build.returncode and "stdio.h" in build.stderr:
+    pytest.skip("aarch64 C library headers missing: install the Debian package libc6-dev-arm64-cross")
+  assert build.returncode == 0, build.stderr
+  r = subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", "./main"], cwd=folder,
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  return np.fromfile(os.path.join(folder, "out.bin"), bufs[0].dtype).reshape(bufs[0].shape)
+
+
+@pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])
+@pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
+def test_sdot_under_qemu_matches_numpy(tmp_path, float_sum, signed):
+  require_aarch64_tools()
+  x, w, zero = case(5, 43, 24, signed=signed)
+  prg = program(x, w, zero, "armv8.2-a+dotprod", float_sum)
+  assert "vdotq_s32" in prg.src
+  got = run_under_qemu(prg, arguments(prg, x, w, np.float32 if float_sum else np.int32), str(tmp_path))
+  np.testing.assert_array_equal(got, reference(x, w, zero))
