@@ -151,8 +151,10 @@ class Kernel:
 
   @staticmethod
   def size(r: UOp) -> int:
-    """The length of a loop (over a size known only at run time: its largest, what heuristics plan for)."""
-    return int(r.src[0].vmax)
+    """The length of a loop; over a size known only at run time, the length heuristics plan for: the geometric mean
+    of its lowest and highest value (opts that suit the middle of the range, not only its largest sizes)."""
+    if r.src[0].op is Ops.CONST: return r.src[0].arg
+    return max(1, round(math.sqrt(max(r.src[0].vmin, 1) * r.src[0].vmax)))
 
   def next_id(self) -> int: return max((r.arg.id for r in self.ranges()), default=-1) + 1
 

@@ -57,7 +57,12 @@ class VectorCtx:
 
   def end_mask(self, u: UOp) -> UOp | None:
     """`base + v < n` (the end of a loop over a size known at run time) as one vector compare of base + (0, 1, ...)
-    with n; None for any other value."""
+    with n, and such a compare `and` conditions the lanes share (a padded split of the outer part too) as one vector
+    AND; None for any other value."""
+    if u.op is Ops.AND and u.dtype.is_bool and sum(self.on_v(s) for s in u.src) == 1:
+      lane = next(s for s in u.src if self.on_v(s))
+      if (mask := self.end_mask(lane)) is None: return None
+      return UOp(Ops.AND, mask.dtype, tuple(mask if s is lane else self.vec(s) for s in u.src))
     if u.op is not Ops.CMPLT or self.on_v(u.src[1]) or (base := contiguous_base(u.src[0], self.v)) is None: return None
     w = self.lanes
     lanes = UOp(Ops.ADD, INDEX.vec(w), (UOp(Ops.VECTORIZE, INDEX.vec(w), (base,)),

@@ -254,14 +254,23 @@ class Artifact:
     """The sizes known only at run time, read off the inputs' shapes (none for an artifact of fixed shapes)."""
     if not is_dynamic(self.manifest): return {}
     check_input_names(self.inputs, inputs)
-    try: return bind_dims(self.manifest, {s["name"]: np.shape(inputs[s["name"]]) for s in self.inputs})
-    except DimsError as error: raise ArtifactError(str(error)) from None
+    shapes = tuple(np.shape(inputs[s["name"]]) for s in self.inputs)
+    cache = self.__dict__.setdefault("_dims_of", {})      # each set of input shapes is worked out once
+    if len(cache) > 256: cache.clear()
+    if shapes not in cache:
+      try: cache[shapes] = bind_dims(self.manifest, {s["name"]: sh for s, sh in zip(self.inputs, shapes)})
+      except DimsError as error: raise ArtifactError(str(error)) from None
+    return cache[shapes]
 
   def specs_at(self, dims: dict[str, int]) -> tuple[list[dict], list[dict]]:
     """The input and output specs with the shapes they have for these sizes."""
     if not dims: return self.inputs, self.outputs
-    return tuple([{**s, "shape": list(shape_at(s["shape"], dims))} for s in specs]
-                 for specs in (self.inputs, self.outputs))
+    cache, key = self.__dict__.setdefault("_specs_at", {}), tuple(dims.items())
+    if len(cache) > 256: cache.clear()
+    if key not in cache:
+      cache[key] = tuple([{**s, "shape": list(shape_at(s["shape"], dims))} for s in specs]
+                         for specs in (self.inputs, self.outputs))
+    return cache[key]
 
   def _prepare(self, inputs: dict[str, np.ndarray]):
     """What `_execute` runs on: by default the checked input arrays."""

@@ -4,6 +4,7 @@ inputs' shapes (a dim that is a size's name gives its value; every other dim is 
 evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers, + - * / % and brackets."""
 from __future__ import annotations
 import ast
+import functools
 import numpy as np
 
 _BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
@@ -17,9 +18,13 @@ class DimsError(ValueError):
 def evaluate_size(text, values: dict[str, int]) -> int:
   """The value of a manifest shape entry (an int, or size text over `values`' names)."""
   if isinstance(text, int): return text
-  try: tree = ast.parse(str(text), mode="eval")
+  return _value(_parsed(str(text)), values, text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> ast.expr:
+  try: return ast.parse(text, mode="eval").body
   except SyntaxError: raise DimsError(f"size {text!r} is not an expression") from None
-  return _value(tree.body, values, text)
 
 
 def _value(node, values: dict[str, int], text) -> int:
