@@ -43,10 +43,6 @@ def highest(x: sint) -> int:
   return x if not isinstance(x, UOp) else int(x.vmax)
 
 
-def lowest(x: sint) -> int:
-  return x if not isinstance(x, UOp) else int(x.vmin)
-
-
 def variables(*xs) -> dict[str, UOp]:
   """The variables that sizes or shapes `xs` use, by name, sorted by name."""
   found: dict[str, UOp] = {}
