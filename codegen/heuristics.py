@@ -63,6 +63,7 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
 def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
   if not lanes_are_32bit(k, narrow=True): return None
   lanes = target.vector_lanes(4)
+  masked = get_renderer(target).masked_vectors
   best, best_key = None, None
   glob = k.axes(G)
   for kind, axes in (("global", glob), ("reduce", k.axes(R))):
@@ -76,7 +77,7 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
         opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
         share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant,
-                              get_renderer(target).masked_vectors)
+                              masked)
         # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
         # most lanes that move as vectors
         key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)

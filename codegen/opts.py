@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tgc.ir.words import WordEnum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
 from tgc.ir.symbolic import simplify
-from tgc.ir.uop import dtype_bounds
+from tgc.codegen.linearize import reduce_identity
 
 INDEX = dtypes.index
 G, R = AxisType.GLOBAL, AxisType.REDUCE
@@ -81,12 +81,6 @@ def _sums_only(ast: UOp, r: UOp) -> bool:
   return bool(reds) and all(red.arg is Ops.ADD for red in reds)
 
 
-def _gate_sums(ast: UOp, inner: UOp, cond: UOp) -> UOp:
-  """Every sum over `inner` adds its body only where `cond` holds (zero in the padded copies)."""
-  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and any(inner in s.toposort() for s in n.src[1:])]
-  return substitute(ast, {red: red.replace(src=(cond.where(red.src[0], 0),) + red.src[1:]) for red in reds})
-
-
 def _end(n) -> UOp: return n if isinstance(n, UOp) else UOp.const(INDEX, n)
 
 
@@ -102,11 +96,11 @@ def _gate_loads(ast: UOp, inside: UOp, inner: UOp) -> UOp:
 
 
 def _mask_reduces(ast: UOp, inside: UOp, inner: UOp) -> UOp:
-  """A padded reduce axis (its length known only at run time): the reductions over its new inner range take their
-  identity where the padded index is past the end."""
+  """A padded reduce axis: the reductions over its new inner range take their identity where the padded index is
+  past the end (a sum adds zero)."""
   def masked(red: UOp) -> UOp:
-    identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtype_bounds(red.dtype)[0]}[red.arg]
-    return red.replace(src=(inside.where(red.src[0], UOp.const(red.dtype, identity)),) + red.src[1:])
+    identity = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))
+    return red.replace(src=(inside.where(red.src[0], identity),) + red.src[1:])
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and any(inner in s.toposort() for s in n.src[1:])]
   return substitute(ast, {red: masked(red) for red in reds}) if reds else ast
 
@@ -188,7 +182,8 @@ class Kernel:
       inside = flat.lt(n)
       gated = _gate_loads(substitute(self.ast, {r: flat}), inside, inner)
       new_ast = simplify(_mask_reduces(gated, inside, inner) if r.arg.kind is R else _gate_stores(gated, inside))
-    elif opt.op is OptOps.UNROLL: new_ast = simplify(_gate_sums(substitute(self.ast, {r: clamped}), inner, flat.lt(n)))
+    elif opt.op is OptOps.UNROLL:
+      new_ast = simplify(_mask_reduces(substitute(self.ast, {r: clamped}), flat.lt(n), inner))
     else: new_ast = simplify(_gate_stores(substitute(self.ast, {r: clamped}), flat.lt(n)))
     return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 

@@ -103,7 +103,7 @@ def shape_functions(cm: CompiledModel, sym: str) -> str:
         f"{render(prod(b.shape), spell)} * {b.dtype.itemsize}" if b.shape else b.nbytes
       cases.append(f"    case {i}:{sets} return (size_t)({nbytes});")
     out.append(f"size_t {sym}_{kind}_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape) {{\n"
-               f"  if (ctx == NULL || shape == NULL) return 0;\n" + (f"  (void)ctx;\n" if not names else "") +
+               f"  if (ctx == NULL || shape == NULL) return 0;\n"
                "  switch (i) {\n" + "".join(c + "\n" for c in cases) + "    default: return 0;\n  }\n}\n")
   table = [names.index(d.arg[0]) if not is_static(d) and d.op is Ops.DEFINE_VAR else -1
            for b in cm.inputs for d in b.shape]

@@ -175,7 +175,7 @@ def _stable_repr(arg) -> str:
   return repr(arg)
 
 
-def dtype_bounds(d: DType):
+def _dtype_bounds(d: DType):
   """The smallest and largest value of a dtype (floats: -inf and inf)."""
   if d.is_bool: return (False, True)
   if d.is_int and not d.storage_only:
@@ -189,12 +189,12 @@ def _bounds(u: UOp) -> tuple:
   if u.op is Ops.CONST: return (u.arg, u.arg)
   if u.op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
   if u.op is Ops.RANGE: return (0, u.src[0].vmax - 1)
-  if not u.dtype.is_int and not u.dtype.is_bool: return dtype_bounds(u.dtype)
+  if not u.dtype.is_int and not u.dtype.is_bool: return _dtype_bounds(u.dtype)
   s = [x.bounds for x in u.src]
   if u.op is Ops.ADD: return (s[0][0] + s[1][0], s[0][1] + s[1][1])
   if u.op is Ops.MUL:
     p = [a * b for a in s[0] for b in s[1]]
-    if any(math.isnan(x) for x in p if isinstance(x, float)): return dtype_bounds(u.dtype)
+    if any(math.isnan(x) for x in p if isinstance(x, float)): return _dtype_bounds(u.dtype)
     return (min(p), max(p))
   if u.op is Ops.MAX: return (max(s[0][0], s[1][0]), max(s[0][1], s[1][1]))
   if u.op is Ops.IDIV and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
@@ -217,9 +217,9 @@ def _bounds(u: UOp) -> tuple:
   if u.op is Ops.AND and u.dtype.is_bool: return (bool(s[0][0] and s[1][0]), bool(s[0][1] and s[1][1]))
   if u.op is Ops.OR and u.dtype.is_bool: return (bool(s[0][0] or s[1][0]), bool(s[0][1] or s[1][1]))
   if u.op is Ops.CAST and u.src[0].dtype.is_int:
-    lo, hi = dtype_bounds(u.dtype)
+    lo, hi = _dtype_bounds(u.dtype)
     if lo <= s[0][0] and s[0][1] <= hi: return s[0]
-  return dtype_bounds(u.dtype)
+  return _dtype_bounds(u.dtype)
 
 
 def _tdiv(a, c):

@@ -189,26 +189,19 @@ class CArtifact(Artifact):
       self._out_specs = [(tuple(t["shape"]), np.dtype(t["dtype"])) for t in self.outputs]
       self._in_ptrs = (ctypes.c_void_p * max(len(ins), 1))()
       self._out_ptrs = (ctypes.c_void_p * len(self._out_specs))()
-    out_specs = self._out_specs if not is_dynamic(self.manifest) else self._sized(ins)
+    out_specs = self._out_specs if not is_dynamic(self.manifest) else self._sized(inputs)
     outs = [np.empty(shape, dtype) for shape, dtype in out_specs]
     for i, a in enumerate(ins): self._in_ptrs[i] = a.__array_interface__["data"][0]
     for i, a in enumerate(outs): self._out_ptrs[i] = a.__array_interface__["data"][0]
     return ins, outs, self._in_ptrs, self._out_ptrs
 
-  def _sized(self, ins: list[np.ndarray]) -> list[tuple]:
-    """The sizes known at run time of inputs of these shapes given to the context (set_dims), and the outputs'
-    shapes and dtypes; the sizes and shapes of each set of input shapes are worked out once."""
-    key = tuple(a.shape for a in ins)
-    cache = self.__dict__.setdefault("_sizes", {})
-    if len(cache) > 256: cache.clear()
-    if key not in cache:
-      dims = self.input_dims({s["name"]: a for s, a in zip(self.inputs, ins)})
-      cache[key] = ((ctypes.c_int32 * len(dims))(*dims.values()),
-                    [(tuple(t["shape"]), d) for t, (_, d) in zip(self.specs_at(dims)[1], self._out_specs)])
-    values, out_specs = cache[key]
-    status = self._fn("set_dims")(self._ctx, values)
+  def _sized(self, inputs: dict) -> list[tuple]:
+    """The sizes known at run time that the inputs' shapes give, set on the context (set_dims); the outputs' shapes
+    and dtypes for them."""
+    dims = self.input_dims(inputs)
+    status = self._fn("set_dims")(self._ctx, (ctypes.c_int32 * len(dims))(*dims.values()))
     if status != 0: raise ArtifactError(f"{self.folder}: set_dims failed: {self._describe(status)}")
-    return out_specs
+    return [(tuple(t["shape"]), d) for t, (_, d) in zip(self.specs_at(dims)[1], self._out_specs)]
 
   def _execute(self, prepared) -> dict[str, np.ndarray]:
     _, outs, in_ptrs, out_ptrs = prepared
