@@ -97,10 +97,32 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
   for value in values:
     name, _, dims = value.rpartition("=")
     if not name: raise UserError(f"--input-shape {value!r}: expected name=d0,d1,... (e.g. input=1,3,224,224)")
-    try: shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip() != "")
-    except ValueError: raise UserError(f"--input-shape {value!r}: dimensions must be integers") from None
-    if any(d < 0 for d in shape): raise UserError(f"--input-shape {value!r}: dimensions must not be negative")
+    parts = [d.strip() for d in (dims.split(",") if "," in dims else dims.split("x")) if d.strip() != ""]
+    shape = tuple(int(d) if d.lstrip("-").isdigit() else d for d in parts)
+    for d in shape:
+      if isinstance(d, str) and not SIZE_NAME.fullmatch(d):
+        raise UserError(f"--input-shape {value!r}: a dimension is an integer or the name of a --dim, not {d!r}")
+    if any(isinstance(d, int) and d < 0 for d in shape):
+      raise UserError(f"--input-shape {value!r}: dimensions must not be negative")
     out[name] = shape
+  return out
+
+
+SIZE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+
+
+def parse_dims(values) -> dict[str, tuple[int, int]]:
+  """`--dim NAME=LO..HI` options: the range of each size known only at run time, by name."""
+  out = {}
+  for value in values:
+    name, _, rng = value.rpartition("=")
+    lo, sep, hi = rng.partition("..")
+    if not name or not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+      raise UserError(f"--dim {value!r}: expected NAME=LOWEST..HIGHEST (e.g. --dim seq=1..512)")
+    if not 1 <= int(lo) <= int(hi):
+      raise UserError(f"--dim {value!r}: need 1 <= LOWEST <= HIGHEST")
+    if name in out: raise UserError(f"--dim {name}: given twice")
+    out[name] = (int(lo), int(hi))
   return out
 
 
@@ -192,7 +214,11 @@ def search_options(fn):
 @click.option("--weight-chunk-mb", default=None, type=float, metavar="MIB",
               help="Split the weights into files of at most MIB MiB (webgpu: hosts with a file-size limit).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
-              help="Fix the shape of an ONNX input with dynamic dimensions (repeatable).")
+              help="Fix the shape of an ONNX input with dynamic dimensions (repeatable); a dim may be the name of a "
+                   "--dim (x=1,3,48,W).")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=LO..HI",
+              help="Keep an ONNX input dim (a dim_param, or a name in --input-shape) as a size known only at run "
+                   "time, from LO to HI (repeatable; target c).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
@@ -212,7 +238,8 @@ def search_options(fn):
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
 @search_options
 def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
-                    input_shapes, consts, beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision, max_bytes):
+                    input_shapes, dims, consts, beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision,
+                    max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
@@ -221,7 +248,8 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
   const_arrays, const_paths = parse_arrays(consts, "--const")
   search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, consts=const_arrays, const_files=const_paths, beam=beam, cpu=cpu,
+                         input_shapes=shapes, dims=parse_dims(dims), consts=const_arrays, const_files=const_paths,
+                         beam=beam, cpu=cpu,
                          search=search, max_bytes=limit, precision=precision,
                          emit_options={"npm_name": npm_name, "npm_version": npm_version,
                                        "weight_chunk_mb": weight_chunk_mb})

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from tgc.ir import Ops, viz
-from tgc.ir.sint import is_static, variables
+from tgc.ir.sint import dims_text, is_static, variables
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
@@ -73,12 +73,14 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   embed_weights: bool = False, input_shapes: dict | None = None, consts: dict | None = None,
                   const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
                   search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                  precision: str | None = None, emit_options: dict | None = None) -> CompileReport:
+                  precision: str | None = None, emit_options: dict | None = None,
+                  dims: dict | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
   `precision`: f32 or f16, GPU targets; `emit_options`: more options of the target's emitter, webgpu: `npm_name`,
   `npm_version`, `weight_chunk_mb`) into the artifact folder `out_dir`. An existing tgc artifact there is
   replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
-  than kernels can index, is refused before anything of its size is allocated."""
+  than kernels can index, is refused before anything of its size is allocated. `dims` (name -> (lowest,
+  highest)) keeps ONNX input dims of those names as sizes known only at run time."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
@@ -88,7 +90,8 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   spec = models.parse_model_spec(model)
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
-  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes)
+  cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes,
+                              dims=dims)
   cm.meta["source"] = loaded.source_info()
   staging = _staging_dir(final)
   try:
@@ -110,7 +113,8 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
                    input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
                    search: SearchOptions | None = None, opts_for: Callable | None = None,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[CompiledModel, models.LoadedModel]:
+                   max_bytes: int = DEFAULT_MAX_BYTES, dims: dict | None = None
+                   ) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
   runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
   (`search.tuning`) gives opts without searching; `opts_for(item)` gives them directly (None: the heuristics).
@@ -120,7 +124,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   if max_bytes < 1: raise UserError(f"--max-bytes must be at least 1, got {max_bytes}")
   search = search or SearchOptions()
   start = time.perf_counter()
-  loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes))
+  loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims)
   imported = time.perf_counter()
   with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
@@ -186,8 +190,9 @@ def _target_limit(spec: models.ModelSpec, target: str, error: ValueError) -> Bas
   return UserError(f"{spec.text}: cannot compile for {target}: {error.detail}")
 
 
-def _specs(bufs) -> list[tuple[str, tuple[int, ...], str]]:
-  return [(b.name, tuple(b.shape), np.dtype(b.dtype.numpy).name) for b in bufs]
+def _specs(bufs) -> list[tuple[str, tuple, str]]:
+  """Name, shape (a size known only at run time as its text, `(W+1)/2`) and numpy dtype name of each buffer."""
+  return [(b.name, tuple(dims_text(b.shape)), np.dtype(b.dtype.numpy).name) for b in bufs]
 
 
 # ---------------------------------------------------------------- the output folder

@@ -107,19 +107,23 @@ class LoadedModel:
     if self.options.get("input_shapes"):
       info["input_shapes"] = {k: list(v) for k, v in sorted(self.options["input_shapes"].items())}
     if self.options.get("const_files"): info["consts"] = dict(sorted(self.options["const_files"].items()))
+    if self.options.get("dims"): info["dims"] = {k: list(v) for k, v in sorted(self.options["dims"].items())}
     return info
 
 
 def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: dict | None = None,
                const_files: dict | None = None, name_weights: bool = True,
-               limits: SizeLimits | None = None) -> LoadedModel:
+               limits: SizeLimits | None = None, dims: dict | None = None) -> LoadedModel:
   """Build the model. `consts` maps ONNX input names to arrays baked in as constants (`const_files` their
   paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them. With
   `limits`, every tensor is checked on its shape before anything of its size is allocated (ONNX inputs are
   placeholders without data; the importer checks each node, trace_model every buffer)."""
   if isinstance(spec, str): spec = parse_model_spec(spec)
-  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits)
+  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits, dims)
   if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
+  if dims:
+    raise UserError(f"--dim applies to .onnx models only, not to {spec.text} (its inputs name their sizes: "
+                    f"Tensor.empty(1, Variable(\"T\", 1, 256)))")
   if consts: raise UserError(f"--const applies to .onnx models only, not to {spec.text}")
   build = load_function(spec)
   Tensor.manual_seed(0)   # as in a fresh process: unseeded Tensor.rand weights are the same on every build
@@ -260,14 +264,15 @@ def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp,
 
 # ---------------------------------------------------------------- ONNX
 def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict,
-               limits: SizeLimits | None) -> LoadedModel:
+               limits: SizeLimits | None, dims: dict | None = None) -> LoadedModel:
   from tgc.frontend.onnx import OnnxError, load_model   # onnx is imported only for ONNX models
-  try: graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits)
+  try:
+    graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits, dims=dims)
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   # the importer pinned every input's shape (or refused the model naming the input to give --input-shape for)
   inputs = [(name, placeholder(shape, dtype)) for name, shape, dtype in graph.inputs]
   output_names = [name for name, _, _ in graph.outputs] or None
-  options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files)}
+  options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files), "dims": dict(dims or {})}
 
   def run(*tensors):
     try: return graph(*tensors)

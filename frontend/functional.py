@@ -9,9 +9,11 @@ one multiply-sum reduce kernel with no im2col buffer.
 The functions take Tensors and build new ones with the class of their arguments (`type(x)`), so this module does
 not import `frontend.tensor`: the Tensor imports it for its composed methods (`t[idx]`, `t.conv2d(...)`, ...)."""
 from __future__ import annotations
+import itertools
 from typing import Sequence
 from tgc.ir import dtypes, promote
 from tgc.frontend.shapes import broadcast_shape, ceildiv, lowest
+from tgc.ir.sint import is_static, lowest as lowest_size
 
 
 def _tuple(value, n: int, name: str) -> tuple[int, ...]:
@@ -81,13 +83,16 @@ def _strided(t, axis: int, step: int):
   if step == 1: return t
   n = t.shape[axis]
   count = ceildiv(n, step)
-  x = t.pad(tuple((0, count * step - n) if i == axis else (0, 0) for i in range(t.ndim)))
+  # (a size known at run time pads by the most it can need, step - 1, and cuts to count * step)
+  x = t.pad(tuple((0, count * step - n if is_static(n) else step - 1) if i == axis else (0, 0) for i in range(t.ndim)))
+  if not is_static(n): x = _slice_axis(x, axis, 0, count * step)
   x = x.reshape(t.shape[:axis] + (count, step) + t.shape[axis + 1:])
   x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
   return x.reshape(t.shape[:axis] + (count,) + t.shape[axis + 1:])
 
 
 def _slice(t, axis: int, sl: slice):
+  if sl.start is None and sl.stop is None and sl.step in (None, 1): return t
   n = t.shape[axis]
   start, stop, step = sl.indices(n)
   count = len(range(start, stop, step))
@@ -271,11 +276,15 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
   lead, ins = x.shape[:-nk], x.shape[-nk:]
   outs = tuple((i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(ins, kernel, stride, dilation))
   nl = len(lead)
+  if not is_static(ins): return _pool_taps(x, kernel, stride, dilation, outs)
   if any(k > s for k, s in zip(kernel, stride)) or any(d != 1 for d in dilation):
     # repeat each axis k times with period i*f+d: row j, column m reads x[(j*d + m) mod i] (no wrap is reached)
-    fs = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(outs, stride, ins, dilation, kernel)]
+    fs = [1 + int(o * s > i - d * (k - 1)) if is_static(i) else 2
+          for o, s, i, d, k in zip(outs, stride, ins, dilation, kernel)]
     periods = [i * f + d for i, f, d in zip(ins, fs, dilation)]
-    x = x.repeat((1,) * nl + tuple(ceildiv(k * p, i) for k, p, i in zip(kernel, periods, ins)))
+    # a size known at run time repeats as often as its smallest value needs, the surplus shrunk away
+    x = x.repeat((1,) * nl + tuple(ceildiv(k * p, i) if is_static(i) else 2 * k + ceildiv(k * d, lowest_size(i))
+                                   for k, p, i, d in zip(kernel, periods, ins, dilation)))
     x = x.shrink(tuple([None] * nl + [(0, k * p) for k, p in zip(kernel, periods)]))
     x = x.reshape(lead + tuple(v for k, p in zip(kernel, periods) for v in (k, p)))
     # stride: keep columns 0, s, 2s, ... of the first o*s
@@ -285,11 +294,28 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
     x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
     return x.permute(tuple(range(nl)) + tuple(nl + 2 * a + 1 for a in range(nk)) + tuple(nl + 2 * a for a in range(nk)))
   # kernel <= stride and no dilation: windows do not overlap, a pad/reshape/shrink suffices
-  x = x.pad(tuple([(0, 0)] * nl + [(0, max(0, o * s - i)) for i, o, s in zip(ins, outs, stride)]))
+  # (a run-time size pads by the most the last window can reach past it, s - k; the shrink cuts the rest)
+  x = x.pad(tuple([(0, 0)] * nl + [(0, max(0, o * s - i) if is_static(i) else s - k)
+                                   for i, o, s, k in zip(ins, outs, stride, kernel)]))
   x = x.shrink(tuple([None] * nl + [(0, o * s) for o, s in zip(outs, stride)]))
   x = x.reshape(lead + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
   x = x.shrink(tuple([None] * nl + [r for o, k in zip(outs, kernel) for r in ((0, o), (0, k))]))
   return x.permute(tuple(range(nl)) + tuple(nl + 2 * a for a in range(nk)) + tuple(nl + 2 * a + 1 for a in range(nk)))
+
+
+def _pool_taps(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], outs: tuple):
+  """`_pool`'s windows over sizes known only at run time: one strided view per kernel tap, stacked on a last axis.
+  Indexes stay affine in the sizes (the repeat of `_pool` would divide by them in every load)."""
+  nk = len(kernel)
+  nl = x.ndim - nk
+  taps = []
+  for offsets in itertools.product(*(range(k) for k in kernel)):
+    view = x.shrink(tuple([None] * nl + [(j * d, j * d + (o - 1) * s + 1)
+                                         for j, d, o, s in zip(offsets, dilation, outs, stride)]))
+    for a, s in enumerate(stride): view = _strided(view, nl + a, s)
+    taps.append(view)
+  windows = stack(taps, -1) if len(taps) > 1 else taps[0].unsqueeze(-1)
+  return windows.reshape(windows.shape[:-1] + tuple(kernel))
 
 
 def _conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...],
@@ -333,7 +359,7 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1)
     raise ValueError(f"conv: stride {stride} and dilation {dilation} must be positive")
   pads = _conv_pads(padding, kernel, dilation, stride, "conv")
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
-  if any(p < d * (k - 1) + 1 for p, k, d in zip(padded, kernel, dilation)):
+  if any(lowest_size(p) < d * (k - 1) + 1 for p, k, d in zip(padded, kernel, dilation)):
     raise ValueError(f"conv: input {x.shape} (padded spatial size {padded}) is smaller than the dilated kernel of "
                      f"weight {weight.shape} (dilation {dilation})")
   if bias is not None and tuple(bias.shape) != (cout,):
@@ -422,9 +448,14 @@ def _pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode: bool, op: 
   pads = []
   for i, k, s, d, p in zip(x.shape[-2:], kernel, stride, dilation, padding):
     span = d * (k - 1) + 1
-    if i + 2 * p < span:
+    if lowest_size(i) + 2 * p < span:
       raise ValueError(f"{op}: input {x.shape} (padded by {padding}) is smaller than the window {kernel} "
                        f"with dilation {dilation}")
+    if not is_static(i):
+      # a size known at run time: padded by p at both ends; the windows' count follows (what _pool computes)
+      if ceil_mode: raise ValueError(f"{op}: ceil_mode over a size known only at run time is not supported")
+      pads.append((p, p))
+      continue
     if ceil_mode:
       o = ceildiv(i + 2 * p - span, s) + 1
       if (o - 1) * s >= i + p: o -= 1     # torch: the last window must start inside the input or left padding

@@ -18,7 +18,9 @@ def prod(xs) -> sint:
   return out
 
 
-def ceildiv(a: int, b: int) -> int: return -(-a // b)
+def ceildiv(a: sint, b: int) -> sint:
+  """ceil(a / b) for a >= 0, b > 0 (a size expression divides as C does, truncating: written (a + b - 1) / b)."""
+  return -(-a // b) if is_static(a) else (a + b - 1) // b
 
 
 def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str = "op") -> tuple[int, ...]:

@@ -6,7 +6,7 @@ import numpy as np
 from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
-from tgc.ir.sint import sint, is_static, same, simplified
+from tgc.ir.sint import sint, is_static, provably_le, same, simplified
 from tgc.codegen.registry import target_names
 from tgc.frontend import buffers, functional, realize as _realize, shapes
 from tgc.frontend.shapes import broadcast_shape
@@ -535,7 +535,7 @@ class Tensor:
   def shrink(self, arg) -> Tensor:
     arg = tuple((0, s) if a is None else (simplified(a[0]), simplified(a[1])) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(arg, self.shape):
-      if not (is_static((b, e, s)) and 0 <= b <= e <= s) and not (b == 0 and same(e, s)):
+      if not (provably_le(0, b) and provably_le(b, e) and provably_le(e, s)):
         raise ValueError(f"shrink: {arg} out of bounds for {self.shape}")
     if all(b == 0 and same(e, s) for (b, e), s in zip(arg, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), arg))

@@ -5,6 +5,7 @@ how big can it get, what is it for these variable values) are answered here."""
 from __future__ import annotations
 import math
 import re
+import numpy as np
 from typing import Iterable, Union
 from tgc.ir.dtype import dtypes
 from tgc.ir.ops import Ops
@@ -94,6 +95,43 @@ def same(a: sint, b: sint) -> bool:
   """Whether two sizes are always equal."""
   if not isinstance(a, UOp) and not isinstance(b, UOp): return a == b
   return prod((a,)) is prod((b,))
+
+
+def lowest(x: sint) -> int:
+  """The smallest value `x` can take (itself when static)."""
+  return x if not isinstance(x, UOp) else int(x.vmin)
+
+
+def provably_le(a: sint, b: sint) -> bool:
+  """Whether a <= b for every value of the variables (the ranges prove it, or the sizes are the same)."""
+  if same(a, b) or highest(a) <= lowest(b): return True
+  if not isinstance(a, UOp) and not isinstance(b, UOp): return False
+  diff = simplified(b - a)
+  if lowest(diff) >= 0: return True
+  # interval bounds are loose for floor divisions: a single variable's range is checked value by value
+  names = variables(diff)
+  if len(names) != 1: return False
+  (name, v), = names.items()
+  if v.arg[2] - v.arg[1] > EXHAUSTIVE_RANGE: return False
+  return bool((_values(diff, {name: np.arange(v.arg[1], v.arg[2] + 1)}) >= 0).all())
+
+
+EXHAUSTIVE_RANGE = 1 << 16    # the widest variable range provably_le checks value by value
+
+
+def _values(x: sint, env: dict):
+  """`x` for arrays of variable values (`env`), computed as C computes it (division truncates)."""
+  if not isinstance(x, UOp): return x
+  if x.op is Ops.DEFINE_VAR: return env[x.arg[0]]
+  if x.op is Ops.CONST: return x.arg
+  a, b = (_values(s, env) for s in x.src)
+  if x.op is Ops.ADD: return a + b
+  if x.op is Ops.MUL: return a * b
+  if x.op in (Ops.IDIV, Ops.MOD):
+    q = np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+    return q if x.op is Ops.IDIV else a - q * b
+  if x.op is Ops.MAX: return np.maximum(a, b)
+  raise ValueError(f"size expression with {x.op.name} cannot be computed")
 
 
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}

@@ -9,6 +9,7 @@ import math
 from typing import Sequence
 import numpy as np
 from tgc.ir import dtypes, promote
+from tgc.ir.sint import is_static, lowest as lowest_size
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.shapes import lowest, prod
@@ -24,7 +25,9 @@ def resolve_pads(auto_pad: str, pads, in_shape: Sequence[int], kernel: Sequence[
   if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
     out = []
     for i, k, s, d in zip(in_shape, kernel, strides, dilations):
-      total = max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+      if not is_static(i) and s != 1:
+        raise ValueError(f"auto_pad {auto_pad} with stride {s} over a size known only at run time is not supported")
+      total = (k - 1) * d if not is_static(i) else max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
       small, big = total // 2, total - total // 2
       out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
     return out
@@ -40,6 +43,12 @@ def pool_geometry(in_shape, kernel, strides, dilations, pads, ceil_mode: bool):
   outs, full = [], []
   for i, k, s, d, (b, e) in zip(in_shape, kernel, strides, dilations, pads):
     span = (k - 1) * d + 1
+    if not is_static(i):      # a size known only at run time: the last window never reaches past the pads
+      if ceil_mode: raise ValueError("ceil_mode over a size known only at run time is not supported")
+      if lowest_size(i) + b + e < span: raise ValueError(f"pool window {tuple(kernel)} does not fit the smallest input")
+      outs.append((i + b + e - span) // s + 1)
+      full.append((b, e))
+      continue
     if ceil_mode:
       o = -(-(i + b + e - span) // s) + 1
       if (o - 1) * s >= i + b: o -= 1

@@ -15,10 +15,11 @@ import numpy as np
 import onnx
 from tgc.ir import DType, lowp, provenance
 from tgc.ir.config import config
+from tgc.ir.sint import is_static
 from tgc.frontend import buffers
 from tgc.frontend.limits import SizeLimits, TensorTooLarge
 from tgc.frontend.tensor import Tensor
-from tgc.frontend.onnx import control_flow, node_checks
+from tgc.frontend.onnx import control_flow, node_checks, run_time_sizes, shape_values
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES, array_to_tensor, host_values, onnx_dtype, to_onnx_type
 from tgc.frontend.onnx.functions import function_body, resolved_attrs
 from tgc.frontend.onnx.loading import (attribute_value, collect_types, node_label, op_key, opset_versions, prepare,
@@ -48,7 +49,7 @@ class OnnxGraph:
   Call it with one Tensor per input to build the lazy outputs (a list of Tensors)."""
 
   def __init__(self, model: onnx.ModelProto, what: str, base_dir: str, input_shapes: dict | None,
-               consts: dict | None, limits: SizeLimits | None = None):
+               consts: dict | None, limits: SizeLimits | None = None, dims: dict | None = None):
     self.model, self.name = model, what
     self.limits = limits
     self.graph = model.graph
@@ -62,7 +63,9 @@ class OnnxGraph:
     for sp in self.graph.sparse_initializer:
       self.weights[sp.values.name] = sparse_to_dense(sp)
       self._weight_dtypes[sp.values.name] = onnx_dtype(sp.values.data_type, f"initializer {sp.values.name!r}")
+    self.sizes = run_time_sizes.SizeNames(dims or {})
     self._set_inputs(input_shapes or {}, consts or {})
+    self.sizes.check_all_used()
     self._folded: dict[tuple, list] = {}
     self.dequantized: dict = {}     # DequantizeLinear outputs: UOp -> quantized_compute.Dequantized
     self._declared: dict[str, int] = {}
@@ -106,22 +109,18 @@ class OnnxGraph:
         continue
       shape = input_shapes.get(v.name)
       if shape is not None:
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(self.sizes.given_dim(s, v.name) for s in shape)
         if dims is not None and (len(dims) != len(shape) or any(isinstance(d, int) and d != s
                                                                  for d, s in zip(dims, shape))):
-          raise OnnxError(f"input_shapes: input {v.name!r} given shape {shape}, the model declares "
+          raise OnnxError(f"input_shapes: input {v.name!r} given shape {_dims_text(shape)}, the model declares "
                           f"{_dims_text(dims)}")
-        if any(s < 0 for s in shape): raise OnnxError(f"input_shapes: input {v.name!r} has a negative dim {shape}")
+        if any(isinstance(s, int) and s < 0 for s in shape):
+          raise OnnxError(f"input_shapes: input {v.name!r} has a negative dim {shape}")
       else:
         if dims is None:
           raise OnnxError(f"input {v.name!r}: its shape is unknown; give it (input_shapes, --input-shape "
                           f"{v.name}=d0,d1,...)")
-        for axis, d in enumerate(dims):
-          if not isinstance(d, int):
-            legacy = " (a dim_value of -1 or 0 is an unknown size)" if d in ("-1", "0") else ""
-            raise OnnxError(f"input {v.name!r}: dimension {axis} ({d or '?'}) is unknown{legacy}; give the input's "
-                            f"shape (input_shapes, --input-shape {v.name}=d0,d1,...)")
-        shape = tuple(dims)
+        shape = tuple(self.sizes.declared_dim(d, v.name, axis) for axis, d in enumerate(dims))
       self._check_size(f"input {v.name!r}", shape, dt)
       self.inputs.append((v.name, shape, dt))
 
@@ -240,7 +239,12 @@ class OnnxGraph:
     vals = [scope.lookup(n, label, node.op_type) if n else None for n in names]
     _check_node(node, label, scope, domain, attrs, names, vals)
     if scope.attrs_of_call() is None: self._check_declared(node, label)
+    sized = self._fold_sizes(node, attrs, vals, scope.opset(domain))
+    if sized is not None:
+      _store(scope, node, label, sized)
+      return
     fold = all(v is None or isinstance(v, tuple) for v in vals) or node.op_type in ("Shape", "Size")
+    fold = fold and not any(shape_values.is_shape_value(v) for v in vals)   # those are computed at run time
     consts = [v if isinstance(v, tuple) else None for v in vals]
 
     def const_value(i: int) -> np.ndarray:
@@ -278,6 +282,18 @@ class OnnxGraph:
     _store(scope, node, label,
            self._check_outputs(node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label))))
 
+  @staticmethod
+  def _fold_sizes(node: onnx.NodeProto, attrs: dict, vals: list, opset: int) -> list | None:
+    """Shape arithmetic on sizes known only at run time (`shape_values`): the folded outputs, or None."""
+    first = vals[0] if vals else None
+    if node.op_type in ("Shape", "Size") and isinstance(first, Tensor) and not is_static(first.shape):
+      return [shape_values.of_shape(tuple(first.shape), node.op_type, attrs)]
+    if node.op_type in ("Shape", "Size") and shape_values.is_shape_value(first):
+      return [shape_values.of_shape(first[0].shape, node.op_type, attrs)]
+    if not any(shape_values.is_shape_value(v) for v in vals): return None
+    if not all(v is None or isinstance(v, tuple) for v in vals): return None
+    return shape_values.fold(node.op_type, attrs, vals, opset)
+
   def _declared_types(self, node: onnx.NodeProto, outs: list) -> list:
     """Storage-only results (bfloat16, float8, ...) are computed in float32 by the Tensor layer: store them back in
     the type the model declares for them."""
@@ -292,7 +308,8 @@ class OnnxGraph:
     key = (device, name)
     if cache and key in self._device_consts: return self._device_consts[key]
     arr, dt = value
-    t = array_to_tensor(arr, device, dt)
+    if shape_values.is_shape_value(value): t = shape_values.as_tensor(value, device)
+    else: t = array_to_tensor(arr, device, dt)
     if cache: self._device_consts[key] = t
     return t
 
@@ -321,7 +338,7 @@ def _check_node(node: onnx.NodeProto, label: str, scope: Scope, domain: str, att
 
 
 def _dims_text(dims) -> str:
-  return "(" + ", ".join(str(d) if d is not None else "?" for d in dims) + ("," if len(dims) == 1 else "") + ")"
+  return "(" + ", ".join(run_time_sizes.dim_text(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
 def _call(fn, ctx: NodeContext, op: str, label: str) -> list:
@@ -340,9 +357,11 @@ def _store(scope: Scope, node: onnx.NodeProto, label: str, outs: list) -> None:
     scope.set(name, outs[i])
 
 
-def load_model(src, input_shapes: dict[str, tuple] | None = None,
-               consts: dict[str, np.ndarray] | None = None, limits: SizeLimits | None = None) -> OnnxGraph:
+def load_model(src, input_shapes: dict[str, tuple] | None = None, consts: dict[str, np.ndarray] | None = None,
+               limits: SizeLimits | None = None, dims: dict[str, tuple[int, int]] | None = None) -> OnnxGraph:
   """Load, check and import an ONNX model from a path, bytes or a ModelProto. With `limits`, every graph input
-  and node output is checked on its shape before anything is computed (OnnxError naming the input or node)."""
+  and node output is checked on its shape before anything is computed (OnnxError naming the input or node).
+  `dims` (name -> (lowest, highest)) keeps the input dims of those names (dim_params, or names given in
+  `input_shapes`) as sizes known only at run time."""
   model, what, base_dir = prepare(src)
-  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits)
+  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits, dims)

@@ -4,6 +4,7 @@ attributes as Python values (`attr_*`, None or the default when absent), compile
 the spec (`window_ints`, `strides_dilations`, `conv_window`)."""
 from __future__ import annotations
 import numpy as np
+from tgc.ir import UOp
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext
 from tgc.frontend.onnx import compose_nn as nn
@@ -57,9 +58,10 @@ def const_input_or_none(ctx: NodeContext, i: int, what: str):
   return None if v.size == 0 else v
 
 
-def const_ints(ctx: NodeContext, i: int) -> list[int]:
-  """Compile-time constant input i (shapes, axes, starts, ...) flattened to Python ints."""
-  return [int(v) for v in np.asarray(ctx.const_value(i)).reshape(-1)]
+def const_ints(ctx: NodeContext, i: int) -> list:
+  """Compile-time constant input i (shapes, axes, starts, ...) flattened to Python ints; a size known only at run
+  time stays a size expression (`ir.sint`)."""
+  return [v if isinstance(v, UOp) else int(v) for v in np.asarray(ctx.const_value(i)).reshape(-1)]
 
 
 def declared_outputs(ctx: NodeContext, outs: list):

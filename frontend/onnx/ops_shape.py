@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import numpy as np
 from tgc.ir import dtypes
+from tgc.ir.sint import is_static, provably_le
 from tgc.frontend.shapes import broadcast_shape, prod
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import onnx_dtype, array_to_tensor, host_values, array_dtype
-from tgc.frontend.onnx import compose as C
+from tgc.frontend.onnx import compose as C, shape_values
 from tgc.frontend.onnx.node_helpers import const_ints, first_input, node_device
 
 
@@ -187,11 +188,26 @@ def _slice(ctx):
   axes = list(range(len(starts))) if axes is None else \
     ctx.axes(axes, x.ndim, "attribute axes" if ctx.opset < 10 else "axes (input 3)")
   steps = steps or [1] * len(starts)
+  if not is_static([*starts, *ends, *(x.shape[a] for a in axes)]):
+    return _sized_slice(ctx, x, axes, starts, ends, steps)
   idx = [slice(None)] * x.ndim
   for a, s, e, st in zip(axes, starts, ends, steps):
     if st == 0: raise ctx.fail("slice step cannot be 0")
     idx[a] = slice(s, e, st)
   return functional.getitem(x, tuple(idx))
+
+
+def _sized_slice(ctx, x, axes, starts, ends, steps):
+  """A Slice where a start, an end or the sliced axis is a size known only at run time: step 1, clamped as ONNX
+  says where the sizes' ranges decide the clamping."""
+  arg = [None] * x.ndim
+  for a, s, e, st in zip(axes, starts, ends, steps):
+    if st != 1: raise ctx.fail(f"a step of {st} over sizes known only at run time is not supported (step 1 only)")
+    b, e = shape_values.clamped_index(s, x.shape[a]), shape_values.clamped_index(e, x.shape[a])
+    if b is None or e is None or not provably_le(b, e):
+      raise ctx.fail(f"cannot tell where slice {s}:{e} of axis {a} starts and ends for every size in range")
+    arg[a] = (b, e)
+  return x.shrink(tuple(arg))
 
 
 # ---------------------------------------------------------------- padding, tiling, blocks
