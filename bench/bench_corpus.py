@@ -49,7 +49,8 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
   feeds = corpus.feeds(e)
   row: dict = {"model": e["name"], "source": e["source"]}
   start = time.perf_counter()
-  report = compile_model(path, "c", os.path.join(work, e["name"]), force=True, cpu=cpu)
+  dims = {name: tuple(rng) for name, rng in e.get("dims", {}).items()} or None    # open dims stay open
+  report = compile_model(path, "c", os.path.join(work, e["name"]), force=True, cpu=cpu, dims=dims)
   row.update(compile_s=time.perf_counter() - start, kernels=report.kernels, calls=report.calls)
   ort1 = ort_session(path, 1)
   libs = os.path.join(work, "libs")

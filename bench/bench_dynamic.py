@@ -1,9 +1,15 @@
-"""Sizes known only at run time: one artifact for every length against an artifact compiled for each length alone.
-The model is examples/encoder_any_length.py (a transformer encoder layer, T = 1..256 tokens): compiled once with T
-as a `Variable`, and once per measured length with T fixed (same weights: the model function is seeded). Both are
-C artifacts (--cpu native, one thread), timed in interleaved rounds on the same inputs; the table gives each
-latency and the ratio dynamic / static (the issue's bar: within 1.15x).
-Run: python bench/bench_dynamic.py [--sizes 16 128 256] [--runs 100] [--rounds 3]. Prints a markdown table."""
+"""Sizes known only at run time: one artifact for every size against an artifact compiled for each size alone.
+
+- `encoder`: examples/encoder_any_length.py (a transformer encoder layer, T = 1..256 tokens), compiled once with T
+  as a `Variable` and once per measured length with T fixed (same weights: the model function is seeded).
+- `corpus`: the corpus models with open dims (bench/corpus.py entries with `dims`: a BERT encoder of any sequence
+  length, the PP-OCRv4 recognizer of any line width), compiled once with `--dim` and once per measured size with
+  the dim pinned; both checked against onnxruntime at each size (max abs error over the largest reference value).
+
+Both are C artifacts (--cpu native, one thread), timed in interleaved rounds on the same inputs; the tables give
+each latency and the ratio dynamic / static (the issue's bar: within 1.15x).
+Run: python bench/bench_dynamic.py [encoder|corpus ...] [--sizes 16 128 256] [--runs 100] [--rounds 3].
+Prints markdown tables."""
 from __future__ import annotations
 import argparse
 import os
@@ -26,16 +32,19 @@ def build():
 """
 
 
-def main():
-  ap = argparse.ArgumentParser(description=__doc__)
-  ap.add_argument("--sizes", type=int, nargs="+", default=[16, 128, 256])
-  ap.add_argument("--runs", type=int, default=100)
-  ap.add_argument("--rounds", type=int, default=3)
-  args = ap.parse_args()
-  from tgc.aot.compile import compile_model
+def timed(arts: dict, feeds: dict, runs: int, rounds: int) -> dict[str, float]:
+  """The best of `rounds` medians of `runs` runs of each artifact, the artifacts taking turns."""
   from tgc.runtimes.artifact import time_runs
+  times: dict[str, list[float]] = {name: [] for name in arts}
+  for _ in range(rounds):
+    for name, art in arts.items():
+      times[name].append(statistics.median(time_runs(lambda a=art: a.run(feeds), runs, 5)))
+  return {name: min(ts) for name, ts in times.items()}
+
+
+def encoder(args) -> None:
+  from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
-  print(f"load average: {os.getloadavg()[0]:.2f}", file=sys.stderr)
   with tempfile.TemporaryDirectory() as tmp:
     compile_model(f"{EXAMPLE}:build", "c", os.path.join(tmp, "dynamic"), cpu="native")
     dynamic = CArtifact(os.path.join(tmp, "dynamic"))
@@ -47,11 +56,8 @@ def main():
       fixed = CArtifact(os.path.join(tmp, f"fixed_{t}"))
       feeds = {"tokens": np.random.default_rng(t).standard_normal((1, t, 64)).astype(np.float32)}
       same = np.abs(dynamic.run(feeds)["output_0"] - fixed.run(feeds)["output_0"]).max()
-      times = {"dynamic": [], "fixed": []}
-      for _ in range(args.rounds):
-        for name, art in (("dynamic", dynamic), ("fixed", fixed)):
-          times[name].append(statistics.median(time_runs(lambda a=art: a.run(feeds), args.runs, 5)))
-      d, s = min(times["dynamic"]), min(times["fixed"])
+      best = timed({"dynamic": dynamic, "fixed": fixed}, feeds, args.runs, args.rounds)
+      d, s = best["dynamic"], best["fixed"]
       rows.append((t, d * 1e3, s * 1e3, d / s, same))
       fixed.close()
     dynamic.close()
@@ -59,6 +65,74 @@ def main():
   print("|---|---|---|---|---|")
   for t, d, s, r, same in rows: print(f"| {t} | {d:.3f} | {s:.3f} | **{r:.2f}x** | {same:.1e} |")
   print(f"geometric mean of the ratios: {np.exp(np.mean(np.log([r[3] for r in rows]))):.2f}x")
+
+
+def _sized_entry(e: dict, values: dict[str, int]) -> dict:
+  """The corpus entry with its open dims set to `values` (inputs' shapes as the model gets them)."""
+  specs = []
+  for spec in e["inputs"]:
+    shape = list(spec["shape"])
+    for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values[name]
+    specs.append({**spec, "shape": shape})
+  return {**e, "inputs": specs}
+
+
+def _error(got: dict, ref: dict) -> float:
+  worst = 0.0
+  for name, want in ref.items():
+    want, have = np.asarray(want, np.float64), np.asarray(got[name], np.float64)
+    worst = max(worst, float(np.abs(have - want).max()) / max(1.0, float(np.abs(want).max())))
+  return worst
+
+
+def corpus_models(args) -> None:
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  import corpus
+  from tgc.aot.compile import compile_model
+  from tgc.runtimes.artifact_c import CArtifact
+  entries = [e for e in corpus.entries(corpus.DEFAULT_OUT) if e.get("dims")]
+  print("| model | sizes | one artifact (ms) | compiled for the size alone (ms) | ratio | error vs onnxruntime "
+        "(one / alone) |")
+  print("|---|---|---|---|---|---|")
+  ratios = []
+  for e in entries:
+    path = corpus.model_path(corpus.DEFAULT_OUT, e)
+    dims = {name: tuple(rng) for name, rng in e["dims"].items()}
+    with tempfile.TemporaryDirectory() as tmp:
+      compile_model(path, "c", os.path.join(tmp, "dynamic"), cpu="native", dims=dims)
+      dynamic = CArtifact(os.path.join(tmp, "dynamic"))
+      picks = [np.linspace(lo, hi, 3).round().astype(int).tolist() for lo, hi in dims.values()]
+      for values in [dict(zip(dims, vals)) for vals in zip(*picks)]:
+        sized = _sized_entry(e, values)
+        feeds = corpus.feeds(sized)
+        fixed_dir = os.path.join(tmp, "fixed_" + "_".join(map(str, values.values())))
+        shapes = {spec["name"]: tuple(spec["shape"]) for spec in sized["inputs"]}
+        compile_model(path, "c", fixed_dir, cpu="native", input_shapes=shapes)
+        fixed = CArtifact(fixed_dir)
+        session = corpus.ort_session(path, 1)
+        ref = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        errors = (_error(dynamic.run(feeds), ref), _error(fixed.run(feeds), ref))
+        best = timed({"dynamic": dynamic, "fixed": fixed}, feeds, args.runs, args.rounds)
+        fixed.close()
+        ratio = best["dynamic"] / best["fixed"]
+        ratios.append(ratio)
+        text = ", ".join(f"{k}={v}" for k, v in values.items())
+        print(f"| {e['name']} | {text} | {best['dynamic'] * 1e3:.3f} | {best['fixed'] * 1e3:.3f} | **{ratio:.2f}x** | "
+              f"{errors[0]:.1e} / {errors[1]:.1e} |", flush=True)
+      dynamic.close()
+  if ratios: print(f"geometric mean of the ratios: {np.exp(np.mean(np.log(ratios))):.2f}x, worst {max(ratios):.2f}x")
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("parts", nargs="*", choices=["encoder", "corpus"], default=["encoder", "corpus"])
+  ap.add_argument("--sizes", type=int, nargs="+", default=[16, 128, 256], help="encoder lengths")
+  ap.add_argument("--runs", type=int, default=100)
+  ap.add_argument("--rounds", type=int, default=3)
+  args = ap.parse_args()
+  print(f"load average: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+  if "encoder" in args.parts: encoder(args)
+  if "corpus" in args.parts: corpus_models(args)
 
 
 if __name__ == "__main__":

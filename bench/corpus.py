@@ -6,8 +6,9 @@
 `build` writes `DIR/<name>.onnx` for every model (default DIR: bench/.corpus, gitignored) and keeps `DIR/index.json`
 up to date after each model (a list of entries: name, source, description, file, inputs with the pinned shape,
 dtype and how to make a realistic value of each, outputs, opset, op counts, size, build seconds and the one-thread
-onnxruntime run time measured after the build). `--only` builds the named models (and the models they are made
-from, if those are not in DIR yet); `--list` prints the table of builders and whether each can be built here.
+onnxruntime run time measured after the build; an entry with `dims` keeps the inputs' `open` axes as dim_params in
+the file, each name's range in `dims`, timed at the spec's shape). `--only` builds the named models (and the models
+they are made from, if those are not in DIR yet); `--list` prints the table of builders and whether each can be built here.
 Every model is checked with `onnx.checker.check_model` and run in onnxruntime (CPUExecutionProvider, one thread)
 on `feeds(entry)` before its entry is written; at the end every entry of the index is run again from the file
 (`verify` does only that) and failures are reported (exit status 1).
@@ -132,6 +133,17 @@ def fill(name: str, shape, value, dtype: str) -> dict:
   return {"name": name, "shape": list(shape), "dtype": dtype, "kind": "fill", "value": value}
 
 
+def open_dims(spec: dict, **axes: int) -> dict:
+  """`spec` with some axes left open in the model file: a dim_param `name` at `axis` (`name=axis`); the entry's
+  `dims` gives each name's range, and `shape` the size the benchmark runs at."""
+  return {**spec, "open": {str(axis): name for name, axis in axes.items()}}
+
+
+def dynamic_axes(specs: list[dict]) -> dict:
+  """torch.onnx.export's dynamic_axes for the open dims of `specs`."""
+  return {s["name"]: {int(a): n for a, n in s["open"].items()} for s in specs if s.get("open")}
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # registry
 
@@ -228,7 +240,8 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def pin_inputs(model: onnx.ModelProto, specs: list[dict]) -> onnx.ModelProto:
-  """Set every graph input's shape to the concrete one of its spec (dynamic dims become fixed)."""
+  """Set every graph input's shape to the concrete one of its spec (dynamic dims become fixed), except the axes the
+  spec leaves `open` (`open_dims`): those are dim_params of the given names."""
   by_name = {s["name"]: s for s in specs}
   for vi in graph_inputs(model):
     if vi.name not in by_name: raise ValueError(f"graph input {vi.name} has no input spec")
@@ -237,7 +250,11 @@ def pin_inputs(model: onnx.ModelProto, specs: list[dict]) -> onnx.ModelProto:
     if len(dims) and len(dims) != len(shape):
       raise ValueError(f"input {vi.name}: rank {len(dims)} in the graph, spec shape {shape}")
     vi.type.tensor_type.shape.Clear()
-    for d in shape: vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+    open_axes = by_name[vi.name].get("open", {})
+    for axis, d in enumerate(shape):
+      dim = vi.type.tensor_type.shape.dim.add()
+      if str(axis) in open_axes: dim.dim_param = open_axes[str(axis)]
+      else: dim.dim_value = int(d)
   names = {vi.name for vi in graph_inputs(model)}
   extra = set(by_name) - names
   if extra: raise ValueError(f"input specs for no graph input: {sorted(extra)}")
@@ -1067,7 +1084,9 @@ def _hf(cls_name: str, config_name: str, config: dict, specs: list[dict], call: 
       def forward(s, *args):
         return call(s.m, *args)
 
-    onnx_model = export_torch(Wrap(model), _torch_inputs_to_tensors(specs), [s["name"] for s in specs], outputs)
+    axes = dynamic_axes(specs)
+    onnx_model = export_torch(Wrap(model), _torch_inputs_to_tensors(specs), [s["name"] for s in specs], outputs,
+                              **({"dynamic_axes": axes} if axes else {}))
     return Built(onnx_model, specs, dict(extra or {}))
   return fn
 
@@ -1094,6 +1113,15 @@ _reg_hf("bert_minilm", "BERT encoder with all-MiniLM-L6-v2's shape (transformers
          fill("token_type_ids", (1, _SEQ), 0, "int64")],
         lambda m, ids, mask, tt: m(input_ids=ids, attention_mask=mask, token_type_ids=tt).last_hidden_state,
         ["last_hidden_state"], extra={"vocab": 30522})
+_reg_hf("bert_minilm_dyn", "bert_minilm's architecture and export with the sequence length left open (dynamic_axes: "
+        "a dim_param seq, 1..256; shape arithmetic through Shape/Gather/Concat in the graph); timed at 128 tokens",
+        "BertModel", "BertConfig",
+        dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536, vocab_size=30522),
+        [open_dims(tokens("input_ids", (1, _SEQ), 30522), seq=1),
+         open_dims(fill("attention_mask", (1, _SEQ), 1, "int64"), seq=1),
+         open_dims(fill("token_type_ids", (1, _SEQ), 0, "int64"), seq=1)],
+        lambda m, ids, mask, tt: m(input_ids=ids, attention_mask=mask, token_type_ids=tt).last_hidden_state,
+        ["last_hidden_state"], extra={"vocab": 30522, "dims": {"seq": [1, 256]}})
 _reg_hf("distilbert", "DistilBERT sequence classifier (transformers DistilBertForSequenceClassification, random "
         "init: 3 layers, d 512, 8 heads, FFN 2048, vocab 30522), dynamo=False: no token types, masked_fill "
         "attention mask (Where), pre-classifier Relu; 2-class logits for 128 tokens",
@@ -1149,11 +1177,11 @@ _reg_hf("swin_tiny", "Swin-like (transformers SwinForImageClassification, random
 # ---------------------------------------------------------------------------------------------------------------------
 # paddle2onnx (PaddleOCR models in the rapidocr-onnxruntime wheel) and silero (silero-vad wheel)
 
-def _wheel_model(requirement: str, member: str, specs: list[dict]):
+def _wheel_model(requirement: str, member: str, specs: list[dict], extra: dict | None = None):
   def fn(ctx: Context) -> Built:
     with zipfile.ZipFile(ctx.pip_wheel(requirement)) as z:
       model = onnx.load_from_string(z.read(member))
-    return Built(model, specs, {"origin": f"pip download --no-deps {requirement}: {member}"})
+    return Built(model, specs, {"origin": f"pip download --no-deps {requirement}: {member}", **(extra or {})})
   return fn
 
 
@@ -1167,6 +1195,10 @@ register("ppocr_rec", "paddle2onnx", "PP-OCRv4 mobile text recognizer (trained, 
          "characters; dims pinned")(
   _wheel_model(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
                [uniform("x", (1, 3, 48, 320), -1.0, 1.0)]))
+register("ppocr_rec_dyn", "paddle2onnx", "The PP-OCRv4 recognizer (as ppocr_rec) with the text line's width left "
+         "open: a dim_param W, 32..640 (the height stays 48, as PaddleOCR resizes lines); timed at 320")(
+  _wheel_model(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+               [open_dims(uniform("x", (1, 3, 48, 320), -1.0, 1.0), W=3)], {"dims": {"W": [32, 640]}}))
 register("ppocr_cls", "paddle2onnx", "PaddleOCR mobile v2.0 text direction classifier (trained, paddle2onnx, "
          "rapidocr-onnxruntime wheel), 1x3x48x192: small MobileNetV3 with HardSwish/HardSigmoid SE; dims pinned")(
   _wheel_model(RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",

@@ -6,7 +6,7 @@ import numpy as np
 from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
-from tgc.ir.sint import sint, is_static, provably_le, same, simplified
+from tgc.ir.sint import sint, is_static, provably_le, quotient, same, simplified
 from tgc.codegen.registry import target_names
 from tgc.frontend import buffers, functional, realize as _realize, shapes
 from tgc.frontend.shapes import broadcast_shape
@@ -134,6 +134,10 @@ class Tensor:
   def arange(start, stop=None, step=1, dtype: DType | None = None, device=None) -> Tensor:
     if stop is None: start, stop = 0, start
     dt = dtype or (dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32)
+    if not is_static(stop):     # a count known only at run time: the index itself
+      if start != 0 or step != 1 or not dt.is_int or dt.storage_only:
+        raise ValueError("arange: a size known only at run time as the end needs start 0, step 1 and an integer dtype")
+      return Tensor(UOp(Ops.ARANGE, dt, (), simplified(stop)), device)
     n = max(0, math.ceil((stop - start) / step))
     if not n: return Tensor.zeros(0, dtype=dt, device=device)
     if dt.is_int and not dt.storage_only and all(isinstance(v, int) for v in (start, step)):
@@ -664,11 +668,9 @@ def _inferred_dim(have: tuple, shape: tuple, known: sint) -> sint:
   if is_static((numel, known)):
     if known == 0 or numel % known: raise ValueError(f"reshape: cannot reshape {have} to {shape}")
     return numel // known
-  if same(numel, known): return 1
-  for i in range(len(have) + 1):       # the dims of `have` left after a run of them whose product is `known`
-    for j in range(i, len(have) + 1):
-      if same(shapes.prod(have[i:j]), known): return shapes.prod(have[:i] + have[j:])
-  raise ValueError(f"reshape: cannot infer -1 in {shape} from {have}")
+  left = quotient(numel, known)
+  if left is None: raise ValueError(f"reshape: cannot infer -1 in {shape} from {have}")
+  return left
 
 
 def _pad_arg(padding, ndim: int) -> tuple[tuple[int, int], ...]:

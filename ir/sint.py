@@ -70,9 +70,8 @@ def evaluate(x: sint, values: dict[str, int]) -> int:
   return int(out.arg)
 
 
-def prod(xs: Iterable[sint]) -> sint:
-  """The product of sizes (an int when all are), in one canonical form: its factors that are no products, sorted,
-  times the constant (so that (B*T)*8 and B*(T*8) are one node)."""
+def _factors(xs: Iterable[sint]) -> tuple[int, list[UOp]]:
+  """The constant and the factors that are no products of a product of sizes."""
   const, factors, stack = 1, [], [simplified(x) for x in xs]
   while stack:
     x = stack.pop()
@@ -80,10 +79,27 @@ def prod(xs: Iterable[sint]) -> sint:
     elif x.op is Ops.CONST: const *= x.arg
     elif x.op is Ops.MUL: stack.extend(x.src)
     else: factors.append(x)
+  return const, factors
+
+
+def prod(xs: Iterable[sint]) -> sint:
+  """The product of sizes (an int when all are), in one canonical form: its factors that are no products, sorted,
+  times the constant (so that (B*T)*8 and B*(T*8) are one node)."""
+  const, factors = _factors(xs)
   if not factors or const == 0: return const
   out = None
   for f in sorted(factors, key=lambda f: f.key): out = f if out is None else out * f
   return simplified(out * const if const != 1 else out)
+
+
+def quotient(a: sint, b: sint) -> sint | None:
+  """a / b when b divides a as a product of sizes (seq*384 / (seq*32) = 12); None when it does not."""
+  (ca, fa), (cb, fb) = _factors((a,)), _factors((b,))
+  if cb == 0 or ca % cb: return None
+  for f in fb:
+    if f not in fa: return None
+    fa.remove(f)
+  return prod([ca // cb, *fa])
 
 
 def highest_prod(xs: Iterable[sint]) -> int:
@@ -105,7 +121,7 @@ def lowest(x: sint) -> int:
 def provably_le(a: sint, b: sint) -> bool:
   """Whether a <= b for every value of the variables (the ranges prove it, or the sizes are the same)."""
   if same(a, b) or highest(a) <= lowest(b): return True
-  if not isinstance(a, UOp) and not isinstance(b, UOp): return False
+  if lowest(a) > highest(b) or not isinstance(a, UOp) and not isinstance(b, UOp): return False
   diff = simplified(b - a)
   if lowest(diff) >= 0: return True
   # interval bounds are loose for floor divisions: a single variable's range is checked value by value

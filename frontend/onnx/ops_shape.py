@@ -7,7 +7,7 @@ import math
 import numpy as np
 from tgc.ir import dtypes
 from tgc.ir.sint import is_static, provably_le
-from tgc.frontend.shapes import broadcast_shape, prod
+from tgc.frontend.shapes import broadcast_shape, ceildiv, prod
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
@@ -60,11 +60,21 @@ def _constant_of_shape(ctx):
 def _range(ctx):
   start, limit, delta = (np.asarray(ctx.const_value(i)).reshape(()) for i in range(3))
   dt = ctx.inputs[0].dtype
+  if not is_static([v.item() for v in (start, limit, delta)]): return _sized_range(ctx, start, limit, delta, dt)
   n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0) if float(delta) else 0
   if n == 0: return Tensor.zeros(0, dtype=dt, device=node_device(ctx))
   i = Tensor.arange(n, dtype=dt if not dt.is_float else dtypes.float64, device=node_device(ctx))
   if dt.is_float: return (i * float(delta) + float(start)).cast(dt)
   return i * int(delta) + int(start)
+
+
+def _sized_range(ctx, start, limit, delta, dt):
+  """Range up to a size known only at run time: integer start and step that are known, the limit at least start."""
+  start, limit, delta = start.item(), limit.item(), delta.item()
+  if dt.is_float or not is_static([start, delta]) or delta < 1 or not provably_le(start, limit):
+    raise ctx.fail("a range over a size known only at run time needs integers, a known start and a positive step")
+  count = ceildiv(limit - start, int(delta))
+  return Tensor.arange(count, dtype=dt, device=node_device(ctx)) * int(delta) + int(start)
 
 
 @onnx_op("EyeLike")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 import numpy as np
 from tgc.ir import DType, UOp, dtypes
-from tgc.ir.sint import lowest, prod, provably_le, same, simplified
+from tgc.ir.sint import highest, lowest, prod, provably_le, same, simplified
 from tgc.frontend.tensor import Tensor
 
 ShapeValue = tuple      # (np.ndarray of dtype object, DType)
@@ -60,6 +60,7 @@ def as_tensor(value: tuple, device: str) -> Tensor:
 def clamped_index(v, n):
   """An ONNX Slice start or end `v` on an axis of size `n` (negative counts from the end, then clamped to
   [0, n]) where a size is known only at run time; None when the sizes' ranges do not decide the clamping."""
+  if isinstance(v, int) and v >= highest(n): return n          # INT64_MAX: to the end
   if isinstance(v, int) and v < 0:
     if -v > lowest(n): return None
     v = simplified(n + v)

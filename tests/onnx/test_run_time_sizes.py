@@ -1,0 +1,172 @@
+"""ONNX models whose inputs leave dims open (dim_params), compiled once with those dims as sizes known only at run
+time (`--dim NAME=LO..HI`): the shape arithmetic exporters put in the graph (Shape, Gather, Concat, Range, Slice up
+to a length) folds on size expressions, convolutions and pools slide over a run-time width, and the C artifact
+matches onnx.reference at the smallest, a middle and the largest size. Dims without a range, ranges for no dim and
+what cannot be done over a run-time size are one-line errors."""
+import json
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from tgc.aot import UserError, compile_model
+from tgc.aot.cli import cli
+from tgc.frontend.onnx import OnnxError, load_model
+from tgc.frontend.onnx import shape_values
+from tgc.ir import dtypes
+from tgc.ir.sint import Variable
+from tgc.runtimes.artifact_c import CArtifact
+
+RNG = np.random.default_rng(3)
+
+
+def _ints(name: str, values) -> onnx.TensorProto:
+  return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+def _floats(name: str, shape, scale: float = 0.3) -> onnx.TensorProto:
+  return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _save(tmp_path, name: str, nodes, inputs, outputs, inits) -> str:
+  model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, inits),
+                            opset_imports=[helper.make_opsetid("", 17)])
+  onnx.checker.check_model(model)
+  path = str(tmp_path / f"{name}.onnx")
+  onnx.save(model, path)
+  return path
+
+
+def attention_model(tmp_path) -> str:
+  """x (1, seq, 16): position table sliced to seq, Range positions through an embedding, heads split with a
+  shape built from Shape/Gather/Concat, softmax over seq, merged back with the input's Shape."""
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 16])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 16])
+  nodes = [
+    helper.make_node("Shape", ["x"], ["shape"]),
+    helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+    helper.make_node("Unsqueeze", ["seq", "zero_axis"], ["seq_1d"]),
+    helper.make_node("Mul", ["seq_1d", "two"], ["seq2"]),                          # shape arithmetic on the size
+    helper.make_node("Div", ["seq2", "two"], ["seq_again"]),
+    helper.make_node("Concat", ["one_1d", "seq_again", "heads", "head_dim"], ["split_shape"], axis=0),
+    helper.make_node("Slice", ["table", "zero_1d", "seq_1d", "one_1d"], ["positions"]),   # table[:, :seq]
+    helper.make_node("Range", ["zero", "seq", "one"], ["ids"]),
+    helper.make_node("Gather", ["embedding", "ids"], ["embedded"], axis=0),
+    helper.make_node("Add", ["x", "positions"], ["x1"]),
+    helper.make_node("Add", ["x1", "embedded"], ["x2"]),
+    helper.make_node("MatMul", ["x2", "w"], ["q"]),
+    helper.make_node("Reshape", ["q", "split_shape"], ["q4"]),
+    helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+    helper.make_node("Transpose", ["q4"], ["kt"], perm=[0, 2, 3, 1]),
+    helper.make_node("MatMul", ["qt", "kt"], ["scores"]),
+    helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+    helper.make_node("MatMul", ["probs", "qt"], ["mixed"]),
+    helper.make_node("Transpose", ["mixed"], ["merged"], perm=[0, 2, 1, 3]),
+    helper.make_node("Reshape", ["merged", "shape"], ["y"]),
+  ]
+  inits = [_floats("w", (16, 16)), _floats("table", (1, 64, 16)), _floats("embedding", (64, 16)),
+           _ints("one", 1), _ints("zero", 0), _ints("zero_axis", [0]), _ints("two", [2]), _ints("one_1d", [1]),
+           _ints("zero_1d", [0]), _ints("heads", [2]), _ints("head_dim", [8])]
+  return _save(tmp_path, "attention", nodes, [x], [y], inits)
+
+
+def conv_model(tmp_path) -> str:
+  """x (1, 3, 16, W): stride-1 and stride-2 convs, max and average pools, then a Flatten-like Reshape to
+  (1, 8, -1) over the width that is left."""
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, "width"])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, "steps"])
+  nodes = [
+    helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+    helper.make_node("Relu", ["c1"], ["r1"]),
+    helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    helper.make_node("MaxPool", ["c2"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+    helper.make_node("AveragePool", ["p1"], ["p2"], kernel_shape=[3, 1], strides=[1, 1], pads=[1, 0, 1, 0]),
+    helper.make_node("Conv", ["p2", "w3"], ["c3"], dilations=[1, 2], pads=[0, 2, 0, 2], kernel_shape=[1, 3]),
+    helper.make_node("Reshape", ["c3", "flat"], ["y"]),
+  ]
+  inits = [_floats("w1", (8, 3, 3, 3)), _floats("b1", (8,)), _floats("w2", (8, 8, 3, 3)),
+           _floats("w3", (8, 8, 1, 3)), _ints("flat", [1, 8, -1])]
+  return _save(tmp_path, "convs", nodes, [x], [y], inits)
+
+
+def _check_at_sizes(out: str, model: str, name: str, shapes) -> None:
+  reference = ReferenceEvaluator(model)
+  with CArtifact(out) as art:
+    for shape in shapes:
+      x = RNG.standard_normal(shape).astype(np.float32)
+      got = art.run({name: x})
+      want = dict(zip([o.name for o in onnx.load(model).graph.output], reference.run(None, {name: x})))
+      for key, value in want.items():
+        assert got[key].shape == value.shape
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-4, err_msg=f"{key} at {shape}")
+
+
+def test_attention_of_any_length_matches_the_reference(tmp_path):
+  model = attention_model(tmp_path)
+  out = str(tmp_path / "attention_c")
+  report = compile_model(model, "c", out, dims={"seq": (1, 64)})
+  assert report.inputs == [("x", (1, "seq", 16), "float32")] and report.outputs == [("y", (1, "seq", 16), "float32")]
+  manifest = json.loads((tmp_path / "attention_c" / "manifest.json").read_text())
+  assert manifest["dims"] == [{"name": "seq", "min": 1, "max": 64}]
+  _check_at_sizes(out, model, "x", [(1, 1, 16), (1, 29, 16), (1, 64, 16)])
+
+
+def test_convolutions_and_pools_over_a_run_time_width(tmp_path):
+  model = conv_model(tmp_path)
+  out = str(tmp_path / "convs_c")
+  compile_model(model, "c", out, input_shapes={"x": (1, 3, 16, "W")}, dims={"W": (9, 120)})
+  manifest = json.loads((tmp_path / "convs_c" / "manifest.json").read_text())
+  assert manifest["inputs"][0]["shape"] == [1, 3, 16, "W"]
+  assert "dim_W" in (tmp_path / "convs_c" / "model.c").read_text()
+  _check_at_sizes(out, model, "x", [(1, 3, 16, 9), (1, 3, 16, 64), (1, 3, 16, 120), (1, 3, 16, 31)])
+
+
+def test_cli_dim_and_named_input_shape(tmp_path):
+  model = conv_model(tmp_path)
+  runner = CliRunner()
+  done = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "cli"), "--input-shape", "x=1,3,16,W",
+                             "--dim", "W=16..48"])
+  assert done.exit_code == 0, done.output
+  assert "x (1, 3, 16, W) float32" in done.output
+  bad = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "bad"), "--dim", "W=16-48"])
+  assert bad.exit_code != 0 and "expected NAME=LOWEST..HIGHEST" in bad.output
+  assert not (tmp_path / "bad").exists()
+
+
+def test_open_dims_without_a_range_and_ranges_for_no_dim_are_errors(tmp_path):
+  model = attention_model(tmp_path)
+  with pytest.raises(OnnxError, match=r"dimension 1 \(seq\) is unknown.*--dim seq=LOWEST..HIGHEST"):
+    load_model(model)
+  with pytest.raises(OnnxError, match="dims: no input has a dim named 'len'"):
+    load_model(model, dims={"seq": (1, 8), "len": (1, 8)})
+  with pytest.raises(OnnxError, match="names a size 'W' without a range"):
+    load_model(conv_model(tmp_path), input_shapes={"x": (1, 3, 16, "W")})
+  with pytest.raises(UserError, match="--dim applies to .onnx models only"):
+    compile_model("examples/encoder_any_length.py:build", "c", str(tmp_path / "t"), dims={"T": (1, 8)})
+
+
+def test_ceil_mode_over_a_run_time_size_is_refused_naming_the_node(tmp_path):
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, "W"])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, "out"])
+  model = _save(tmp_path, "ceil", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                                    ceil_mode=1, name="pool")], [x], [y], [])
+  with pytest.raises(OnnxError, match=r"node 'pool' \(MaxPool\): ceil_mode over a size known only at run time"):
+    load_model(model, dims={"W": (4, 32)})
+
+
+def test_shape_values_fold_size_arithmetic():
+  seq = Variable("seq", 1, 64)
+  shape = shape_values.of_shape((1, seq, 16), "Shape", {})
+  assert shape_values.is_shape_value(shape) and list(shape[0]) == [1, seq, 16]
+  (doubled, dt), = shape_values.fold("Mul", {}, [shape, (np.array([2], np.int64), dtypes.int64)], 17)
+  assert list(doubled) == [2, (seq * 2), 32] and dt == dtypes.int64
+  (plain, _), = shape_values.fold("Gather", {"axis": 0}, [shape, (np.array([0, 2], np.int64), dtypes.int64)], 17)
+  assert plain.dtype == np.int64 and plain.tolist() == [1, 16]            # settles to a plain array when known
+  five = (np.array([5], np.int64), dtypes.int64)
+  assert shape_values.fold("Equal", {}, [shape_values.of_shape((seq,), "Shape", {}), five], 17) is None  # undecided
+  big = (np.array([100], np.int64), dtypes.int64)
+  (never, _), = shape_values.fold("Equal", {}, [shape_values.of_shape((seq,), "Shape", {}), big], 17)
+  assert never.tolist() == [False]
+  assert shape_values.clamped_index(2**62, seq) is seq and shape_values.clamped_index(-1, seq) is not None
+  assert shape_values.clamped_index(10, seq) is None                     # 10 may be past the end: not decided
