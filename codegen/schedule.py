@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz, graph_rewrite
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.ir.lowp import per_word
-from tgc.ir.sint import sint, highest, highest_prod, is_static, same, prod as sym_prod
+from tgc.ir.sint import sint, highest, highest_prod, is_static, quotient, same, simplified, prod as sym_prod
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
@@ -289,7 +289,7 @@ class _KernelBuilder:
       cond = None
       inner = []
       for x, (b, a), s in zip(idx, n.arg, src.shape):
-        if b or a:
+        if not (is_static((b, a)) and b == 0 and a == 0):
           c = simplify(x.lt(b).ne(True).logical_and(x.lt(b + s)))
           if not (c.op is Ops.CONST and c.arg): cond = c if cond is None else cond.logical_and(c)
         inner.append(x - b if b else x)
@@ -457,7 +457,7 @@ def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp
     if it is None: continue
     for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
       n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or not _layout_free(n.dtype) or not is_static(n.shape): continue
+      if n is None or n in roots or n in picked or not _layout_free(n.dtype): continue
       dims = _image_dims(n.shape)
       if dims is not None and _channel_access(ld.src[1], n.shape, dims):
         c, w = dims[0], dims[2]
@@ -516,9 +516,22 @@ def _transposed_dim(idx: UOp, shape: tuple[int, ...], g: UOp, reduced: tuple[UOp
 def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
   """The (channel, height, width) dims of an image-like shape: three or four dims bigger than 1 ((C, H, W) or
   (N, C, H, W)); None for anything else."""
-  big = [i for i, s in enumerate(shape) if s > 1]
+  big = [i for i, s in enumerate(shape) if highest(s) > 1]
   if len(big) == 3: return (big[0], big[1], big[2])
   if len(big) == 4: return (big[1], big[2], big[3])
+  return None
+
+
+def _dim_of_step(k: sint, strides: list[sint]) -> int | None:
+  """The dim a flat-index step of `k` moves along: the largest stride <= k, when it divides k (over sizes known
+  only at run time: the largest stride that divides k as a product of sizes)."""
+  if is_static([k, *strides]):
+    if k <= 0: return None
+    d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)
+    return None if d is None or k % strides[d] else d
+  for d, s in enumerate(strides):
+    q = quotient(k, s) if not (is_static(s) and s == 0) else None
+    if q is not None and is_static(q) and q > 0: return d
   return None
 
 
@@ -529,10 +542,11 @@ def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int
   terms, _ = split_terms(idx)
   dims: dict[int, list[UOp]] = {}
   for t, k in terms.items():
-    if t.op is not Ops.RANGE or k <= 0: continue
-    d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)    # the largest stride <= k
-    if d is None or k % strides[d]: continue
-    dims.setdefault(d, []).append(t)
+    if t.op is Ops.MUL and t.src[0].op is Ops.RANGE and not any(u.op is Ops.RANGE for u in t.src[1].toposort()):
+      t, k = t.src[0], simplified(t.src[1] * k)     # a step that is a size known only at run time
+    if t.op is not Ops.RANGE: continue
+    d = _dim_of_step(k, strides)
+    if d is not None: dims.setdefault(d, []).append(t)
   channel = {r.arg.kind for r in dims.get(image[0], [])}
   # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
   window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])

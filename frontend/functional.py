@@ -9,11 +9,10 @@ one multiply-sum reduce kernel with no im2col buffer.
 The functions take Tensors and build new ones with the class of their arguments (`type(x)`), so this module does
 not import `frontend.tensor`: the Tensor imports it for its composed methods (`t[idx]`, `t.conv2d(...)`, ...)."""
 from __future__ import annotations
-import itertools
 from typing import Sequence
 from tgc.ir import dtypes, promote
 from tgc.frontend.shapes import broadcast_shape, ceildiv, lowest
-from tgc.ir.sint import is_static, lowest as lowest_size
+from tgc.ir.sint import highest, is_static, lowest as lowest_size
 
 
 def _tuple(value, n: int, name: str) -> tuple[int, ...]:
@@ -83,9 +82,7 @@ def _strided(t, axis: int, step: int):
   if step == 1: return t
   n = t.shape[axis]
   count = ceildiv(n, step)
-  # (a size known at run time pads by the most it can need, step - 1, and cuts to count * step)
-  x = t.pad(tuple((0, count * step - n if is_static(n) else step - 1) if i == axis else (0, 0) for i in range(t.ndim)))
-  if not is_static(n): x = _slice_axis(x, axis, 0, count * step)
+  x = t.pad(tuple((0, count * step - n) if i == axis else (0, 0) for i in range(t.ndim)))
   x = x.reshape(t.shape[:axis] + (count, step) + t.shape[axis + 1:])
   x = x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim)))
   return x.reshape(t.shape[:axis] + (count,) + t.shape[axis + 1:])
@@ -276,15 +273,18 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
   lead, ins = x.shape[:-nk], x.shape[-nk:]
   outs = tuple((i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(ins, kernel, stride, dilation))
   nl = len(lead)
-  if not is_static(ins): return _pool_taps(x, kernel, stride, dilation, outs)
+  if not is_static(ins):
+    # a size known at run time: padded up to its largest value, windows as over fixed sizes (affine indexes,
+    # the period of the repeat fixed), the outputs past the size cut off
+    full = tuple(highest(i) for i in ins)
+    x = x.pad(tuple([(0, 0)] * nl + [(0, f - i) for f, i in zip(full, ins)]))
+    windows = _pool(x, kernel, stride, dilation)
+    return windows.shrink(tuple([None] * nl + [(0, o) for o in outs] + [None] * nk))
   if any(k > s for k, s in zip(kernel, stride)) or any(d != 1 for d in dilation):
     # repeat each axis k times with period i*f+d: row j, column m reads x[(j*d + m) mod i] (no wrap is reached)
-    fs = [1 + int(o * s > i - d * (k - 1)) if is_static(i) else 2
-          for o, s, i, d, k in zip(outs, stride, ins, dilation, kernel)]
+    fs = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(outs, stride, ins, dilation, kernel)]
     periods = [i * f + d for i, f, d in zip(ins, fs, dilation)]
-    # a size known at run time repeats as often as its smallest value needs, the surplus shrunk away
-    x = x.repeat((1,) * nl + tuple(ceildiv(k * p, i) if is_static(i) else 2 * k + ceildiv(k * d, lowest_size(i))
-                                   for k, p, i, d in zip(kernel, periods, ins, dilation)))
+    x = x.repeat((1,) * nl + tuple(ceildiv(k * p, i) for k, p, i in zip(kernel, periods, ins)))
     x = x.shrink(tuple([None] * nl + [(0, k * p) for k, p in zip(kernel, periods)]))
     x = x.reshape(lead + tuple(v for k, p in zip(kernel, periods) for v in (k, p)))
     # stride: keep columns 0, s, 2s, ... of the first o*s
@@ -294,28 +294,11 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
     x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
     return x.permute(tuple(range(nl)) + tuple(nl + 2 * a + 1 for a in range(nk)) + tuple(nl + 2 * a for a in range(nk)))
   # kernel <= stride and no dilation: windows do not overlap, a pad/reshape/shrink suffices
-  # (a run-time size pads by the most the last window can reach past it, s - k; the shrink cuts the rest)
-  x = x.pad(tuple([(0, 0)] * nl + [(0, max(0, o * s - i) if is_static(i) else s - k)
-                                   for i, o, s, k in zip(ins, outs, stride, kernel)]))
+  x = x.pad(tuple([(0, 0)] * nl + [(0, max(0, o * s - i)) for i, o, s in zip(ins, outs, stride)]))
   x = x.shrink(tuple([None] * nl + [(0, o * s) for o, s in zip(outs, stride)]))
   x = x.reshape(lead + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
   x = x.shrink(tuple([None] * nl + [r for o, k in zip(outs, kernel) for r in ((0, o), (0, k))]))
   return x.permute(tuple(range(nl)) + tuple(nl + 2 * a for a in range(nk)) + tuple(nl + 2 * a + 1 for a in range(nk)))
-
-
-def _pool_taps(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], outs: tuple):
-  """`_pool`'s windows over sizes known only at run time: one strided view per kernel tap, stacked on a last axis.
-  Indexes stay affine in the sizes (the repeat of `_pool` would divide by them in every load)."""
-  nk = len(kernel)
-  nl = x.ndim - nk
-  taps = []
-  for offsets in itertools.product(*(range(k) for k in kernel)):
-    view = x.shrink(tuple([None] * nl + [(j * d, j * d + (o - 1) * s + 1)
-                                         for j, d, o, s in zip(offsets, dilation, outs, stride)]))
-    for a, s in enumerate(stride): view = _strided(view, nl + a, s)
-    taps.append(view)
-  windows = stack(taps, -1) if len(taps) > 1 else taps[0].unsqueeze(-1)
-  return windows.reshape(windows.shape[:-1] + tuple(kernel))
 
 
 def _conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...],

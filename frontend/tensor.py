@@ -527,7 +527,7 @@ class Tensor:
     pads = _pad_arg(padding, self.ndim)
     if mode != "constant":
       return functional.pad_mode(self, pads, mode)
-    if any(b < 0 or a < 0 for b, a in pads):
+    if any(is_static(p) and p < 0 for pair in pads for p in pair):
       x = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)))
       return x.pad(tuple((max(0, b), max(0, a)) for b, a in pads), value)
     if all(b == 0 and a == 0 for b, a in pads): return self
@@ -673,11 +673,18 @@ def _inferred_dim(have: tuple, shape: tuple, known: sint) -> sint:
   return left
 
 
+def _pad_amount(p) -> sint:
+  """A pad amount: an int, or a size expression that is never negative."""
+  if not isinstance(p, UOp): return int(p)
+  if not provably_le(0, p): raise ValueError(f"pad: amount {p} may be negative")
+  return simplified(p)
+
+
 def _pad_arg(padding, ndim: int) -> tuple[tuple[int, int], ...]:
   padding = tuple(padding)
   if padding and all(isinstance(p, (tuple, list)) or p is None for p in padding):
     if len(padding) != ndim: raise ValueError(f"pad: {len(padding)} pairs for {ndim} dims")
-    return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    return tuple((0, 0) if p is None else (_pad_amount(p[0]), _pad_amount(p[1])) for p in padding)
   if len(padding) % 2 or len(padding) // 2 > ndim: raise ValueError(f"pad: bad padding {padding} for {ndim} dims")
   pairs = [(0, 0)] * ndim
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
