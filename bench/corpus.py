@@ -1105,6 +1105,13 @@ _reg_hf("gpt2", "GPT-2 LM (transformers GPT2LMHeadModel, random init: 4 layers, 
         [tokens("input_ids", (1, _SEQ), 50257), fill("attention_mask", (1, _SEQ), 1, "int64")],
         lambda m, ids, mask: m(input_ids=ids, attention_mask=mask, use_cache=False).logits, ["logits"],
         extra={"vocab": 50257})
+_reg_hf("gpt2_dyn", "gpt2's architecture and export with the sequence length left open (dynamic_axes: a dim_param "
+        "seq, 1..256); timed at 128 tokens", "GPT2LMHeadModel", "GPT2Config",
+        dict(n_layer=4, n_embd=192, n_head=3, vocab_size=50257, n_positions=1024),
+        [open_dims(tokens("input_ids", (1, _SEQ), 50257), seq=1),
+         open_dims(fill("attention_mask", (1, _SEQ), 1, "int64"), seq=1)],
+        lambda m, ids, mask: m(input_ids=ids, attention_mask=mask, use_cache=False).logits, ["logits"],
+        extra={"vocab": 50257, "dims": {"seq": [1, 256]}})
 _reg_hf("bert_minilm", "BERT encoder with all-MiniLM-L6-v2's shape (transformers BertModel, random init: 6 layers, "
         "d 384, 12 heads, FFN 1536, vocab 30522), dynamo=False: word/position/token-type embedding Gathers, "
         "LayerNorm, Erf GELU, additive padding mask; last hidden state for 128 tokens", "BertModel", "BertConfig",
@@ -1152,6 +1159,15 @@ _reg_hf("llama", "Llama decoder with llama2.c stories15M's shape (transformers L
         [tokens("input_ids", (1, _SEQ), 32000), fill("attention_mask", (1, _SEQ), 1, "int64")],
         lambda m, ids, mask: m(input_ids=ids, attention_mask=mask, use_cache=False).logits, ["logits"],
         extra={"vocab": 32000})
+_reg_hf("llama_dyn", "llama's architecture and export with the sequence length left open (dynamic_axes: a dim_param "
+        "seq, 1..256: the causal mask and rotary positions built from the graph's shapes); timed at 128 tokens",
+        "LlamaForCausalLM", "LlamaConfig",
+        dict(num_hidden_layers=6, hidden_size=288, num_attention_heads=6, num_key_value_heads=6,
+             intermediate_size=768, vocab_size=32000, max_position_embeddings=256, tie_word_embeddings=True),
+        [open_dims(tokens("input_ids", (1, _SEQ), 32000), seq=1),
+         open_dims(fill("attention_mask", (1, _SEQ), 1, "int64"), seq=1)],
+        lambda m, ids, mask: m(input_ids=ids, attention_mask=mask, use_cache=False).logits, ["logits"],
+        extra={"vocab": 32000, "dims": {"seq": [1, 256]}})
 _reg_hf("t5_encoder", "T5 encoder with flan-t5-small's width (transformers T5EncoderModel, random init: 2 layers, d "
         "512, 8 heads of 64, gated-GELU FFN 1024, vocab 32128), dynamo=False: T5's RMS LayerNorm, bucketed "
         "relative position bias (Log/Min/Where/Gather), unscaled attention", "T5EncoderModel", "T5Config",
