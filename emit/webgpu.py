@@ -31,6 +31,7 @@ import struct
 
 import numpy as np
 
+from tgc.ir.sint import dims_text, highest, is_static, simplified, sint
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.names import comment_safe
@@ -80,10 +81,16 @@ def js_array(dtype: str) -> str:
   return JS_ARRAYS[dtype]
 
 
-def _workgroups(k: KernelProgram) -> list[int]:
-  """Work-groups per dimension (global / local)."""
+def workgroup_counts(k: KernelProgram) -> list[sint]:
+  """Work-groups per dimension (global / local; an `ir.sint` expression where a size is known only at run time)."""
   glob, loc = launch_sizes(k)
-  return [g // s for g, s in zip(glob, loc)]
+  if is_static(k.global_size): return [g // s for g, s in zip(glob, loc)]
+  return [simplified(g // s) if not is_static(g) else g // s for g, s in zip(k.global_size, loc)]
+
+
+def _workgroups(k: KernelProgram) -> list:
+  """The plan's work-groups per dimension: ints, or size text that the loaders evaluate for a run's sizes."""
+  return dims_text(workgroup_counts(k))
 
 
 def bindings(k: KernelProgram) -> list[list]:
@@ -126,7 +133,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
   def tensor(b: BufferInfo) -> dict:
     dtype = numpy_name(b.dtype)
     js_array(dtype)
-    return {"name": b.name, "shape": list(b.shape), "dtype": dtype, "nbytes": b.nbytes,
+    return {"name": b.name, "shape": dims_text(b.shape), "dtype": dtype, "nbytes": b.nbytes,
             "buffer": where[position[id(b)]]}
 
   kernels: list[dict] = []
@@ -134,6 +141,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
   for name, k in cm.kernels.items():
     kernel_index[name] = len(kernels)
     kernels.append({"name": name, "workgroupSize": [int(s) for s in k.local_size], "bindings": bindings(k),
+                    **({"sizes": [list(cm.dims).index(v) for v in k.variables]} if k.variables else {}),
                     "wgsl": k.src.rstrip("\n").split("\n")})
     other = {v: progs[name].src.rstrip("\n").split("\n") for v, progs in cm.variants.items() if name in progs}
     if other: kernels[-1]["variants"] = other
@@ -148,6 +156,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
     calls.append({"kernel": kernel_index[c.kernel], "workgroups": _workgroups(cm.kernels[c.kernel]), "args": args,
                   "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
+          **({"dims": [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in cm.dims.items()]} if cm.dims else {}),
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
           "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
@@ -188,7 +197,8 @@ def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict],
   need = {"maxStorageBuffersPerShaderStage": max([len(k["bindings"]) for k in kernels] + [0]),
           "maxStorageBufferBindingSize": max([buffers[a]["size"] for c in calls for a in c["args"]] + [0]),
           "maxBufferSize": max([b["size"] for b in buffers] + [0]),
-          "maxComputeWorkgroupsPerDimension": max([n for c in calls for n in c["workgroups"]] + [0]),
+          "maxComputeWorkgroupsPerDimension": max([highest(n) for c in cm.calls
+                                                   for n in workgroup_counts(cm.kernels[c.kernel])] + [0]),
           "maxComputeInvocationsPerWorkgroup": max([math.prod(k["workgroupSize"]) for k in kernels] + [0]),
           "maxComputeWorkgroupStorageSize": max([k.shared_bytes for progs in [cm.kernels, *cm.variants.values()]
                                                  for k in progs.values()] + [0])}
