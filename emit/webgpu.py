@@ -227,17 +227,43 @@ def plan_block(plan: dict) -> str:
 
 
 def _ts_types(plan: dict) -> dict[str, str]:
+  """model.d.ts's input and output fields and names (inputs of a model with sizes known only at run time: {data,
+  shape}, as outputs are)."""
+  sized = bool(plan.get("dims"))
+
   def fields(tensors: list[dict], output: bool) -> str:
     lines = []
     for t in tensors:
       arr = js_array(t["dtype"])
-      kind = f"{{ data: {arr}; shape: number[] }}" if output else arr
+      kind = f"{{ data: {arr}; shape: number[] }}" if output or sized else arr
       lines.append(f"  /** {t['dtype']}{t['shape']} */\n  {json.dumps(t['name'], ensure_ascii=True)}: {kind};")
     return "\n".join(lines)
   names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["inputs"]) or "never"
   out_names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["outputs"]) or "never"
   return {"input_fields": fields(plan["inputs"], False), "output_fields": fields(plan["outputs"], True),
           "input_names": names, "output_names": out_names}
+
+
+# model.js's placeholders for sizes known only at run time: empty (or the text of fixed shapes) for a model without
+# them, so that its model.js stays as it was; templates/webgpu/dims.js.tmpl is the code a model with them adds
+FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
+               "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
+               "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())", "dims_block": ""}
+RUN_TIME_SIZES = {
+  "sizes_layouts": ", ...sizesLayouts(device, k)",
+  "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, BUFFER_UNIFORM | "
+                  "BUFFER_COPY_DST),\n                  key: null, sized: null };",
+  "call_fields": "\n    index: PLAN.calls.indexOf(c),\n    sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
+  "sizes_part": ", sizes", "execute_sizes": "\n    const sized = applySizes(device, sizes, inputs.sizes);",
+  "set_sizes_group": "\n          if (call.sizesGroup) pass.setBindGroup(1, call.sizesGroup);",
+  "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]", "prepare_inputs": "prepareSized",
+  "copy_inputs": "Object.assign(inputs.map((data) => data.slice()), { sizes: inputs.sizes })"}
+
+
+def _sizes_values(cm: CompiledModel) -> dict[str, str]:
+  """The values of model.js's run-time size placeholders."""
+  if not cm.dims: return dict(FIXED_SIZES)
+  return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl")}
 
 
 def _check_narrow_weights(cm: CompiledModel) -> None:
@@ -260,7 +286,7 @@ def webgpu_sources(cm: CompiledModel, npm_name: str | None = None, npm_version: 
   plan = build_plan(cm, weights, chunk)
   parts = plan["weightsParts"]
   values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
-            "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
+            "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan), **_sizes_values(cm)}
   files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
            for name in SOURCE_FILES}
   start = 0
