@@ -11,6 +11,7 @@ from tgc.ir.sint import render
 from tgc.codegen.compiled import CompiledModel
 from tgc.emit.bundle import Param, dim_table
 from tgc.emit.c_io import shape_functions
+from tgc.emit.common import fill, read_template
 
 STATIC = {"dims_macros": "", "dims_status": "", "dims_fields": "", "dims_api": "", "dims_strerror": "",
           "dims_tables": "", "dims_init": "", "dims_functions": "", "input_bytes": "tg_inputs[i].nbytes",
@@ -112,3 +113,35 @@ def dims_values(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> 
     "input_bytes": "ctx->io_bytes[i]", "output_bytes": "ctx->io_bytes[tg_num_inputs + i]",
     "call_global": "ctx->global[i]"}
 
+
+
+def device_main_values(cm: CompiledModel, sym: str) -> dict[str, str]:
+  """The placeholders of the device bundles' example program (templates/common/device_main.c.tmpl, and `dims_main`
+  of templates/opencl/main.c.tmpl): a model with sizes known only at run time reads them off its .npy inputs' shapes
+  (common/bind_dims.c.tmpl) once the context is up, then the inputs at those shapes, and writes outputs at theirs."""
+  if not cm.dims:
+    return {"read_input": f"    if (!npy_read(paths[i], labels[i], {sym}_input_dtype(i), npy_input_types[i], "
+                          f"{sym}_input_ndim(i),\n                  {sym}_input_shape(i), {sym}_input_nbytes(i), "
+                          "ins[i])) goto end;\n",
+            "read_sized_inputs": "", "main_output_shape": f"{sym}_output_shape(i)", "main_output_bytes": f"{sym}_output_nbytes(i)",
+            "dims_main": ""}
+  names = {"sym": sym, "SYM": sym.upper()}
+  return {"read_input": "", "main_output_shape": "output_shape(ctx, i)", "main_output_bytes": "output_bytes(ctx, i)",
+          "read_sized_inputs": f"""
+  rc = 2;
+  if (!bind_dims(ctx, n_in, paths, labels)) goto end;
+  for (i = 0; i < n_in; i++) {{
+    size_t shape[NPY_MAX_DIMS], nbytes = {sym}_input_shape_at(ctx, i, shape);
+    if (!npy_read(paths[i], labels[i], {sym}_input_dtype(i), npy_input_types[i], {sym}_input_ndim(i), shape, nbytes,
+                  ins[i])) goto end;
+  }}
+  rc = 1;""",
+          "dims_main": "\n\n" + fill(read_template("common", "bind_dims.c.tmpl"), names, "templates/common/bind_dims.c.tmpl")
+                       + f"""
+/* Output i's shape and bytes for the sizes set on ctx (the shape in one buffer, valid until the next call). */
+static size_t output_dims[NPY_MAX_DIMS];
+static const size_t *output_shape(const {sym}_ctx *ctx, size_t i) {{
+  {sym}_output_shape_at(ctx, i, output_dims);
+  return output_dims;
+}}
+static size_t output_bytes(const {sym}_ctx *ctx, size_t i) {{ return {sym}_output_shape_at(ctx, i, output_dims); }}"""}
