@@ -98,9 +98,10 @@ def dims_values(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> 
   return {
     "dims_macros": f"\n/* Sizes known only at run time (see {sym}_set_dims). */\n#define {S}_NUM_DIMS {n}",
     "dims_status": f"\n  {S}_ERR_DIMS = {ERR_DIMS},         /* a size given to set_dims is outside its range */",
-    "dims_fields": f"\n  /* The sizes known at run time of the next runs (set_dims), each launch's work-items and the bytes of "
-                   f"each input,\n     then each output, for them. */\n  int32_t dims[{n}];\n"
-                   f"  size_t global[{max(len(cm.calls), 1)}][3];\n  size_t io_bytes[{len(cm.inputs) + len(cm.outputs)}];",
+    "dims_fields": "\n  /* The sizes known at run time of the next runs (set_dims), each launch's work-items and the "
+                   f"bytes of each input,\n     then each output, for them. */\n  int32_t dims[{n}];\n"
+                   f"  size_t global[{max(len(cm.calls), 1)}][3];\n"
+                   f"  size_t io_bytes[{len(cm.inputs) + len(cm.outputs)}];",
     "dims_api": _api(sym),
     "dims_strerror": f"\n    case {S}_ERR_DIMS: return \"a size known at run time is outside the range the model was "
                      "compiled for\";",
@@ -114,7 +115,6 @@ def dims_values(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> 
     "call_global": "ctx->global[i]"}
 
 
-
 def device_main_values(cm: CompiledModel, sym: str) -> dict[str, str]:
   """The placeholders of the device bundles' example program (templates/common/device_main.c.tmpl, and `dims_main`
   of templates/opencl/main.c.tmpl): a model with sizes known only at run time reads them off its .npy inputs' shapes
@@ -123,8 +123,8 @@ def device_main_values(cm: CompiledModel, sym: str) -> dict[str, str]:
     return {"read_input": f"    if (!npy_read(paths[i], labels[i], {sym}_input_dtype(i), npy_input_types[i], "
                           f"{sym}_input_ndim(i),\n                  {sym}_input_shape(i), {sym}_input_nbytes(i), "
                           "ins[i])) goto end;\n",
-            "read_sized_inputs": "", "main_output_shape": f"{sym}_output_shape(i)", "main_output_bytes": f"{sym}_output_nbytes(i)",
-            "dims_main": ""}
+            "read_sized_inputs": "", "main_output_shape": f"{sym}_output_shape(i)",
+            "main_output_bytes": f"{sym}_output_nbytes(i)", "dims_main": ""}
   names = {"sym": sym, "SYM": sym.upper()}
   return {"read_input": "", "main_output_shape": "output_shape(ctx, i)", "main_output_bytes": "output_bytes(ctx, i)",
           "read_sized_inputs": f"""
@@ -136,8 +136,7 @@ def device_main_values(cm: CompiledModel, sym: str) -> dict[str, str]:
                   ins[i])) goto end;
   }}
   rc = 1;""",
-          "dims_main": "\n\n" + fill(read_template("common", "bind_dims.c.tmpl"), names, "templates/common/bind_dims.c.tmpl")
-                       + f"""
+          "dims_main": "\n\n" + fill(read_template("common", "bind_dims.c.tmpl"), names, "bind_dims.c.tmpl") + f"""
 /* Output i's shape and bytes for the sizes set on ctx (the shape in one buffer, valid until the next call). */
 static size_t output_dims[NPY_MAX_DIMS];
 static const size_t *output_shape(const {sym}_ctx *ctx, size_t i) {{

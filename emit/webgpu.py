@@ -248,15 +248,18 @@ def _ts_types(plan: dict) -> dict[str, str]:
 # them, so that its model.js stays as it was; templates/webgpu/dims.js.tmpl is the code a model with them adds
 FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
                "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
-               "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())", "dims_block": ""}
+               "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
+               "dims_block": ""}
 RUN_TIME_SIZES = {
   "sizes_layouts": ", ...sizesLayouts(device, k)",
-  "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, BUFFER_UNIFORM | "
-                  "BUFFER_COPY_DST),\n                  key: null, sized: null };",
-  "call_fields": "\n    index: PLAN.calls.indexOf(c),\n    sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
+  "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
+                  "BUFFER_UNIFORM | BUFFER_COPY_DST),\n                  key: null, sized: null };",
+  "call_fields": "\n    index: PLAN.calls.indexOf(c),\n"
+                 "    sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
   "sizes_part": ", sizes", "execute_sizes": "\n    const sized = applySizes(device, sizes, inputs.sizes);",
   "set_sizes_group": "\n          if (call.sizesGroup) pass.setBindGroup(1, call.sizesGroup);",
-  "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]", "prepare_inputs": "prepareSized",
+  "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]",
+  "prepare_inputs": "prepareSized",
   "copy_inputs": "Object.assign(inputs.map((data) => data.slice()), { sizes: inputs.sizes })"}
 
 

@@ -3,7 +3,8 @@ work-group arrays and the helper functions it needs are declared at module scope
 `@compute @workgroup_size(x, y, z) fn <name>(@builtin(workgroup_id) gid, @builtin(local_invocation_id) lid)`.
 
 Bindings: argument i of the kernel is `@group(0) @binding(i) var<storage, ...> data{i}`; only the buffers the
-kernel uses are declared (sizes known only at run time: `size_binding`, uniforms in bind group 1), and `render_kernel` reports them as data (`KernelParam`s: index, read_write, element type,
+kernel uses are declared (sizes known only at run time: uniforms of bind group 1, `size_binding`), and
+`render_kernel` reports them as data (`KernelParam`s: index, read_write, element type,
 atomic) with the module-scope declarations and features, for runtimes and loaders. Buffers the kernel only reads
 are `read`, the ones it stores to `read_write`. The renderer keeps no state between calls: the facts of one kernel
 live on a copy made for that call.
@@ -452,7 +453,8 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
                        f"and {self.max_invocations} invocations")
     for u in program:
       if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].vmax > self.max_workgroups_per_dim:
-        raise _limit(f"{where} needs {int(u.src[0].vmax)} work-groups in launch dimension {_DIMS[u.arg.dim]}; the limit "
+        raise _limit(f"{where} needs {int(u.src[0].vmax)} work-groups in launch dimension {_DIMS[u.arg.dim]}; "
+                     f"the limit "
                          f"is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to split it")
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
     for u in program:

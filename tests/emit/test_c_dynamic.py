@@ -104,8 +104,8 @@ def test_set_dims_checks_the_range(model_file, tmp_path):
 
 
 def test_targets_without_run_time_sizes_and_hidden_sizes_are_refused(model_file, tmp_path):
-  with pytest.raises(UserError, match=r"sizes known only at run time \(B, T\) are not supported for target cuda yet "
-                                      r"\(c, opencl, webgpu support them\)"):
+  with pytest.raises(UserError, match=r"sizes known only at run time \(B, T\) are not supported for target cuda "
+                                      r"yet \(c, opencl, webgpu support them\)"):
     compile_model(f"{model_file}:two_sizes", "cuda", str(tmp_path / "cl"))
   with pytest.raises(UserError, match="size T is no dim of any input"):
     compile_model(f"{model_file}:hidden_size", "c", str(tmp_path / "hidden"))

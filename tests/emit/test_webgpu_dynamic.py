@@ -29,7 +29,8 @@ window.tgcRun = async (feeds) => {
 };
 window.tgcFails = async (feeds) => {
   const model = await load("weights.safetensors");
-  try { await model.run(feeds); return null; } catch (error) { return error.message; } finally { await model.dispose(); }
+  try { await model.run(feeds); return null; } catch (error) { return error.message; }
+  finally { await model.dispose(); }
 };
 </script>"""
 
