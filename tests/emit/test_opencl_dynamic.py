@@ -7,16 +7,14 @@ import json
 import subprocess
 import numpy as np
 import pytest
-from tgc.aot import compile_model, models
-from tgc.aot.reference import tensor_reference
+from tgc.aot import compile_model
 from tgc.aot.validate import validate_artifact
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_opencl import OpenCLArtifact
-from tests.aot.aot_helpers import ROOT
-from tests.emit.test_c_dynamic import MODELS
+from tests.emit.dynamic_cases import (ENCODER, MODELS, check_encoder, check_main, check_two_sizes, reference,
+                                      run_main, two_feeds)
 from tests.emit.test_opencl_artifact import cl_device, oclgrind_env  # noqa: F401 (fixtures)
 
-ENCODER = str(ROOT / "examples" / "encoder_any_length.py") + ":build"
 ERR_DIMS = 16
 
 
@@ -30,15 +28,6 @@ def folders(tmp_path_factory):
   return out
 
 
-def _reference(spec: str, feeds: dict) -> dict:
-  return tensor_reference(models.parse_model_spec(spec), feeds)
-
-
-def _two_feeds(rng, b: int, t: int) -> dict:
-  return {"x": rng.standard_normal((b, t, 8)).astype(np.float32),
-          "mask": (rng.random((b, t)) > 0.3).astype(np.float32)}
-
-
 @pytest.mark.parametrize("variant", ["cpu", "gpu"])
 def test_encoder_of_any_length_matches_at_every_size(folders, cl_device, variant):
   spec, folder = folders["enc"]
@@ -46,17 +35,10 @@ def test_encoder_of_any_length_matches_at_every_size(folders, cl_device, variant
   assert manifest["dims"] == [{"name": "T", "min": 1, "max": 256}]
   assert any(isinstance(g, str) for k in manifest["kernels"] for g in k["global_size"])
   assert "const int dim_T" in (folder / "model.cl").read_text()
-  rng = np.random.default_rng(0)
   flags = ("-O2", f'-DENCODER_ANY_LENGTH_KERNEL_VARIANT="{variant}"')
   with OpenCLArtifact(str(folder), cflags=flags) as art:
     assert art.variant == variant
-    for t in (1, 77, 256, 2):
-      x = rng.standard_normal((1, t, 64)).astype(np.float32)
-      got = art.run({"tokens": x})["output_0"]
-      assert got.shape == (1, t, 64)
-      np.testing.assert_allclose(got, _reference(spec, {"tokens": x})["output_0"], rtol=1e-4, atol=1e-4)
-    with pytest.raises(ArtifactError, match=r"input 'tokens': dimension 1 \(T\) is 257, outside the range 1..256"):
-      art.run({"tokens": np.ones((1, 257, 64), np.float32)})
+    check_encoder(art, (1, 77, 256, 2))
     with pytest.raises(ArtifactError, match=r"input 'tokens': shape \(1, 5, 63\), expected \(1, 5, 64\)"):
       art.run({"tokens": np.ones((1, 5, 63), np.float32)})
 
@@ -66,13 +48,7 @@ def test_two_sizes_expressions_and_reductions(folders, cl_device):
   manifest = json.loads((folder / "manifest.json").read_text())
   assert [d["name"] for d in manifest["dims"]] == ["B", "T"]
   assert {o["name"]: o["shape"] for o in manifest["outputs"]}["flat"] == ["B", "(T*8)"]
-  rng = np.random.default_rng(1)
-  with OpenCLArtifact(str(folder)) as art:
-    for b, t in ((1, 3), (2, 17), (4, 40), (3, 5)):
-      feeds = _two_feeds(rng, b, t)
-      got, ref = art.run(feeds), _reference(spec, feeds)
-      assert got["flat"].shape == (b, t * 8) and float(got["T"]) == t
-      for name in ref: np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
+  with OpenCLArtifact(str(folder)) as art: check_two_sizes(art, spec, ((1, 3), (2, 17), (4, 40), (3, 5)))
 
 
 def test_set_dims_checks_the_range(folders, cl_device):
@@ -93,36 +69,18 @@ def test_validate_checks_smallest_middle_largest(folders, cl_device):
   assert report.ok and [c.name for c in report.checks] == ["output_0 at T=1", "output_0 at T=128", "output_0 at T=256"]
 
 
-def _main(folder, tmp_path, feeds: dict, env=None) -> subprocess.CompletedProcess:
-  for name, value in feeds.items(): np.save(tmp_path / f"{name}.npy", value)
-  args = [f"{n}={tmp_path / n}.npy" for n in feeds]
-  return subprocess.run(["./main", "--out", str(tmp_path), *args], cwd=folder, capture_output=True, text=True, env=env)
-
-
 def test_main_c_reads_the_sizes_off_its_input_files(folders, cl_device, tmp_path):
   spec, folder = folders["two"]
-  subprocess.run(["make", "-s", "main"], cwd=folder, check=True, capture_output=True)
-  feeds = _two_feeds(np.random.default_rng(2), 3, 11)
-  done = _main(folder, tmp_path, feeds)
-  assert done.returncode == 0, done.stderr
-  ref = _reference(spec, feeds)
-  for name in ref:
-    got = np.load(tmp_path / f"{name}.npy")
-    assert got.shape == ref[name].shape
-    np.testing.assert_allclose(got, ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
-  bad = _main(folder, tmp_path, {**feeds, "mask": np.ones((3, 12), np.float32)})
-  assert bad.returncode == 2 and "input 'mask'" in bad.stderr and "(3, 12)" in bad.stderr
-  bad = _main(folder, tmp_path, {**feeds, "x": np.ones((3, 41, 8), np.float32), "mask": np.ones((3, 41), np.float32)})
-  assert bad.returncode == 2 and "size T is 41 in the inputs' shapes, outside the range 3..40" in bad.stderr
+  check_main(folder, spec, tmp_path)
 
 
 def test_work_items_past_the_end_stay_in_bounds_under_oclgrind(folders, cl_device, oclgrind_env, tmp_path):
   """The smallest sizes launch padded work-groups whose tail work-items must neither load nor store outside."""
   spec, folder = folders["two"]
   subprocess.run(["make", "-s", "main"], cwd=folder, check=True, capture_output=True)
-  feeds = _two_feeds(np.random.default_rng(3), 1, 3)
-  done = _main(folder, tmp_path, feeds, env=oclgrind_env)
+  feeds = two_feeds(np.random.default_rng(3), 1, 3)
+  done = run_main(folder, tmp_path, feeds, env=oclgrind_env)
   assert done.returncode == 0 and done.stdout.startswith("device: Oclgrind"), done.stdout + done.stderr
   assert "Invalid" not in done.stderr and "race" not in done.stderr.lower(), done.stderr
-  ref = _reference(spec, feeds)
+  ref = reference(spec, feeds)
   for name in ref: np.testing.assert_allclose(np.load(tmp_path / f"{name}.npy"), ref[name], rtol=1e-4, atol=1e-4)

@@ -6,16 +6,13 @@ import json
 import numpy as np
 import pytest
 import headless_chromium as chromium
-from tgc.aot import compile_model, models
-from tgc.aot.reference import tensor_reference
+from tgc.aot import compile_model
 from tgc.aot.validate import validate_artifact
-from tgc.runtimes import RuntimeUnavailable, get_runtime
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_webgpu import WebGPUArtifact, read_plan
-from tests.aot.aot_helpers import ROOT
-from tests.emit.test_c_dynamic import MODELS
+from tests.emit.dynamic_cases import ENCODER, MODELS, check_encoder, check_two_sizes, reference, two_feeds
+from tests.emit.test_webgpu_artifact import wgpu_runtime  # noqa: F401 (fixture)
 
-ENCODER = str(ROOT / "examples" / "encoder_any_length.py") + ":build"
 PAGE = """<!doctype html><meta charset="utf-8"><script type="module">
 import { load } from "./model.js";
 window.tgcRun = async (feeds) => {
@@ -47,23 +44,6 @@ def folders(tmp_path_factory):
   return out
 
 
-@pytest.fixture(scope="module")
-def wgpu_runtime():
-  try:
-    return get_runtime("webgpu")
-  except RuntimeUnavailable as error:
-    pytest.skip(str(error))
-
-
-def _reference(spec: str, feeds: dict) -> dict:
-  return tensor_reference(models.parse_model_spec(spec), feeds)
-
-
-def _two_feeds(rng, b: int, t: int) -> dict:
-  return {"x": rng.standard_normal((b, t, 8)).astype(np.float32),
-          "mask": (rng.random((b, t)) > 0.3).astype(np.float32)}
-
-
 def test_plan_and_kernels_take_the_sizes(folders):
   spec, folder = folders["enc"]
   plan = read_plan((folder / "model.js").read_text())
@@ -77,27 +57,13 @@ def test_plan_and_kernels_take_the_sizes(folders):
 
 
 def test_wgpu_runs_every_size(folders, wgpu_runtime):
-  spec, folder = folders["enc"]
-  rng = np.random.default_rng(0)
-  with WebGPUArtifact(str(folder), runtime=wgpu_runtime) as art:
-    for t in (1, 77, 256, 3):
-      x = rng.standard_normal((1, t, 64)).astype(np.float32)
-      got = art.run({"tokens": x})["output_0"]
-      assert got.shape == (1, t, 64)
-      np.testing.assert_allclose(got, _reference(spec, {"tokens": x})["output_0"], rtol=1e-4, atol=1e-4)
-    with pytest.raises(ArtifactError, match=r"input 'tokens': dimension 1 \(T\) is 257, outside the range 1..256"):
-      art.run({"tokens": np.ones((1, 257, 64), np.float32)})
+  with WebGPUArtifact(str(folders["enc"][1]), runtime=wgpu_runtime) as art: check_encoder(art, (1, 77, 256, 3))
 
 
 def test_wgpu_two_sizes_and_expressions(folders, wgpu_runtime):
   spec, folder = folders["two"]
-  rng = np.random.default_rng(1)
   with WebGPUArtifact(str(folder), runtime=wgpu_runtime) as art:
-    for b, t in ((1, 3), (2, 17), (4, 40)):
-      feeds = _two_feeds(rng, b, t)
-      got, ref = art.run(feeds), _reference(spec, feeds)
-      assert got["flat"].shape == (b, t * 8)
-      for name in ref: np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    check_two_sizes(art, spec)
     with pytest.raises(ArtifactError, match=r"input 'mask': shape \(2, 5\), expected \(2, 4\)"):
       art.run({"x": np.ones((2, 4, 8), np.float32), "mask": np.ones((2, 5), np.float32)})
 
@@ -139,10 +105,10 @@ def test_browser_model_js_runs_every_size(folders, page):
     feeds = {"tokens": rng.standard_normal((1, t, 64)).astype(np.float32)}
     got = _browser_run(tab, url, "enc", feeds)["output_0"]
     assert got.shape == (1, t, 64)
-    np.testing.assert_allclose(got, _reference(spec, feeds)["output_0"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, reference(spec, feeds)["output_0"], rtol=1e-4, atol=1e-4)
   spec = folders["two"][0]
-  feeds = _two_feeds(rng, 3, 11)
-  got, ref = _browser_run(tab, url, "two", feeds), _reference(spec, feeds)
+  feeds = two_feeds(rng, 3, 11)
+  got, ref = _browser_run(tab, url, "two", feeds), reference(spec, feeds)
   for name in ref: np.testing.assert_allclose(got[name], ref[name].astype(np.float32), rtol=1e-4, atol=1e-4)
 
 
