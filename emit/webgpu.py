@@ -249,7 +249,7 @@ def _ts_types(plan: dict) -> dict[str, str]:
 FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
                "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
                "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
-               "dims_block": ""}
+               "dims_block": "", "sizes_doc": "", "spec_dim": "number"}
 RUN_TIME_SIZES = {
   "sizes_layouts": ", ...sizesLayouts(device, k)",
   "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
@@ -266,7 +266,13 @@ RUN_TIME_SIZES = {
 def _sizes_values(cm: CompiledModel) -> dict[str, str]:
   """The values of model.js's run-time size placeholders."""
   if not cm.dims: return dict(FIXED_SIZES)
-  return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl")}
+  ranges = ", ".join(f"{name} {lo}..{hi}" for name, (lo, hi) in cm.dims.items())
+  doc = (f"\n\n/** Sizes known only at run time ({ranges}): each input of run() is {{data, shape}} with its shape, off "
+         "which run()\n * reads the sizes (an Error names the input and dimension when a size is out of its range "
+         "or the shapes\n * disagree); the TensorSpec shapes name the sizes in size text (\"T\", \"(T*8)\"); "
+         "outputs carry the shapes of the run. */")
+  return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl"), "sizes_doc": doc,
+          "spec_dim": "(number | string)"}
 
 
 def _check_narrow_weights(cm: CompiledModel) -> None:
