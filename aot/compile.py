@@ -16,7 +16,7 @@ from tgc.ir.sint import dims_text, is_static, variables
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
-from tgc.codegen.registry import target_spec
+from tgc.codegen.registry import target_names, target_spec
 from tgc.codegen.target import Target, TargetLimitError
 from tgc.frontend.limits import DEFAULT_MAX_BYTES, SizeLimits
 from tgc.runtimes.artifact import MANIFEST, is_artifact
@@ -156,8 +156,9 @@ def _check_sizes(spec: models.ModelSpec, target: Target, capture) -> None:
   dims = variables(*(it.ast for it in capture.items), *(ts.shape for ts, _ in capture.inputs))
   if not dims: return
   if not target_spec(target.name).run_time_sizes:
+    able = ", ".join(n for n in target_names() if target_spec(n).run_time_sizes)
     raise UserError(f"{spec.text}: sizes known only at run time ({', '.join(dims)}) are not supported for target "
-                    f"{target.name} yet (c supports them); give the inputs fixed shapes")
+                    f"{target.name} yet ({able} support them); give the inputs fixed shapes")
   for ts, _ in capture.inputs + capture.outputs:
     if ts.dtype.storage_only and not is_static(ts.shape):
       raise UserError(f"{spec.text}: {ts.name!r} is {ts.dtype.name} with sizes known only at run time; tensors of "

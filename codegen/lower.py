@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
-from tgc.ir.sint import sint, highest_prod
+from tgc.ir.sint import sint, highest, highest_prod, prod, simplified
 from tgc.codegen.opts import Kernel, Opt, divisors
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
@@ -81,14 +81,20 @@ def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None =
   dim_of = {}
   for dim, g in enumerate(reversed(globs)):
     sub[g] = g.replace(arg=RangeArg(g.arg.id, G, dim=dim))
-    gsize[dim] = g.src[0].arg
+    gsize[dim] = extent(g)
     dim_of[g.arg.id] = dim
   for lid in sorted(locs):
     dim = dim_of[parents[lid]]
     sub[locs[lid]] = locs[lid].replace(arg=locs[lid].arg.replace(dim=dim))
     lsize[dim] = locs[lid].src[0].arg
   k_ast = substitute(k_ast, sub)
-  return k_ast, tuple(g * l for g, l in zip(gsize, lsize)), tuple(lsize)
+  return k_ast, tuple(prod((g, l)) for g, l in zip(gsize, lsize)), tuple(lsize)
+
+
+def extent(r: UOp) -> sint:
+  """A range's number of iterations: an int, or an `ir.sint` expression for a loop over a size known only at run
+  time (a GPU launch dimension of one is then computed when the kernel is launched)."""
+  return r.src[0].arg if r.src[0].op is Ops.CONST else simplified(r.src[0])
 
 
 def _fold_groups(globs: list[UOp], slots: int, limits: tuple[int, ...] | None,
@@ -104,7 +110,7 @@ def _fold_groups(globs: list[UOp], slots: int, limits: tuple[int, ...] | None,
   for bounds in options:
     groups = [globs[a:b] for a, b in zip(bounds, bounds[1:])]
     if any(len(g) > 1 and any(r.arg.id in split_ids for r in g) for g in groups): continue
-    sizes = [math.prod(r.src[0].arg for r in g) for g in groups]
+    sizes = [highest_prod(extent(r) for r in g) for g in groups]
     over = sum(size > limits[slots - 1 - i] for i, size in enumerate(sizes)) if limits else 0
     key = (over, max(sizes))
     if best_key is None or key < best_key: best, best_key = groups, key
@@ -114,12 +120,13 @@ def _fold_groups(globs: list[UOp], slots: int, limits: tuple[int, ...] | None,
 def _fold(k_ast: UOp, fold: list[UOp], keep_id: int) -> tuple[UOp, UOp]:
   """Replace the global ranges `fold` (outermost first) by one range over their product, with range id `keep_id`
   (a LOCAL split of that range stays attached to the merged one)."""
-  total = math.prod(r.src[0].arg for r in fold)
-  merged = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, total),), RangeArg(keep_id, G))
-  sub, stride = {}, total
-  for r in fold:
-    stride //= r.src[0].arg
-    sub[r] = (merged // stride) % r.src[0].arg if stride > 1 else merged % r.src[0].arg
+  sizes = [extent(r) for r in fold]
+  total = prod(sizes)
+  merged = UOp(Ops.RANGE, INDEX, (total if isinstance(total, UOp) else UOp.const(INDEX, total),), RangeArg(keep_id, G))
+  sub = {}
+  for i, r in enumerate(fold):
+    stride = prod(sizes[i + 1:])       # a size known only at run time divides an index like any other
+    sub[r] = (merged // stride) % sizes[i] if not isinstance(stride, int) or stride > 1 else merged % sizes[i]
   return simplify(substitute(k_ast, sub)), merged
 
 
@@ -131,7 +138,7 @@ def _dim_limits(max_per_dim: int | tuple[int, ...], max_dims: int) -> tuple[int,
 
 def _over_limit(globs: list[UOp], limits: tuple[int, ...]) -> list[UOp]:
   """The global ranges with more work-groups than their launch dimension allows (the last range is dimension 0)."""
-  return [g for i, g in enumerate(globs) if g.src[0].arg > limits[len(globs) - 1 - i]]
+  return [g for i, g in enumerate(globs) if highest(extent(g)) > limits[len(globs) - 1 - i]]
 
 
 def _fold_into_x(k_ast: UOp, globs: list[UOp]) -> tuple[UOp, list[UOp]]:
@@ -155,8 +162,9 @@ def _split_wide(k_ast: UOp, globs: list[UOp], locs: dict, max_dims: int,
   parents = _local_parents(k_ast)
   free = max_dims - len(globs) - sum(1 for lid in locs if parents.get(lid) not in {g.arg.id for g in globs})
   while free > 0 and (over := _over_limit(globs, limits)):
-    g = max(over, key=lambda r: r.src[0].arg)
-    total, dim = g.src[0].arg, len(globs) - 1 - globs.index(g)
+    g = max(over, key=lambda r: highest(extent(r)))
+    total, dim = extent(g), len(globs) - 1 - globs.index(g)
+    if not isinstance(total, int): break        # a size known at run time: the renderer reports its largest value
     lo_limit, hi_limit = limits[dim], limits[dim + 1]
     lo_n = max((d for d in divisors(total) if d <= lo_limit and total // d <= hi_limit), default=None)
     if lo_n is None: lo_n = -(-total // -(-total // lo_limit))

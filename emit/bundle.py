@@ -163,8 +163,9 @@ def kernel_file(cm: CompiledModel, template: str) -> str:
 
 
 def launch_sizes(k: KernelProgram) -> tuple[list[int], list[int]]:
-  """Global and local size of a kernel's launch, checked: three dimensions, global a multiple of local."""
-  glob, loc = [int(g) for g in k.global_size], [int(s) for s in k.local_size]
+  """Global and local size of a kernel's launch, checked: three dimensions, global a multiple of local (a size known
+  only at run time at its largest value)."""
+  glob, loc = [highest(g) for g in k.global_size], [int(s) for s in k.local_size]
   if len(glob) != 3 or len(loc) != 3 or any(s < 1 or g % s for g, s in zip(glob, loc)):
     raise ValueError(f"kernel {k.name}: global size {glob} is not a multiple of local size {loc}")
   return glob, loc

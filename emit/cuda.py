@@ -17,6 +17,7 @@ from __future__ import annotations
 from tgc.codegen.compiled import BufferKind, CompiledModel
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.target import Target
+from tgc.emit.device_dims import device_main_values
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_params,
                              kernel_parts, launch_sizes, wrap_call, write_bundle)
 from tgc.emit.c_io import io_declarations, run_io_body
@@ -90,6 +91,7 @@ def cuda_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
                  "cuda_arch": DEFAULT_ARCH.removeprefix("sm_"), "io_types": io_declarations(cm, sym),
                  "run_io_body": run_io_body(cm, sym)})
   values.update({k: fill(v, values, k) for k, v in _launches(cm, params, weights).items()})
+  values.update(device_main_values(cm, sym))
   files = {name: fill(read_template("cuda", f"{name}.tmpl"), values, f"templates/cuda/{name}.tmpl").encode("utf-8")
            for name in SOURCE_FILES}
   files[WEIGHTS_FILE] = weights.data

@@ -15,6 +15,7 @@ strings and launch checks are the C and OpenCL bundles'."""
 from __future__ import annotations
 
 from tgc.codegen.compiled import BufferKind, CompiledModel
+from tgc.emit.device_dims import device_main_values
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
                              kernel_params, launch_sizes, weight_rows, write_bundle)
 from tgc.emit.c_literals import c_string
@@ -78,6 +79,7 @@ def metal_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   values = host_values(cm, sym, weights, counts)
   values["source_strings"] = source_strings(metal_text)
   values.update(_host_tables(cm, plan, weights))
+  values.update(device_main_values(cm, sym))
   files = {"model.metal": metal_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
     files[name] = fill(read_template("metal", f"{name}.tmpl"), values, f"templates/metal/{name}.tmpl").encode()

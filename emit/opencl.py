@@ -22,6 +22,7 @@ from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest,
 from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
+from tgc.emit.device_dims import device_main_values, dims_values
 from tgc.emit.weights import WeightsFile
 
 KERNEL_TEMPLATE = "model.cl.tmpl"
@@ -116,6 +117,8 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
                  "slot_buffer_table": ", ".join(map(str, buffer_bytes or [0]))})
   values.update(_variant_tables(cm, variants))
   values.update(_host_tables(cm, params, weights, slot_buffer))
+  values.update(dims_values(cm, sym, params))
+  values.update(device_main_values(cm, sym))
   files = {"model.cl": cl_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
     files[name] = fill(read_template("opencl", f"{name}.tmpl"), values, f"templates/opencl/{name}.tmpl").encode()

@@ -31,6 +31,7 @@ import struct
 
 import numpy as np
 
+from tgc.ir.sint import dims_text, highest, is_static, simplified, sint
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.names import comment_safe
@@ -80,10 +81,16 @@ def js_array(dtype: str) -> str:
   return JS_ARRAYS[dtype]
 
 
-def _workgroups(k: KernelProgram) -> list[int]:
-  """Work-groups per dimension (global / local)."""
+def workgroup_counts(k: KernelProgram) -> list[sint]:
+  """Work-groups per dimension (global / local; an `ir.sint` expression where a size is known only at run time)."""
   glob, loc = launch_sizes(k)
-  return [g // s for g, s in zip(glob, loc)]
+  if is_static(k.global_size): return [g // s for g, s in zip(glob, loc)]
+  return [simplified(g // s) if not is_static(g) else g // s for g, s in zip(k.global_size, loc)]
+
+
+def _workgroups(k: KernelProgram) -> list:
+  """The plan's work-groups per dimension: ints, or size text that the loaders evaluate for a run's sizes."""
+  return dims_text(workgroup_counts(k))
 
 
 def bindings(k: KernelProgram) -> list[list]:
@@ -126,7 +133,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
   def tensor(b: BufferInfo) -> dict:
     dtype = numpy_name(b.dtype)
     js_array(dtype)
-    return {"name": b.name, "shape": list(b.shape), "dtype": dtype, "nbytes": b.nbytes,
+    return {"name": b.name, "shape": dims_text(b.shape), "dtype": dtype, "nbytes": b.nbytes,
             "buffer": where[position[id(b)]]}
 
   kernels: list[dict] = []
@@ -134,6 +141,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
   for name, k in cm.kernels.items():
     kernel_index[name] = len(kernels)
     kernels.append({"name": name, "workgroupSize": [int(s) for s in k.local_size], "bindings": bindings(k),
+                    **({"sizes": [list(cm.dims).index(v) for v in k.variables]} if k.variables else {}),
                     "wgsl": k.src.rstrip("\n").split("\n")})
     other = {v: progs[name].src.rstrip("\n").split("\n") for v, progs in cm.variants.items() if name in progs}
     if other: kernels[-1]["variants"] = other
@@ -148,6 +156,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
     calls.append({"kernel": kernel_index[c.kernel], "workgroups": _workgroups(cm.kernels[c.kernel]), "args": args,
                   "clear": clear, "nodes": [str(o) for o in c.nodes]})
   return {"format": PLAN_FORMAT, "name": cm.name, "tgcVersion": tgc_version(), "weightsFile": WEIGHTS_FILE,
+          **({"dims": [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in cm.dims.items()]} if cm.dims else {}),
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
           "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
@@ -188,7 +197,8 @@ def required_limits(cm: CompiledModel, buffers: list[dict], kernels: list[dict],
   need = {"maxStorageBuffersPerShaderStage": max([len(k["bindings"]) for k in kernels] + [0]),
           "maxStorageBufferBindingSize": max([buffers[a]["size"] for c in calls for a in c["args"]] + [0]),
           "maxBufferSize": max([b["size"] for b in buffers] + [0]),
-          "maxComputeWorkgroupsPerDimension": max([n for c in calls for n in c["workgroups"]] + [0]),
+          "maxComputeWorkgroupsPerDimension": max([highest(n) for c in cm.calls
+                                                   for n in workgroup_counts(cm.kernels[c.kernel])] + [0]),
           "maxComputeInvocationsPerWorkgroup": max([math.prod(k["workgroupSize"]) for k in kernels] + [0]),
           "maxComputeWorkgroupStorageSize": max([k.shared_bytes for progs in [cm.kernels, *cm.variants.values()]
                                                  for k in progs.values()] + [0])}
@@ -217,17 +227,52 @@ def plan_block(plan: dict) -> str:
 
 
 def _ts_types(plan: dict) -> dict[str, str]:
+  """model.d.ts's input and output fields and names (inputs of a model with sizes known only at run time: {data,
+  shape}, as outputs are)."""
+  sized = bool(plan.get("dims"))
+
   def fields(tensors: list[dict], output: bool) -> str:
     lines = []
     for t in tensors:
       arr = js_array(t["dtype"])
-      kind = f"{{ data: {arr}; shape: number[] }}" if output else arr
+      kind = f"{{ data: {arr}; shape: number[] }}" if output or sized else arr
       lines.append(f"  /** {t['dtype']}{t['shape']} */\n  {json.dumps(t['name'], ensure_ascii=True)}: {kind};")
     return "\n".join(lines)
   names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["inputs"]) or "never"
   out_names = " | ".join(json.dumps(t["name"], ensure_ascii=True) for t in plan["outputs"]) or "never"
   return {"input_fields": fields(plan["inputs"], False), "output_fields": fields(plan["outputs"], True),
           "input_names": names, "output_names": out_names}
+
+
+# model.js's placeholders for sizes known only at run time: empty (or the text of fixed shapes) for a model without
+# them, so that its model.js stays as it was; templates/webgpu/dims.js.tmpl is the code a model with them adds
+FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
+               "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
+               "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
+               "dims_block": "", "sizes_doc": "", "spec_dim": "number"}
+RUN_TIME_SIZES = {
+  "sizes_layouts": ", ...sizesLayouts(device, k)",
+  "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
+                  "BUFFER_UNIFORM | BUFFER_COPY_DST),\n                  key: null, sized: null };",
+  "call_fields": "\n    index: PLAN.calls.indexOf(c),\n"
+                 "    sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
+  "sizes_part": ", sizes", "execute_sizes": "\n    const sized = applySizes(device, sizes, inputs.sizes);",
+  "set_sizes_group": "\n          if (call.sizesGroup) pass.setBindGroup(1, call.sizesGroup);",
+  "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]",
+  "prepare_inputs": "prepareSized",
+  "copy_inputs": "Object.assign(inputs.map((data) => data.slice()), { sizes: inputs.sizes })"}
+
+
+def _sizes_values(cm: CompiledModel) -> dict[str, str]:
+  """The values of model.js's run-time size placeholders."""
+  if not cm.dims: return dict(FIXED_SIZES)
+  ranges = ", ".join(f"{name} {lo}..{hi}" for name, (lo, hi) in cm.dims.items())
+  doc = (f"\n\n/** Sizes known only at run time ({ranges}): each input of run() is {{data, shape}} with its shape, off "
+         "which run()\n * reads the sizes (an Error names the input and dimension when a size is out of its range "
+         "or the shapes\n * disagree); the TensorSpec shapes name the sizes in size text (\"T\", \"(T*8)\"); "
+         "outputs carry the shapes of the run. */")
+  return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl"), "sizes_doc": doc,
+          "spec_dim": "(number | string)"}
 
 
 def _check_narrow_weights(cm: CompiledModel) -> None:
@@ -250,7 +295,7 @@ def webgpu_sources(cm: CompiledModel, npm_name: str | None = None, npm_version: 
   plan = build_plan(cm, weights, chunk)
   parts = plan["weightsParts"]
   values = {"model_comment": comment_safe(cm.name), "version": tgc_version(), "plan": plan_block(plan),
-            "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan)}
+            "model_html": html.escape(cm.name), "weights_file": WEIGHTS_FILE, **_ts_types(plan), **_sizes_values(cm)}
   files = {name: fill(read_template("webgpu", f"{name}.tmpl"), values, f"templates/webgpu/{name}.tmpl").encode()
            for name in SOURCE_FILES}
   start = 0

@@ -92,10 +92,13 @@ def _target(device: str):
 
 
 def get_kernel(ast: UOp, device: str, bufs: tuple[UOp, ...] = ()):
-  """Lower and compile (cached by AST content and device). With BEAM=n the opts come from a beam search timed
-  on scratch buffers of the kernel's buffer sizes."""
+  """Lower and compile (cached by AST content and device; a program of a runtime made afresh since, by
+  `runtimes.base.forget_runtime`, is loaded again). With BEAM=n the opts come from a beam search timed on scratch
+  buffers of the kernel's buffer sizes."""
   from tgc.codegen.lower import lower
   key = (ast.key, device)
+  if key in _kernel_cache and _kernel_cache[key][1].runtime is not _runtime(device):
+    _kernel_cache[key] = (_kernel_cache[key][0], _runtime(device).load(_kernel_cache[key][0]))
   if key not in _kernel_cache:
     opts = None
     if config.beam and bufs:

@@ -14,6 +14,7 @@ import os
 from tgc.runtimes.artifact import ArtifactError, ArtifactFolder
 from tgc.runtimes.artifact_c import CArtifact
 from tgc.runtimes.base import RuntimeUnavailable
+from tgc.runtimes.dims import is_dynamic
 
 DEFAULT_CFLAGS = ("-O2",)
 DEFAULT_DEVICE = -1
@@ -53,10 +54,12 @@ class OpenCLArtifact(CArtifact):
 
   def _signatures(self) -> dict[str, tuple]:
     p, size, i, s = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p
-    return {"ctx_size": (size, []), "arena_bytes": (size, []), "init": (i, [p, s, i, p]),
+    sigs = {"ctx_size": (size, []), "arena_bytes": (size, []), "init": (i, [p, s, i, p]),
             "init_from_memory": (i, [p, p, size, i, p]), "verify_weights": (i, [p]), "run": (i, [p, p, p]),
             "free": (None, [p]), "strerror": (s, [i]), "error_detail": (s, [p]), "command_queue": (p, [p]),
             "arena_sub_buffers": (i, [p]), "kernel_variant": (s, [p])}
+    if is_dynamic(self.manifest): sigs["set_dims"] = (i, [p, p])     # sizes known only at run time
+    return sigs
 
   def _describe(self, status: int, ctx=None) -> str:
     detail = self._fn("error_detail")(self._ctx if ctx is None else ctx).decode(errors="replace")

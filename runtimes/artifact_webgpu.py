@@ -22,7 +22,8 @@ import re
 import numpy as np
 
 from tgc.runtimes.artifact import Artifact, ArtifactError, read_file, read_weights
-from tgc.codegen.render.wgsl import Binding
+from tgc.codegen.render.wgsl import SIZE_STRIDE, Binding
+from tgc.runtimes.dims import evaluate_size
 from tgc.runtimes.base import CompileError, RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
@@ -63,6 +64,7 @@ class WebGPUArtifact(Artifact):
 
   def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, variant: str | None = None):
     self._buffers: list = []
+    self._sizes_buffer, self._sizes_written = None, None
     self._open(folder)
     model_js = self._checked("model.js")
     self.plan = read_plan(model_js.decode("utf-8"), os.path.join(self.folder, "model.js"))
@@ -134,7 +136,8 @@ class WebGPUArtifact(Artifact):
                   for i, read_only, atomic in k["bindings"]]
       wgsl = k.get("variants", {}).get(self.variant, k["wgsl"])
       try:
-        self._programs.append(rt.compile("\n".join(wgsl), k["name"], bindings, tuple(k["workgroupSize"])))
+        self._programs.append(rt.compile("\n".join(wgsl), k["name"], bindings, tuple(k["workgroupSize"]),
+                                         len(k.get("sizes", ()))))
       except CompileError as error:
         raise ArtifactError(f"{self.folder}/model.js: kernel {k['name']} does not compile with the plan's bindings "
                             f"{k['bindings']} and work-group size {k['workgroupSize']}: {error}") from None
@@ -144,8 +147,22 @@ class WebGPUArtifact(Artifact):
       entries = [{"binding": b.index, "resource": {"buffer": self._buffers[a], "offset": 0,
                                                    "size": self._buffers[a].size}}
                  for b, a in zip(prg.bindings, c["args"])]
-      group = device.create_bind_group(layout=prg.layout, entries=entries)
-      self._calls.append((prg.pipeline, group, tuple(c["workgroups"]), [self._buffers[i] for i in c["clear"]]))
+      groups = [device.create_bind_group(layout=prg.layout, entries=entries)] + self._size_groups(prg, c)
+      self._calls.append((prg.pipeline, groups, tuple(c["workgroups"]), [self._buffers[i] for i in c["clear"]]))
+
+  def _size_groups(self, prg, call: dict) -> list:
+    """Bind group 1 of a call whose kernel reads sizes known only at run time: binding j is the kernel's size j, 4
+    bytes of the model's one buffer of sizes (size k at byte k * SIZE_STRIDE), written once per set of sizes."""
+    sizes = self.plan["kernels"][call["kernel"]].get("sizes", [])
+    if not sizes: return []
+    import wgpu
+    device = self.runtime.device
+    if self._sizes_buffer is None:
+      self._sizes_buffer = device.create_buffer(size=SIZE_STRIDE * len(self.plan["dims"]),
+                                                usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+    entries = [{"binding": j, "resource": {"buffer": self._sizes_buffer, "offset": SIZE_STRIDE * k, "size": 4}}
+               for j, k in enumerate(sizes)]
+    return [device.create_bind_group(layout=prg.sizes_layout, entries=entries)]
 
   # ---- running ----
   @staticmethod
@@ -165,38 +182,49 @@ class WebGPUArtifact(Artifact):
     if data.size % 4 or not data.size: data = np.concatenate([data, np.zeros(_round4(data.size) - data.size, np.uint8)])
     return data
 
-  def _host_array(self, t: dict, raw: memoryview) -> np.ndarray:
-    n = int(np.prod(t["shape"], dtype=np.int64))
+  def _host_array(self, t: dict, raw: memoryview, shape: tuple[int, ...]) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
     if t["dtype"] in NARROWED:
-      return np.frombuffer(raw, dtype=NARROWED[t["dtype"]], count=n).astype(t["dtype"]).reshape(t["shape"])
-    return np.frombuffer(raw, dtype=np.dtype(t["dtype"]), count=n).reshape(t["shape"]).copy()
+      return np.frombuffer(raw, dtype=NARROWED[t["dtype"]], count=n).astype(t["dtype"]).reshape(shape)
+    return np.frombuffer(raw, dtype=np.dtype(t["dtype"]), count=n).reshape(shape).copy()
 
   @property
   def ready(self) -> bool: return bool(getattr(self, "_buffers", None))
 
-  def _prepare(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+  def _prepare(self, inputs: dict[str, np.ndarray]) -> tuple[dict[str, int], list[np.ndarray]]:
+    """The sizes known only at run time that the inputs give (none for fixed shapes), and the inputs' device bytes."""
     arrays = super()._prepare(inputs)
     by_name = {t["name"]: t for t in self.plan["inputs"]}
-    return [self._device_bytes(by_name[spec["name"]], arr, f"input {spec['name']!r}")
-            for spec, arr in zip(self.inputs, arrays)]
+    return self.input_dims(inputs), [self._device_bytes(by_name[spec["name"]], arr, f"input {spec['name']!r}")
+                                     for spec, arr in zip(self.inputs, arrays)]
 
-  def _execute(self, prepared: list[np.ndarray]) -> dict[str, np.ndarray]:
-    device = self.runtime.device
-    for t, data in zip(self.plan["inputs"], prepared):
+  def _workgroups_at(self, dims: dict[str, int]) -> list[tuple[int, ...]]:
+    """Each call's work-groups for these sizes (the plan's size text evaluated), the sizes' buffer written when they
+    changed since the last run."""
+    if self._sizes_buffer is not None and self._sizes_written != dims:
+      words = np.zeros(SIZE_STRIDE // 4 * len(dims), np.int32)
+      words[::SIZE_STRIDE // 4] = [dims[d["name"]] for d in self.plan["dims"]]
+      self.runtime.device.queue.write_buffer(self._sizes_buffer, 0, words)
+      self._sizes_written = dict(dims)
+    return [tuple(evaluate_size(n, dims) for n in workgroups) for _, _, workgroups, _ in self._calls]
+
+  def _execute(self, prepared: tuple[dict[str, int], list[np.ndarray]]) -> dict[str, np.ndarray]:
+    device, (dims, inputs) = self.runtime.device, prepared
+    for t, data in zip(self.plan["inputs"], inputs):
       device.queue.write_buffer(self._buffers[t["buffer"]], 0, data)
     encoder = device.create_command_encoder()
-    for pipeline, group, workgroups, clear in self._calls:
+    for (pipeline, groups, _, clear), workgroups in zip(self._calls, self._workgroups_at(dims)):
       for buf in clear: encoder.clear_buffer(buf)
       cpass = encoder.begin_compute_pass()
       cpass.set_pipeline(pipeline)
-      cpass.set_bind_group(0, group)
+      for i, group in enumerate(groups): cpass.set_bind_group(i, group)
       cpass.dispatch_workgroups(*workgroups)
       cpass.end()
     device.queue.submit([encoder.finish()])
     out = {}
-    for t in self.plan["outputs"]:
+    for t, spec in zip(self.plan["outputs"], self.specs_at(dims)[1]):
       raw = device.queue.read_buffer(self._buffers[t["buffer"]])
-      out[t["name"]] = self._host_array(t, raw)
+      out[t["name"]] = self._host_array(t, raw, tuple(spec["shape"]))
     return out
 
   def close(self) -> None:
@@ -205,5 +233,5 @@ class WebGPUArtifact(Artifact):
         buf.destroy()
       except Exception:
         pass
-    self._buffers = []
-    self._calls = []
+    if getattr(self, "_sizes_buffer", None) is not None: self._sizes_buffer.destroy()
+    self._buffers, self._calls, self._sizes_buffer = [], [], None

@@ -80,7 +80,7 @@ class WebGPUProgram(Program):
   """One compute entry point of a WGSL module, with an explicit bind-group layout built from its bindings."""
 
   def __init__(self, runtime: "WebGPURuntime", name: str, src: str, bindings: list[Binding],
-               workgroup_size: tuple[int, ...]):
+               workgroup_size: tuple[int, ...], sizes: int = 0):
     super().__init__(runtime, name)
     self.workgroup_size: tuple[int, int, int] = tuple(int(s) for s in workgroup_size) + (1,) * (3 - len(workgroup_size))
     self.bindings: list[Binding] = sorted(bindings, key=lambda b: b.index)
@@ -93,7 +93,12 @@ class WebGPUProgram(Program):
         {"binding": b.index, "visibility": wgpu.ShaderStage.COMPUTE,
          "buffer": {"type": kinds.read_only_storage if b.read_only else kinds.storage}} for b in self.bindings])
       self.layout = layout
-      self.pipeline = device.create_compute_pipeline(layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
+      # sizes known only at run time: uniforms @group(1) @binding(0 .. sizes-1) (codegen.render.wgsl.size_binding)
+      self.sizes_layout = device.create_bind_group_layout(entries=[
+        {"binding": j, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kinds.uniform}}
+        for j in range(sizes)]) if sizes else None
+      layouts = [layout] + ([self.sizes_layout] if sizes else [])
+      self.pipeline = device.create_compute_pipeline(layout=device.create_pipeline_layout(bind_group_layouts=layouts),
                                                      compute={"module": module, "entry_point": name})
     except Exception as error:  # GPUValidationError (naga's diagnostic), GPUPipelineError, ...
       raise CompileError(runtime.name, name, str(error)) from None
@@ -227,13 +232,14 @@ class WebGPURuntime(Runtime):
     self.device.queue.read_buffer(self._sync_buffer, 0, 4)
 
   def compile(self, src: str, name: str, bindings: list[Binding] | None = None,
-              workgroup_size: tuple[int, ...] | None = None) -> WebGPUProgram:
-    """The entry point `name` of the WGSL module `src`, whose storage bindings and @workgroup_size are given."""
+              workgroup_size: tuple[int, ...] | None = None, sizes: int = 0) -> WebGPUProgram:
+    """The entry point `name` of the WGSL module `src`, whose storage bindings and @workgroup_size are given
+    (`sizes`: how many sizes known only at run time it reads from bind group 1)."""
     if bindings is None or workgroup_size is None:
       raise CompileError(self.name, name, "a WGSL program needs its bindings and work-group size as data: use "
                                           "load(KernelProgram) or pass bindings= and workgroup_size=")
-    key = (hashlib.sha256(src.encode()).hexdigest(), name, tuple(bindings), tuple(workgroup_size))
-    if key not in self.programs: self.programs[key] = WebGPUProgram(self, name, src, bindings, workgroup_size)
+    key = (hashlib.sha256(src.encode()).hexdigest(), name, tuple(bindings), tuple(workgroup_size), sizes)
+    if key not in self.programs: self.programs[key] = WebGPUProgram(self, name, src, bindings, workgroup_size, sizes)
     return self.programs[key]
 
   def load(self, prg) -> WebGPUProgram:

@@ -3,7 +3,8 @@ work-group arrays and the helper functions it needs are declared at module scope
 `@compute @workgroup_size(x, y, z) fn <name>(@builtin(workgroup_id) gid, @builtin(local_invocation_id) lid)`.
 
 Bindings: argument i of the kernel is `@group(0) @binding(i) var<storage, ...> data{i}`; only the buffers the
-kernel uses are declared, and `render_kernel` reports them as data (`KernelParam`s: index, read_write, element type,
+kernel uses are declared (sizes known only at run time: uniforms of bind group 1, `size_binding`), and
+`render_kernel` reports them as data (`KernelParam`s: index, read_write, element type,
 atomic) with the module-scope declarations and features, for runtimes and loaders. Buffers the kernel only reads
 are `read`, the ones it stores to `read_write`. The renderer keeps no state between calls: the facts of one kernel
 live on a copy made for that call.
@@ -48,7 +49,8 @@ import numpy as np
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify
 from tgc.codegen.registry import TargetSpec
-from tgc.codegen.render.cstyle import CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes
+from tgc.codegen.render.cstyle import (CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes,
+                                       variable_name, variables_of)
 from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, is_multiple
 from tgc.codegen.target import Precision, Target, TargetLimitError
 
@@ -370,7 +372,7 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
     return f"i32({'gid' if r.arg.kind is AxisType.GLOBAL else 'lid'}.{_DIMS[r.arg.dim]})"
 
   def render_grid_decl(self, name: str, r: UOp, size: str) -> str:
-    return f"let {name}: i32 = {self.grid_index(r)};  // {r.src[0].arg}"
+    return f"let {name}: i32 = {self.grid_index(r)};  // {r.src[0].arg if r.src[0].op is Ops.CONST else size}"
 
   def arg_decl(self, i: int, d: DType, mutable: bool) -> str:
     name = f"data{i}"
@@ -411,7 +413,9 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
     prefix += [f"var<workgroup> {u.arg[0]}: array<{self.type_name(u.dtype)}, {u.arg[1]}>;"
                for u in program if u.op is Ops.DEFINE_LOCAL]
     prefix += [src for h, (_, src) in HELPERS.items() if h in k.kernel.helpers]
-    return RenderedKernel(function, tuple(prefix), params, shared_bytes(program), features)
+    variables = tuple(v.arg[0] for v in variables_of(program))
+    prefix += [size_binding(j, name) for j, name in enumerate(variables)]
+    return RenderedKernel(function, tuple(prefix), params, shared_bytes(program), features, variables)
 
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
     return self.render_kernel(name, program, local_size).function
@@ -448,14 +452,26 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
       raise _limit(f"{where}: work-group size {tuple(local_size)} exceeds the limits {self.max_workgroup_size} "
                        f"and {self.max_invocations} invocations")
     for u in program:
-      if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].arg > self.max_workgroups_per_dim:
-        raise _limit(f"{where} needs {u.src[0].arg} work-groups in launch dimension {_DIMS[u.arg.dim]}; the limit "
+      if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].vmax > self.max_workgroups_per_dim:
+        raise _limit(f"{where} needs {int(u.src[0].vmax)} work-groups in launch dimension {_DIMS[u.arg.dim]}; "
+                     f"the limit "
                          f"is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to split it")
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
     for u in program:
       if u.op is Ops.LOAD and u.src[0] in stored and is_packed(u.src[0].dtype):
         raise _limit(f"{where} reads buffer data{u.src[0].arg[0]} ({u.src[0].dtype.name}) that it also writes; "
                          f"packed sub-32-bit outputs are write-only")
+
+
+SIZES_GROUP = 1       # the bind group of the sizes known only at run time
+SIZE_STRIDE = 256     # bytes between two sizes in the model's buffer of them (minUniformBufferOffsetAlignment)
+
+
+def size_binding(j: int, name: str) -> str:
+  """The declaration of a kernel's j-th size known only at run time (its sizes sorted by name): a uniform i32 bound
+  at @group(SIZES_GROUP) @binding(j) from the model's one buffer of sizes (size k of the model at byte
+  k * SIZE_STRIDE), so that a storage-buffer binding is spent on none of them."""
+  return f"@group({SIZES_GROUP}) @binding({j}) var<uniform> {variable_name(name)}: i32;"
 
 
 def _is_inf(u: UOp) -> bool: return u.op is Ops.CONST and u.dtype.is_float and math.isinf(u.arg)
@@ -485,4 +501,4 @@ TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_web
                                 max_groups_per_dim=(65535, 65535, 65535), shared_bytes=16384, max_buffers=8,
                                 fallbacks=True),
                     artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",),
-                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"))
+                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_time_sizes=True)
