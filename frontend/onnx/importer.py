@@ -344,9 +344,20 @@ def _dims_text(dims) -> str:
 def _call(fn, ctx: NodeContext, op: str, label: str) -> list:
   try: res = fn(ctx)
   except OnnxError: raise
-  except (ValueError, TypeError, NotImplementedError, IndexError, ZeroDivisionError) as e:
+  except TypeError as e:
+    if not _has_run_time_sizes(ctx): raise OnnxError(f"node {label!r} ({op}): {first_line(e)}") from e
+    # a handler that needs a number where the size is known only at run time
+    raise OnnxError(f"node {label!r} ({op}): not supported over sizes known only at run time "
+                    f"({first_line(e)})") from e
+  except (ValueError, NotImplementedError, IndexError, ZeroDivisionError) as e:
     raise OnnxError(f"node {label!r} ({op}): {first_line(e)}") from e
   return list(res) if isinstance(res, (list, tuple)) else [res]
+
+
+def _has_run_time_sizes(ctx: NodeContext) -> bool:
+  """Whether a node's inputs have sizes known only at run time (or hold them, as shape values)."""
+  if any(t is not None and not is_static(t.shape) for t in ctx.inputs): return True
+  return any(ctx.is_const(i) and np.asarray(ctx.const_value(i)).dtype == object for i in range(len(ctx.inputs)))
 
 
 def _store(scope: Scope, node: onnx.NodeProto, label: str, outs: list) -> None:

@@ -16,7 +16,7 @@ from tgc.frontend.onnx import OnnxError, load_model
 from tgc.frontend.onnx import shape_values
 from tgc.ir import dtypes
 from tgc.ir.sint import Variable
-from tgc.runtimes.artifact_c import CArtifact
+from tgc.aot.artifact import run_artifact
 
 RNG = np.random.default_rng(3)
 
@@ -92,33 +92,33 @@ def conv_model(tmp_path) -> str:
 
 def _check_at_sizes(out: str, model: str, name: str, shapes) -> None:
   reference = ReferenceEvaluator(model)
-  with CArtifact(out) as art:
-    for shape in shapes:
-      x = RNG.standard_normal(shape).astype(np.float32)
-      got = art.run({name: x})
-      want = dict(zip([o.name for o in onnx.load(model).graph.output], reference.run(None, {name: x})))
-      for key, value in want.items():
-        assert got[key].shape == value.shape
-        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-4, err_msg=f"{key} at {shape}")
+  for shape in shapes:
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = run_artifact(out, {name: x})
+    want = dict(zip([o.name for o in onnx.load(model).graph.output], reference.run(None, {name: x})))
+    for key, value in want.items():
+      assert got[key].shape == value.shape
+      np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-4, err_msg=f"{key} at {shape}")
 
 
-def test_attention_of_any_length_matches_the_reference(tmp_path):
+@pytest.mark.parametrize("target", ["c", "opencl", pytest.param("webgpu", marks=pytest.mark.webgpu)])
+def test_attention_of_any_length_matches_the_reference(tmp_path, target):
   model = attention_model(tmp_path)
-  out = str(tmp_path / "attention_c")
-  report = compile_model(model, "c", out, dims={"seq": (1, 64)})
+  out = str(tmp_path / f"attention_{target}")
+  report = compile_model(model, target, out, dims={"seq": (1, 64)})
   assert report.inputs == [("x", (1, "seq", 16), "float32")] and report.outputs == [("y", (1, "seq", 16), "float32")]
-  manifest = json.loads((tmp_path / "attention_c" / "manifest.json").read_text())
+  manifest = json.loads((tmp_path / f"attention_{target}" / "manifest.json").read_text())
   assert manifest["dims"] == [{"name": "seq", "min": 1, "max": 64}]
   _check_at_sizes(out, model, "x", [(1, 1, 16), (1, 29, 16), (1, 64, 16)])
 
 
-def test_convolutions_and_pools_over_a_run_time_width(tmp_path):
+@pytest.mark.parametrize("target", ["c", "opencl", pytest.param("webgpu", marks=pytest.mark.webgpu)])
+def test_convolutions_and_pools_over_a_run_time_width(tmp_path, target):
   model = conv_model(tmp_path)
-  out = str(tmp_path / "convs_c")
-  compile_model(model, "c", out, input_shapes={"x": (1, 3, 16, "W")}, dims={"W": (9, 120)})
-  manifest = json.loads((tmp_path / "convs_c" / "manifest.json").read_text())
+  out = str(tmp_path / f"convs_{target}")
+  compile_model(model, target, out, input_shapes={"x": (1, 3, 16, "W")}, dims={"W": (9, 120)})
+  manifest = json.loads((tmp_path / f"convs_{target}" / "manifest.json").read_text())
   assert manifest["inputs"][0]["shape"] == [1, 3, 16, "W"]
-  assert "dim_W" in (tmp_path / "convs_c" / "model.c").read_text()
   _check_at_sizes(out, model, "x", [(1, 3, 16, 9), (1, 3, 16, 64), (1, 3, 16, 120), (1, 3, 16, 31)])
 
 
@@ -146,13 +146,17 @@ def test_open_dims_without_a_range_and_ranges_for_no_dim_are_errors(tmp_path):
     compile_model("examples/encoder_any_length.py:build", "c", str(tmp_path / "t"), dims={"T": (1, 8)})
 
 
-def test_ceil_mode_over_a_run_time_size_is_refused_naming_the_node(tmp_path):
+def test_what_a_run_time_size_cannot_do_is_refused_naming_the_node(tmp_path):
   x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, "W"])
   y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, "out"])
   model = _save(tmp_path, "ceil", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
                                                     ceil_mode=1, name="pool")], [x], [y], [])
   with pytest.raises(OnnxError, match=r"node 'pool' \(MaxPool\): ceil_mode over a size known only at run time"):
     load_model(model, dims={"W": (4, 32)})
+  up = _save(tmp_path, "up", [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", name="up")],
+             [x], [y], [numpy_helper.from_array(np.array([1, 1, 0.5, 2], np.float32), "scales")])
+  with pytest.raises(OnnxError, match=r"node 'up' \(Resize\): not supported over sizes known only at run time"):
+    load_model(up, dims={"W": (4, 32)})
 
 
 def test_shape_values_fold_size_arithmetic():
