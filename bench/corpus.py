@@ -8,7 +8,8 @@ up to date after each model (a list of entries: name, source, description, file,
 dtype and how to make a realistic value of each, outputs, opset, op counts, size, build seconds and the one-thread
 onnxruntime run time measured after the build; an entry with `dims` keeps the inputs' `open` axes as dim_params in
 the file, each name's range in `dims`, timed at the spec's shape). `--only` builds the named models (and the models
-they are made from, if those are not in DIR yet); `--list` prints the table of builders and whether each can be built here.
+they are made from, if those are not in DIR yet); `--list` prints the table of builders and whether each can be
+built here.
 Every model is checked with `onnx.checker.check_model` and run in onnxruntime (CPUExecutionProvider, one thread)
 on `feeds(entry)` before its entry is written; at the end every entry of the index is run again from the file
 (`verify` does only that) and failures are reported (exit status 1).

@@ -31,7 +31,7 @@ import struct
 
 import numpy as np
 
-from tgc.ir.sint import dims_text, highest, is_static, simplified, sint
+from tgc.ir.sint import dims_text, evaluate, highest, is_static, simplified, sint
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, variant_name
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.names import comment_safe
@@ -249,7 +249,8 @@ def _ts_types(plan: dict) -> dict[str, str]:
 FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
                "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
                "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
-               "dims_block": "", "sizes_doc": "", "spec_dim": "number"}
+               "dims_block": "", "sizes_doc": "", "spec_dim": "number",
+               "demo_specs": "SPECS", "demo_sizes": "", "demo_feeds": "feeds", "demo_output_shape": "o.shape"}
 RUN_TIME_SIZES = {
   "sizes_layouts": ", ...sizesLayouts(device, k)",
   "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
@@ -272,7 +273,21 @@ def _sizes_values(cm: CompiledModel) -> dict[str, str]:
          "or the shapes\n * disagree); the TensorSpec shapes name the sizes in size text (\"T\", \"(T*8)\"); "
          "outputs carry the shapes of the run. */")
   return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl"), "sizes_doc": doc,
-          "spec_dim": "(number | string)"}
+          "spec_dim": "(number | string)", **_demo_sizes(cm)}
+
+
+def _demo_sizes(cm: CompiledModel) -> dict[str, str]:
+  """index.html's placeholders for a model with sizes known only at run time: the page runs it at the largest sizes
+  (its inputs' shapes worked out here), each input given to run() as {data, shape}."""
+  largest = {name: hi for name, (_, hi) in cm.dims.items()}
+  shapes = [[evaluate(s, largest) for s in b.shape] for b in cm.inputs]
+  block = (f"// sizes known only at run time: the page runs the model at the largest ones "
+           f"({', '.join(f'{k}={v}' for k, v in largest.items())})\n"
+           f"const SPECS = SIZED_SPECS.map((s, i) => ({{ ...s, shape: {json.dumps(shapes)}[i] }}));\n"
+           "const sized = (feeds) => Object.fromEntries(SPECS.map((s) => [s.name, { data: feeds[s.name], "
+           "shape: s.shape }]));\n")
+  return {"demo_specs": "SIZED_SPECS", "demo_sizes": block, "demo_feeds": "sized(feeds)",
+          "demo_output_shape": "outputs[o.name].shape"}
 
 
 def _check_narrow_weights(cm: CompiledModel) -> None:

@@ -454,8 +454,8 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
     for u in program:
       if u.op is Ops.RANGE and u.arg.kind is AxisType.GLOBAL and u.src[0].vmax > self.max_workgroups_per_dim:
         raise _limit(f"{where} needs {int(u.src[0].vmax)} work-groups in launch dimension {_DIMS[u.arg.dim]}; "
-                     f"the limit "
-                         f"is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to split it")
+                     f"the limit is {self.max_workgroups_per_dim} per dimension and no launch dimension is free to "
+                     f"split it")
     stored = {u.src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL}
     for u in program:
       if u.op is Ops.LOAD and u.src[0] in stored and is_packed(u.src[0].dtype):

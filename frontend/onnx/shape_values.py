@@ -13,6 +13,7 @@ import numpy as np
 from tgc.ir import DType, UOp, dtypes
 from tgc.ir.sint import highest, lowest, prod, provably_le, same, simplified
 from tgc.frontend.tensor import Tensor
+from tgc.frontend.onnx.dtypes import onnx_dtype
 
 ShapeValue = tuple      # (np.ndarray of dtype object, DType)
 
@@ -175,7 +176,6 @@ def _gather(attrs, vals, opset):
 
 
 def _cast(attrs, vals, opset):
-  from tgc.frontend.onnx.dtypes import onnx_dtype
   to = onnx_dtype(attrs["to"], "Cast")
   if not to.is_int: raise Undecided        # sizes as floats are computed at run time
   return vals[0][0], to

@@ -121,3 +121,17 @@ def test_browser_errors_name_the_input_and_dimension(page):
   assert "dimension 1 (T) is 41, outside the range 3..40" in fails(f"{{x: {feed(1, 41, 8)}, mask: {feed(1, 41)}}}")
   assert 'input "mask" has shape [2, 5]; it needs [2, 4]' in fails(f"{{x: {feed(2, 4, 8)}, mask: {feed(2, 5)}}}")
   assert "must be {data: TypedArray, shape: number[]}" in fails("{x: new Float32Array(8), mask: new Float32Array(1)}")
+
+
+def test_demo_page_runs_at_the_largest_sizes(folders, page):
+  tab, url = page
+  tab.goto(f"{url}/enc/index.html?runs=1")
+  tab.wait_for_function("window.tgcResult !== undefined || window.tgcError !== undefined", timeout=120_000)
+  assert tab.evaluate("() => window.tgcError") is None
+  tokens = np.array(tab.evaluate("() => Array.from(window.tgcInputs.tokens)"), np.float32).reshape(1, 256, 64)
+  out = tab.evaluate("() => ({shape: window.tgcResult.outputs.output_0.shape, "
+                     "data: Array.from(window.tgcResult.outputs.output_0.data)})")
+  assert out["shape"] == [1, 256, 64]
+  want = reference(folders["enc"][0], {"tokens": tokens})["output_0"]
+  np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(1, 256, 64), want, rtol=1e-4, atol=1e-4)
+  assert "[1,256,64]" in tab.inner_text("#outputs")
