@@ -17,6 +17,7 @@ from tgc.frontend.onnx import shape_values
 from tgc.ir import dtypes
 from tgc.ir.sint import Variable
 from tgc.aot.artifact import run_artifact
+from tests.aot.aot_helpers import ROOT
 
 RNG = np.random.default_rng(3)
 
@@ -143,7 +144,7 @@ def test_open_dims_without_a_range_and_ranges_for_no_dim_are_errors(tmp_path):
   with pytest.raises(OnnxError, match="names a size 'W' without a range"):
     load_model(conv_model(tmp_path), input_shapes={"x": (1, 3, 16, "W")})
   with pytest.raises(UserError, match="--dim applies to .onnx models only"):
-    compile_model("examples/encoder_any_length.py:build", "c", str(tmp_path / "t"), dims={"T": (1, 8)})
+    compile_model(f"{ROOT / 'examples' / 'encoder_any_length.py'}:build", "c", str(tmp_path / "t"), dims={"T": (1, 8)})
 
 
 def test_what_a_run_time_size_cannot_do_is_refused_naming_the_node(tmp_path):
