@@ -102,8 +102,8 @@ def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp | None) -> list[
       moves = inner in deps if inner is not None else any(r.arg.kind is AxisType.UNROLL for r in deps)
       if not moves or any(r.arg.kind not in UNIFORM_KINDS + TILE_KINDS for r in deps): continue
       reuse = math.prod(r.src[0].arg for r in locals_ if r not in deps)
-      if reuse >= MIN_REUSE: out.append((reuse, ld, sorted((r for r in deps if r.arg.kind in TILE_KINDS),
-                                                           key=lambda r: r.arg.id)))
+      tile = sorted((r for r in deps if r.arg.kind in TILE_KINDS), key=lambda r: r.arg.id)
+      if reuse >= MIN_REUSE and tile: out.append((reuse, ld, tile))    # (no tile axis: one value, nothing to stage)
   return out
 
 
