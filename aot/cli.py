@@ -509,13 +509,15 @@ def _inspect_onnx(path: str) -> None:
 @click.option("--cpu", default=None, metavar="LEVEL", help="CPU level of the C kernels (see tgc compile --help).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
               help="Pin a dynamic ONNX input shape (repeatable).")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=LO..HI",
+              help="Keep an ONNX input dim open, from LO to HI (repeatable; see tgc compile --help).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--profile", is_flag=True, help="OUT (C): time its kernels now (as tgc bench --profile) and draw where "
                                                "the time goes: a bar chart and a roofline plot.")
 @click.option("--profile-json", "profile_json", default=None, metavar="FILE.json",
               help="Draw the profile in FILE.json, what `tgc bench OUT --profile --json` printed.")
-def viz_command(thing, out, target, cpu, input_shapes, consts, profile, profile_json):
+def viz_command(thing, out, target, cpu, input_shapes, dims, consts, profile, profile_json):
   """Write one static HTML page (it works offline) showing how MODEL compiles, or how the artifact folder OUT was
   compiled: the model's nodes and the kernels computing them; every rewrite pass with the rules that fired and the
   graph before and after; the schedule (calls, buffers, the arena with lifetimes as a chart); per kernel its AST,
@@ -524,11 +526,12 @@ def viz_command(thing, out, target, cpu, input_shapes, consts, profile, profile_
   The model graph is drawn with each kernel's nodes outlined, every kernel's rewrites can be stepped through as
   graphs, and with a profile the page draws kernel times and a roofline plot."""
   from tgc.aot.viz import viz
-  if os.path.isdir(thing) and (target or cpu or input_shapes or consts):
-    raise UserError(f"{thing} is an artifact folder: --target, --cpu, --input-shape and --const apply to a MODEL")
+  if os.path.isdir(thing) and (target or cpu or input_shapes or consts or dims):
+    raise UserError(f"{thing} is an artifact folder: --target, --cpu, --input-shape, --dim and --const apply to a "
+                    f"MODEL")
   const_arrays, const_paths = parse_arrays(consts, "--const")
   report = viz(thing, out, target or "c", cpu, parse_input_shapes(input_shapes), const_arrays, const_paths,
-               profile=profile, profile_json=profile_json)
+               profile=profile, profile_json=profile_json, dims=parse_dims(dims))
   click.echo(f"wrote {report.path} ({_bytes(report.nbytes)}): {report.kernels} kernels, {report.rewrites} rewrites "
              f"recorded")
   for note in report.notes: click.echo(f"  note: {note}")

@@ -59,7 +59,7 @@ class VizReport:
 # ---------------------------------------------------------------- entry points
 def viz(thing: str, out: str, target: str = "c", cpu: str | None = None, input_shapes: dict | None = None,
         consts: dict | None = None, const_files: dict | None = None, profile: bool = False,
-        profile_json: str | None = None) -> VizReport:
+        profile_json: str | None = None, dims: dict | None = None) -> VizReport:
   """`tgc viz MODEL|OUT -o out`: the page of a model (compiled for `target` in process) or of an artifact folder;
   with `profile` (an artifact folder) the time its kernels take, measured now, or the profile in `profile_json` (what
   `tgc bench --profile --json` prints)."""
@@ -69,18 +69,18 @@ def viz(thing: str, out: str, target: str = "c", cpu: str | None = None, input_s
   if profile and profile_json: raise UserError("give --profile or --profile-json, not both")
   measured = read_profile_json(profile_json) if profile_json else run_profile(thing) if profile else None
   if os.path.isdir(thing): data = artifact_page_data(thing)
-  else: data = model_page_data(thing, target, cpu, input_shapes, consts, const_files)
+  else: data = model_page_data(thing, target, cpu, input_shapes, consts, const_files, dims)
   if measured is not None: attach_profile(data, measured)
   return write_page(data, out)
 
 
 def model_page_data(model: str, target: str = "c", cpu: str | None = None, input_shapes: dict | None = None,
-                    consts: dict | None = None, const_files: dict | None = None) -> dict:
+                    consts: dict | None = None, const_files: dict | None = None, dims: dict | None = None) -> dict:
   """Trace and compile MODEL for `target` with rewrites recorded; nothing is written."""
   spec = models.parse_model_spec(model)
   tgt = make_target(target, cpu)
   with recorder_viz.recording() as recorder:
-    cm, _ = build_compiled(spec, tgt, None, input_shapes, consts, const_files)
+    cm, _ = build_compiled(spec, tgt, None, input_shapes, consts, const_files, dims=dims)
   return compiled_page_data(cm, spec, recorder)
 
 
@@ -412,6 +412,7 @@ def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> Recorded | None:
     spec, options = reference.spec_from_source(source, None)
     consts = {k: np.load(p, allow_pickle=False) for k, p in (options.get("consts") or {}).items()}
     shapes = {k: tuple(v) for k, v in (options.get("input_shapes") or {}).items()}
+    dims = {k: tuple(v) for k, v in (options.get("dims") or {}).items()} or None
     cpu = ((art.manifest.get("target_info") or {}).get("cpu") or {}).get("level")
     target = make_target(art.target, cpu)
   except (UserError, OSError, ValueError) as error:
@@ -419,7 +420,7 @@ def _rebuild_rewrites(art: ArtifactFolder, notes: list[str]) -> Recorded | None:
     return None
   with recorder_viz.recording() as recorder:
     try: cm, _ = build_compiled(spec, target, art.name, shapes, consts, dict(options.get("consts") or {}),
-                                opts_for=_artifact_opts(art, notes))
+                                opts_for=_artifact_opts(art, notes), dims=dims)
     except UserError as error:
       notes.append(f"rewrites are not shown: rebuilding {spec.text} failed ({error})")
       return None

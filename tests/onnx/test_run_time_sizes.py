@@ -130,6 +130,11 @@ def test_cli_dim_and_named_input_shape(tmp_path):
                              "--dim", "W=16..48"])
   assert done.exit_code == 0, done.output
   assert "x (1, 3, 16, W) float32" in done.output
+  page = runner.invoke(cli, ["viz", str(tmp_path / "cli"), "-o", str(tmp_path / "cli.html")])
+  assert page.exit_code == 0 and "rewrites recorded by rebuilding" in page.output, page.output   # dims recorded
+  page = runner.invoke(cli, ["viz", model, "--input-shape", "x=1,3,16,W", "--dim", "W=16..48", "-o",
+                             str(tmp_path / "model.html")])
+  assert page.exit_code == 0 and '"W"' in (tmp_path / "model.html").read_text(), page.output
   bad = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "bad"), "--dim", "W=16-48"])
   assert bad.exit_code != 0 and "expected NAME=LOWEST..HIGHEST" in bad.output
   assert not (tmp_path / "bad").exists()
