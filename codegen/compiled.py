@@ -164,16 +164,19 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
     buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
   calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
            for it, bufs in zip(items, calls_bufs)]
-  comments = {kname: node_comment(kname, _nodes_of(items, ast.key)) for kname, ast in asts.items()}
+  nodes = _nodes_by_ast(items)
+  comments = {kname: node_comment(kname, nodes[ast.key]) for kname, ast in asts.items()}
   variants, vtargets = _variants(target, kernels, asts, own, comments)
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
                        {"renderer": str(target), "tuned": tuned}, variants, vtargets,
                        {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()})
 
 
-def _nodes_of(items: list, key: str) -> tuple[Origin, ...]:
-  """The model nodes the kernel of AST `key` computes, over all its calls, in call order."""
-  return tuple(dict.fromkeys(o for it in items if it.ast.key == key for o in it.meta.get("nodes", ())))
+def _nodes_by_ast(items: list) -> dict[str, tuple[Origin, ...]]:
+  """Per AST key, the model nodes its kernel computes over all its calls, in call order (one pass over the calls)."""
+  found: dict[str, dict[Origin, None]] = {}
+  for it in items: found.setdefault(it.ast.key, {}).update(dict.fromkeys(it.meta.get("nodes", ())))
+  return {key: tuple(origins) for key, origins in found.items()}
 
 
 def _lower_kernels(name: str, target: Target, items: list, own: dict, opts_for, progress):
@@ -183,6 +186,7 @@ def _lower_kernels(name: str, target: Target, items: list, own: dict, opts_for, 
   asts: dict[str, UOp] = {}
   by_ast: dict[str, str] = {}
   tuned: list[str] = []
+  nodes = _nodes_by_ast(items)
   for i, it in enumerate(items):
     if progress: progress(i, len(items))
     if it.ast.key in by_ast: continue
@@ -192,7 +196,7 @@ def _lower_kernels(name: str, target: Target, items: list, own: dict, opts_for, 
     with viz.section(kname, "kernel"):
       viz.snapshot("scheduled AST", it.ast)
       kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key),
-                             comment=node_comment(kname, _nodes_of(items, it.ast.key)))
+                             comment=node_comment(kname, nodes[it.ast.key]))
     asts[kname] = it.ast
     by_ast[it.ast.key] = kname
   return kernels, asts, by_ast, tuned
