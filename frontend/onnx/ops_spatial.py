@@ -4,6 +4,7 @@ antialiasing), AffineGrid, GridSample (nearest, linear, cubic; zeros, border and
 from __future__ import annotations
 import math
 import numpy as np
+from tgc.ir.sint import is_static
 from tgc.ir import dtypes
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
@@ -35,7 +36,7 @@ def _resize(ctx: NodeContext, x: Tensor, scales, sizes, roi, mode: str, coord: s
     scales = np.asarray(scales).reshape(-1)
     if len(scales) != len(axes): raise ctx.fail(f"scales {scales.tolist()} do not match axes {axes}")
     factors = {a: float(s) for a, s in zip(axes, scales)}
-    out = {a: int(np.float64(s) * x.shape[a]) for a, s in zip(axes, scales)}
+    out = {a: int(np.float64(s) * x.shape[a]) for a, s in zip(axes, scales) if is_static(x.shape[a])}
   else: raise ctx.fail("one of scales or sizes is required")
   if roi is not None:
     roi = np.asarray(roi, dtype=np.float64).reshape(-1)
@@ -43,6 +44,9 @@ def _resize(ctx: NodeContext, x: Tensor, scales, sizes, roi, mode: str, coord: s
       {a: (roi[a], roi[a + r]) for a in axes}
   y = x
   for a in axes:
+    if not is_static(x.shape[a]):
+      y = _sized_nearest(ctx, y, a, factors[a], mode, coord, nearest, roi)
+      continue
     scale, n_out = factors[a], out[a]
     lo_hi = roi.get(a) if roi is not None else None
     trivial_roi = lo_hi is None or (math.isclose(lo_hi[0], 0.0) and math.isclose(lo_hi[1], 1.0))
@@ -54,6 +58,26 @@ def _resize(ctx: NodeContext, x: Tensor, scales, sizes, roi, mode: str, coord: s
                                          antialias and scale < 1, lo_hi if lo_hi is not None else (0.0, 1.0))
     y = nn.resize_axis(y, a, idx, coeffs, extrap, extrap_value)
   return y
+
+
+# nearest-neighbour coordinate modes in which output y of a whole factor s reads input y // s
+_REPEATING = {("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"), ("half_pixel", "round_prefer_ceil"),
+              ("pytorch_half_pixel", "round_prefer_floor"), ("pytorch_half_pixel", "round_prefer_ceil")}
+
+
+def _sized_nearest(ctx: NodeContext, x: Tensor, axis: int, scale: float, mode: str, coord: str, nearest: str, roi):
+  """Resize of an axis whose size is known only at run time: nearest-neighbour upsampling by a whole factor, where
+  output y reads input y // factor (each element repeated); anything else is refused naming the node."""
+  factor = int(round(scale))
+  if mode != "nearest" or factor < 1 or not math.isclose(scale, factor) or roi is not None or \
+      (factor > 1 and (coord, nearest) not in _REPEATING):
+    raise ctx.fail(f"over a size known only at run time only nearest upsampling by a whole factor is supported "
+                   f"(mode {mode}, scale {scale:g}, {coord}, {nearest})")
+  if factor == 1: return x
+  shape = x.shape
+  y = x.reshape(shape[:axis + 1] + (1,) + shape[axis + 1:])
+  y = y.expand(shape[:axis + 1] + (factor,) + shape[axis + 1:])
+  return y.reshape(shape[:axis] + (shape[axis] * factor,) + shape[axis + 1:])
 
 
 @onnx_op("Resize")

@@ -159,10 +159,27 @@ def test_what_a_run_time_size_cannot_do_is_refused_naming_the_node(tmp_path):
                                                     ceil_mode=1, name="pool")], [x], [y], [])
   with pytest.raises(OnnxError, match=r"node 'pool' \(MaxPool\): ceil_mode over a size known only at run time"):
     load_model(model, dims={"W": (4, 32)})
-  up = _save(tmp_path, "up", [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", name="up")],
+  up = _save(tmp_path, "up", [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", name="up")],
              [x], [y], [numpy_helper.from_array(np.array([1, 1, 0.5, 2], np.float32), "scales")])
-  with pytest.raises(OnnxError, match=r"node 'up' \(Resize\): not supported over sizes known only at run time"):
+  with pytest.raises(OnnxError, match=r"node 'up' \(Resize\): over a size known only at run time only nearest"):
     load_model(up, dims={"W": (4, 32)})
+  sized = _save(tmp_path, "sized", [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="to")], [x], [y],
+                [_ints("sizes", [1, 2, 4, 16])])
+  with pytest.raises(OnnxError, match=r"node 'to' \(Resize\): not supported over sizes known only at run time"):
+    load_model(sized, dims={"W": (4, 32)})
+
+
+@pytest.mark.parametrize("coord,nearest", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor")])
+def test_nearest_upsampling_of_a_run_time_size(tmp_path, coord, nearest):
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, "W"])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 12, "W4"])
+  nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", coordinate_transformation_mode=coord,
+                            nearest_mode=nearest)]
+  model = _save(tmp_path, f"up_{coord}", nodes, [x], [y],
+                [numpy_helper.from_array(np.array([1, 1, 2, 4], np.float32), "scales")])
+  out = str(tmp_path / f"up_{coord}_c")
+  compile_model(model, "c", out, dims={"W": (1, 40)})
+  _check_at_sizes(out, model, "x", [(1, 2, 6, 1), (1, 2, 6, 17), (1, 2, 6, 40)])
 
 
 def test_shape_values_fold_size_arithmetic():
