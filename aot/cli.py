@@ -218,7 +218,7 @@ def search_options(fn):
                    "--dim (x=1,3,48,W).")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=LO..HI",
               help="Keep an ONNX input dim (a dim_param, or a name in --input-shape) as a size known only at run "
-                   "time, from LO to HI (repeatable; target c).")
+                   "time, from LO to HI (repeatable; targets c, opencl, webgpu).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",

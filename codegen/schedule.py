@@ -530,7 +530,7 @@ def _dim_of_step(k: sint, strides: list[sint]) -> int | None:
     d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)
     return None if d is None or k % strides[d] else d
   for d, s in enumerate(strides):
-    q = quotient(k, s) if not (is_static(s) and s == 0) else None
+    q = quotient(k, s)
     if q is not None and is_static(q) and q > 0: return d
   return None
 

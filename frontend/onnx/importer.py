@@ -239,12 +239,15 @@ class OnnxGraph:
     vals = [scope.lookup(n, label, node.op_type) if n else None for n in names]
     _check_node(node, label, scope, domain, attrs, names, vals)
     if scope.attrs_of_call() is None: self._check_declared(node, label)
-    sized = self._fold_sizes(node, attrs, vals, scope.opset(domain))
+    holds_sizes = any(shape_values.is_shape_value(v) for v in vals)
+    sized = self._fold_sizes(node, attrs, vals, scope.opset(domain), holds_sizes)
     if sized is not None:
       _store(scope, node, label, sized)
       return
-    fold = all(v is None or isinstance(v, tuple) for v in vals) or node.op_type in ("Shape", "Size")
-    fold = fold and not any(shape_values.is_shape_value(v) for v in vals)   # those are computed at run time
+    # constants holding sizes known only at run time that did not fold are computed at run time
+    fold = not holds_sizes and (all(v is None or isinstance(v, tuple) for v in vals) or
+                                node.op_type in ("Shape", "Size"))
+    run_time = holds_sizes or any(isinstance(v, Tensor) and not is_static(v.shape) for v in vals)
     consts = [v if isinstance(v, tuple) else None for v in vals]
 
     def const_value(i: int) -> np.ndarray:
@@ -269,7 +272,8 @@ class OnnxGraph:
           else: tins.append(Tensor(buffers.new_buffer("numpy", v.shape, v.dtype), "numpy"))
         ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                           const_value, is_const, domain, {"device": "numpy", "graph": self})
-        res = self._check_outputs(node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label)))
+        res = _call(fn, ctx, node.op_type, label, run_time)
+        res = self._check_outputs(node, label, self._declared_types(node, res))
         Tensor.realize_all(*[t for t in res if t is not None])
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
@@ -279,18 +283,19 @@ class OnnxGraph:
     tins = [None if v is None else scope.as_tensor(n, v) for n, v in zip(names, vals)]
     ctx = NodeContext(node.op_type, label, tins, attrs, scope.opset(domain), len(node.output),
                       const_value, is_const, domain, {"device": scope.device, "graph": self})
-    _store(scope, node, label,
-           self._check_outputs(node, label, self._declared_types(node, _call(fn, ctx, node.op_type, label))))
+    res = _call(fn, ctx, node.op_type, label, run_time)
+    _store(scope, node, label, self._check_outputs(node, label, self._declared_types(node, res)))
 
   @staticmethod
-  def _fold_sizes(node: onnx.NodeProto, attrs: dict, vals: list, opset: int) -> list | None:
-    """Shape arithmetic on sizes known only at run time (`shape_values`): the folded outputs, or None."""
+  def _fold_sizes(node: onnx.NodeProto, attrs: dict, vals: list, opset: int, holds_sizes: bool) -> list | None:
+    """Shape arithmetic on sizes known only at run time (`shape_values`; `holds_sizes`: a constant input holds such
+    sizes): the folded outputs, or None."""
     first = vals[0] if vals else None
     if node.op_type in ("Shape", "Size") and isinstance(first, Tensor) and not is_static(first.shape):
       return [shape_values.of_shape(tuple(first.shape), node.op_type, attrs)]
     if node.op_type in ("Shape", "Size") and shape_values.is_shape_value(first):
       return [shape_values.of_shape(first[0].shape, node.op_type, attrs)]
-    if not any(shape_values.is_shape_value(v) for v in vals): return None
+    if not holds_sizes: return None
     if not all(v is None or isinstance(v, tuple) for v in vals): return None
     return shape_values.fold(node.op_type, attrs, vals, opset)
 
@@ -341,23 +346,18 @@ def _dims_text(dims) -> str:
   return "(" + ", ".join(run_time_sizes.dim_text(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _call(fn, ctx: NodeContext, op: str, label: str) -> list:
+def _call(fn, ctx: NodeContext, op: str, label: str, run_time: bool) -> list:
+  """The handler's outputs; its errors as OnnxErrors naming the node (`run_time`: the node's inputs have or hold
+  sizes known only at run time, so a TypeError is a handler needing a number where there is a size)."""
   try: res = fn(ctx)
   except OnnxError: raise
   except TypeError as e:
-    if not _has_run_time_sizes(ctx): raise OnnxError(f"node {label!r} ({op}): {first_line(e)}") from e
-    # a handler that needs a number where the size is known only at run time
+    if not run_time: raise OnnxError(f"node {label!r} ({op}): {first_line(e)}") from e
     raise OnnxError(f"node {label!r} ({op}): not supported over sizes known only at run time "
                     f"({first_line(e)})") from e
   except (ValueError, NotImplementedError, IndexError, ZeroDivisionError) as e:
     raise OnnxError(f"node {label!r} ({op}): {first_line(e)}") from e
   return list(res) if isinstance(res, (list, tuple)) else [res]
-
-
-def _has_run_time_sizes(ctx: NodeContext) -> bool:
-  """Whether a node's inputs have sizes known only at run time (or hold them, as shape values)."""
-  if any(t is not None and not is_static(t.shape) for t in ctx.inputs): return True
-  return any(ctx.is_const(i) and np.asarray(ctx.const_value(i)).dtype == object for i in range(len(ctx.inputs)))
 
 
 def _store(scope: Scope, node: onnx.NodeProto, label: str, outs: list) -> None:

@@ -20,11 +20,7 @@ from tgc.frontend.onnx.node_helpers import const_ints, first_input, node_device
 @onnx_op("Shape")
 def _shape(ctx):
   shape = list(first_input(ctx).shape)
-  r = len(shape)
-  start = ctx.attr("start", 0)
-  end = ctx.attr("end", r)
-  start = min(max(start + r if start < 0 else start, 0), r)
-  end = min(max(end + r if end < 0 else end, 0), r)
+  start, end = shape_values.shape_span(len(shape), ctx.attrs)
   return array_to_tensor(np.array(shape[start:end], np.int64).reshape(-1), node_device(ctx))
 
 

@@ -15,9 +15,6 @@ from tgc.ir.sint import highest, lowest, prod, provably_le, same, simplified
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.dtypes import onnx_dtype
 
-ShapeValue = tuple      # (np.ndarray of dtype object, DType)
-
-
 def is_shape_value(v) -> bool:
   """Whether a scope value is a constant holding sizes known only at run time."""
   return isinstance(v, tuple) and isinstance(v[0], np.ndarray) and v[0].dtype == object
@@ -41,13 +38,15 @@ def objects(values: list, shape: tuple) -> np.ndarray:
 def of_shape(shape: tuple, op: str, attrs: dict) -> tuple:
   """Shape or Size of a tensor whose shape has sizes known only at run time."""
   if op == "Size": return settle(objects([prod(shape)], ()), dtypes.int64)
-  r = len(shape)
-  start, end = (_clamp_axis(attrs.get(k, d), r) for k, d in (("start", 0), ("end", r)))
+  start, end = shape_span(len(shape), attrs)
   dims = list(shape[start:end])
   return settle(objects(dims, (len(dims),)), dtypes.int64)
 
 
-def _clamp_axis(v: int, r: int) -> int: return min(max(v + r if v < 0 else v, 0), r)
+def shape_span(rank: int, attrs: dict) -> tuple[int, int]:
+  """The dims [start, end) an ONNX Shape node returns: its start and end attributes, negative ones counted from the
+  end, clamped to [0, rank]."""
+  return tuple(min(max(v + rank if v < 0 else v, 0), rank) for v in (attrs.get("start", 0), attrs.get("end", rank)))
 
 
 def as_tensor(value: tuple, device: str) -> Tensor:
@@ -78,29 +77,22 @@ def _truncating_div(a, b):
   return q if (a >= 0) == (b >= 0) else -q
 
 
-def _bounds(v) -> tuple[int, int]:
-  return (v, v) if not isinstance(v, UOp) else (int(v.vmin), int(v.vmax))
-
-
 def _decided_max(a, b):
   """max(a, b) where the sizes' ranges tell it; None where they do not."""
-  (alo, ahi), (blo, bhi) = _bounds(a), _bounds(b)
-  if same(a, b) or alo >= bhi: return a
-  if blo >= ahi: return b
+  if same(a, b) or lowest(a) >= highest(b): return a
+  if lowest(b) >= highest(a): return b
   return None
 
 
 def _decided_min(a, b):
-  (alo, ahi), (blo, bhi) = _bounds(a), _bounds(b)
-  if same(a, b) or ahi <= blo: return a
-  if bhi <= alo: return b
+  if same(a, b) or highest(a) <= lowest(b): return a
+  if highest(b) <= lowest(a): return b
   return None
 
 
 def _decided_equal(a, b):
   if same(a, b): return True
-  (alo, ahi), (blo, bhi) = _bounds(a), _bounds(b)
-  if ahi < blo or bhi < alo: return False
+  if highest(a) < lowest(b) or highest(b) < lowest(a): return False
   return None
 
 
