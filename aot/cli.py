@@ -111,6 +111,17 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
 SIZE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 
 
+def parse_states(values) -> dict[str, str]:
+  """`--state INPUT=OUTPUT` options: each state's input and output names."""
+  out: dict[str, str] = {}
+  for value in values:
+    name, sep, output = value.rpartition("=")
+    if not sep or not name or not output: raise UserError(f"--state {value!r}: expected INPUT=OUTPUT")
+    if name in out: raise UserError(f"--state {name}: given twice")
+    out[name] = output
+  return out
+
+
 def parse_dims(values) -> dict[str, tuple[int, int]]:
   """`--dim NAME=LO..HI` options: the range of each size known only at run time, by name."""
   out = {}
@@ -221,6 +232,12 @@ def search_options(fn):
                    "time, from LO to HI (repeatable; targets c, opencl, webgpu).")
 @click.option("--const", "consts", multiple=True, metavar="NAME=FILE.npy",
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
+@click.option("--max-context", "max_context", default=None, type=int, metavar="N",
+              help="Keep the model's states (a KV cache: past_key_values.* returned as present.*) in the artifact, "
+                   "up to N entries each: each run appends in place (target c).")
+@click.option("--state", "states", multiple=True, metavar="INPUT=OUTPUT",
+              help="An ONNX input that each run reads back from an output of the run before (repeatable; with "
+                   "--max-context; default: found by name).")
 @click.option("--beam", default=0, show_default=True, type=int, metavar="WIDTH",
               help="Search each kernel's opts with a beam of WIDTH, timed on this machine (0: heuristics).")
 @click.option("--tuning", default=None, metavar="FILE", help="Apply a tuning file written by `tgc tune` (no search).")
@@ -238,8 +255,8 @@ def search_options(fn):
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
 @search_options
 def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
-                    input_shapes, dims, consts, beam, tuning, cpu, beam_budget, jobs, beam_cluster, precision,
-                    max_bytes):
+                    input_shapes, dims, consts, max_context, states, beam, tuning, cpu, beam_budget, jobs, beam_cluster,
+                    precision, max_bytes):
   """Compile MODEL into an artifact folder OUT."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
@@ -249,7 +266,7 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
   search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
   report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
                          input_shapes=shapes, dims=parse_dims(dims), consts=const_arrays, const_files=const_paths,
-                         beam=beam, cpu=cpu,
+                         states=parse_states(states), max_context=max_context, beam=beam, cpu=cpu,
                          search=search, max_bytes=limit, precision=precision,
                          emit_options={"npm_name": npm_name, "npm_version": npm_version,
                                        "weight_chunk_mb": weight_chunk_mb})
@@ -259,6 +276,7 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
   click.echo(f"  weights       {_bytes(report.weights_bytes)} in {report.weights} tensors")
   for kind, specs in (("input", report.inputs), ("output", report.outputs)):
     for n, shape, dtype in specs: click.echo(f"  {kind:<13} {n} {_shape(shape)} {dtype}")
+  for n, out, shape, dtype in report.states: click.echo(f"  {'state':<13} {n} -> {out} {_shape(shape)} {dtype}")
   click.echo(f"  output folder {report.out_dir}")
 
 

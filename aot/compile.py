@@ -8,7 +8,7 @@ import secrets
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
 from tgc.ir import Ops, viz
@@ -49,6 +49,7 @@ class CompileReport:
   outputs: list[tuple[str, tuple[int, ...], str]]
   files: list[str]
   seconds: float
+  states: list[tuple[str, str, tuple[int, ...], str]] = field(default_factory=list)   # input, output, capacity, dtype
 
 
 class _Progress:
@@ -74,13 +75,15 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
                   search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                   precision: str | None = None, emit_options: dict | None = None,
-                  dims: dict | None = None) -> CompileReport:
+                  dims: dict | None = None, states: dict | None = None, max_context: int | None = None
+                  ) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
   `precision`: f32 or f16, GPU targets; `emit_options`: more options of the target's emitter, webgpu: `npm_name`,
   `npm_version`, `weight_chunk_mb`) into the artifact folder `out_dir`. An existing tgc artifact there is
   replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
   than kernels can index, is refused before anything of its size is allocated. `dims` (name -> (lowest,
-  highest)) keeps ONNX input dims of those names as sizes known only at run time."""
+  highest)) keeps ONNX input dims of those names as sizes known only at run time; `max_context` keeps the model's
+  states (a KV cache; `states`: input -> output names, else found by name) in the artifact."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
@@ -91,7 +94,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
   cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes,
-                              dims=dims)
+                              dims=dims, states=states, max_context=max_context)
   cm.meta["source"] = loaded.source_info()
   staging = _staging_dir(final)
   try:
@@ -106,15 +109,16 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   files = sorted(os.path.relpath(p, staging) for p in written)
   weights_bytes = sum(int(a.nbytes) for a in cm.weights.values())
   return CompileReport(cm.name, target, final, len(cm.kernels), len(cm.calls), cm.arena_bytes, weights_bytes,
-                       len(cm.weights), _specs(cm.inputs), _specs(cm.outputs), files, time.perf_counter() - start)
+                       len(cm.weights), _specs(cm.inputs), _specs(cm.outputs), files, time.perf_counter() - start,
+                       [(st.input, st.output, tuple(st.shape), np.dtype(st.dtype.numpy).name) for st in cm.states])
 
 
 def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | None = None,
                    input_shapes: dict | None = None,
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
                    search: SearchOptions | None = None, opts_for: Callable | None = None,
-                   max_bytes: int = DEFAULT_MAX_BYTES, dims: dict | None = None
-                   ) -> tuple[CompiledModel, models.LoadedModel]:
+                   max_bytes: int = DEFAULT_MAX_BYTES, dims: dict | None = None, states: dict | None = None,
+                   max_context: int | None = None) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
   runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
   (`search.tuning`) gives opts without searching; `opts_for(item)` gives them directly (None: the heuristics).
@@ -124,7 +128,12 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   if max_bytes < 1: raise UserError(f"--max-bytes must be at least 1, got {max_bytes}")
   search = search or SearchOptions()
   start = time.perf_counter()
-  loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims)
+  if max_context is not None and not target_spec(target.name).states:
+    able = ", ".join(n for n in target_names() if target_spec(n).states)
+    raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet ({able} "
+                    f"supports them)")
+  loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims,
+                             states=states, max_context=max_context)
   imported = time.perf_counter()
   with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
@@ -136,7 +145,8 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   searched = time.perf_counter() - searched
   try:
     cm = compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                          [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress)
+                          [(s.name, b) for s, b in capture.outputs], weights, opts_for=opts_for, progress=progress,
+                          states=capture.states)
   except ValueError as error:
     raise _target_limit(spec, target.name, error)
   if config.viz: viz_session.note_compiled(cm, spec)
@@ -164,6 +174,7 @@ def _check_sizes(spec: models.ModelSpec, target: Target, capture) -> None:
       raise UserError(f"{spec.text}: {ts.name!r} is {ts.dtype.name} with sizes known only at run time; tensors of "
                       f"packed types need fixed shapes")
   given = {s.arg[0] for ts, _ in capture.inputs for s in ts.shape if not is_static(s) and s.op is Ops.DEFINE_VAR}
+  given |= {st.length.arg[0] for st, _ in capture.states}       # a state's length: tracked by the artifact
   for name in dims:
     if name not in given:
       raise UserError(f"{spec.text}: size {name} is no dim of any input on its own (an input's shape must name it, "

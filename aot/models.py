@@ -83,6 +83,8 @@ class LoadedModel:
   content_names: dict = field(default_factory=dict)  # (shape, dtype, sha256 of bytes) -> name (ONNX initializers)
   user_code: bool = True    # fn is the user's code: whatever it raises is a user error
   limits: SizeLimits | None = None   # tensor size limits trace_model checks (compile), None: unchecked
+  # the states the artifact keeps: (input position, output position, axis, length Variable), as `trace` takes them
+  states: list[tuple[int, int, int, UOp]] = field(default_factory=list)
 
   def call(self, tensors: list[Tensor]) -> list[tuple[str, Tensor]]:
     """Run the model function on `tensors` (lazily) and name its outputs."""
@@ -108,18 +110,26 @@ class LoadedModel:
       info["input_shapes"] = {k: list(v) for k, v in sorted(self.options["input_shapes"].items())}
     if self.options.get("const_files"): info["consts"] = dict(sorted(self.options["const_files"].items()))
     if self.options.get("dims"): info["dims"] = {k: list(v) for k, v in sorted(self.options["dims"].items())}
+    if self.options.get("max_context"):
+      info["max_context"] = self.options["max_context"]
+      if self.options.get("states"): info["states"] = dict(self.options["states"])
     return info
 
 
 def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: dict | None = None,
                const_files: dict | None = None, name_weights: bool = True,
-               limits: SizeLimits | None = None, dims: dict | None = None) -> LoadedModel:
+               limits: SizeLimits | None = None, dims: dict | None = None, states: dict | None = None,
+               max_context: int | None = None) -> LoadedModel:
   """Build the model. `consts` maps ONNX input names to arrays baked in as constants (`const_files` their
   paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them. With
   `limits`, every tensor is checked on its shape before anything of its size is allocated (ONNX inputs are
-  placeholders without data; the importer checks each node, trace_model every buffer)."""
+  placeholders without data; the importer checks each node, trace_model every buffer). `max_context` keeps the
+  model's states (`states`: input -> output names, else found by name) in the artifact, each holding that many
+  entries."""
   if isinstance(spec, str): spec = parse_model_spec(spec)
-  if spec.kind == "onnx": return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits, dims)
+  if spec.kind == "onnx":
+    return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits, dims, states, max_context)
+  if states or max_context: raise UserError(f"--state and --max-context apply to .onnx models only, not to {spec.text}")
   if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
   if dims:
     raise UserError(f"--dim applies to .onnx models only, not to {spec.text} (its inputs name their sizes: "
@@ -228,11 +238,14 @@ def trace_model(loaded: LoadedModel) -> Capture:
     returned.append([n for n, _ in named])
     return [t for _, t in named]
   input_names = [n for n, _ in loaded.inputs]
-  try: capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits)
+  try:
+    capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
+                    states=loaded.states, output_names=loaded.output_names)
   except TensorTooLargeError as error: raise UserError(f"{loaded.spec.text}: {error}") from None
   except NothingTracedError as error: raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
   except JitError as error: raise UserError(f"{loaded.spec.text}: {error}") from error
-  names = returned[-1]
+  held = {o for _, o, _, _ in loaded.states}
+  names = [n for o, n in enumerate(returned[-1]) if o not in held]
   capture.outputs = [(TensorSpec(n, s.shape, s.dtype), b) for n, (s, b) in zip(names, capture.outputs)]
   return capture
 
@@ -263,22 +276,32 @@ def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp,
 
 
 # ---------------------------------------------------------------- ONNX
-def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict,
-               limits: SizeLimits | None, dims: dict | None = None) -> LoadedModel:
+def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict, limits: SizeLimits | None,
+               dims: dict | None = None, states: dict | None = None, max_context: int | None = None) -> LoadedModel:
   from tgc.frontend.onnx import OnnxError, load_model   # onnx is imported only for ONNX models
   try:
-    graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits, dims=dims)
+    graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits, dims=dims,
+                       states=states, max_context=max_context)
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   # the importer pinned every input's shape (or refused the model naming the input to give --input-shape for)
-  inputs = [(name, placeholder(shape, dtype)) for name, shape, dtype in graph.inputs]
-  output_names = [name for name, _, _ in graph.outputs] or None
-  options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files), "dims": dict(dims or {})}
+  out_names = [n for n, _, _ in graph.outputs]
+  held = {name: (out_names.index(out), axis) for name, out, axis in graph.states}
+  inputs, traced_states = [], []
+  for i, (name, shape, dtype) in enumerate(graph.inputs):
+    if name in held:      # the state's whole buffer: max_context entries along its length's axis
+      out, axis = held[name]
+      traced_states.append((i, out, axis, shape[axis]))
+      shape = tuple(max_context if k == axis else d for k, d in enumerate(shape))
+    inputs.append((name, placeholder(shape, dtype)))
+  output_names = out_names or None
+  options = {"input_shapes": dict(input_shapes), "const_files": dict(const_files), "dims": dict(dims or {}),
+             "states": dict(states or {}), "max_context": max_context}
 
   def run(*tensors):
     try: return graph(*tensors)
     except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   return LoadedModel(spec, run, inputs, {}, output_names, options, content_names=_content_index(graph),
-                     user_code=False, limits=limits)
+                     user_code=False, limits=limits, states=traced_states)
 
 
 def _onnx_message(spec: ModelSpec, error) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 from tgc.aot import reference
-from tgc.runtimes.dims import sample_sizes
+from tgc.runtimes.dims import evaluate_size, sample_sizes
 from tgc.aot.artifact import artifact_runtime, open_artifact, random_inputs, run_values
 from tgc.aot.errors import UserError
 
@@ -83,12 +83,50 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   spec, options = reference.spec_from_source(art.source, model)
   report = ValidateReport(folder, spec.text, "", seed)
   with artifact_runtime(art) as runtime:
+    if art.manifest.get("states"):
+      _validate_states(report, art, runtime, spec, options, seed, rtol, atol)
+      return report
     for dims in sample_sizes(art.manifest):    # an artifact of sizes known at run time: smallest, middle, largest
       feeds = random_inputs(art, seed, dims)
       got = run_values(runtime, feeds)
       ref, report.reference = reference.reference_outputs(spec, feeds, options)
       _check_outputs(report, art, got, ref, dims, rtol, atol)
   return report
+
+
+def _validate_states(report: ValidateReport, art, runtime, spec, options: dict, seed: int, rtol, atol) -> None:
+  """An artifact keeping states (a KV cache): at each sample size, runs of the sampled sizes from empty states until
+  the next would pass the sampled length or the capacity; the reference runs the model with the states passed in
+  and returned. The last run's outputs and the states after it are compared."""
+  states = art.manifest["states"]
+  held = {st["length"] for st in states}
+  for n, dims in enumerate(sample_sizes(art.manifest)):
+    free = {k: v for k, v in dims.items() if k not in held}
+    grows = {st["name"]: evaluate_size(st["grown"], {**free, st["length"]: 0}) for st in states}
+    room = min(st["shape"][st["axis"]] - grows[st["name"]] for st in states)
+    step = max(grows.values())
+    if room < 0 or step < 1: continue            # these sizes do not fit one run: nothing to check
+    runs = 1 + min(dims[st["length"]] for st in states) // step if room >= step else 1
+    runs = min(runs, 1 + room // step)
+    runtime.reset_state()
+    cache = {st["name"]: np.zeros([0 if k == st["axis"] else d for k, d in enumerate(st["shape"])], st["dtype"])
+             for st in states}
+    for r in range(runs):
+      sizes = {**free, **{st["length"]: cache[st["name"]].shape[st["axis"]] for st in states}}
+      feeds = random_inputs(art, seed + 1000 * n + r, sizes)
+      got = run_values(runtime, feeds)
+      ref, report.reference = reference.reference_outputs(spec, {**feeds, **cache}, options)
+      cache = {st["name"]: np.asarray(ref[st["output"]]) for st in states}
+    _check_outputs(report, art, got, ref, sizes, rtol, atol)
+    held_now = {st["name"]: runtime.state(i) for i, st in enumerate(states)}
+    for st in states:
+      default = default_tolerance(np.dtype(st["dtype"]), st.get("tgc_dtype"))
+      rt, at = default[0] if rtol is None else rtol, default[1] if atol is None else atol
+      max_abs, max_rel, ok, note = compare(held_now[st["name"]], cache[st["name"]], rt, at)
+      where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+      report.checks.append(OutputCheck(f"state {st['name']} after {runs} runs at {where}",
+                                       tuple(held_now[st["name"]].shape), st["dtype"], max_abs, max_rel, rt, at, ok,
+                                       note))
 
 
 def _check_outputs(report: ValidateReport, art, got: dict, ref: dict, dims: dict[str, int], rtol, atol) -> None:

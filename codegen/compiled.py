@@ -20,17 +20,19 @@ from tgc.ir.sint import highest_prod, variables
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.opts import OptOps
-from tgc.codegen.memory import plan_memory
+from tgc.codegen.memory import plan_memory, align
 from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Precision, Target
 
 
 class BufferKind(WordEnum):
-  """Where a buffer of a compiled model lives: given by the caller (input, output), stored with the artifact (weight)
-  or placed in the arena (an intermediate). Its value is the manifest's word for it."""
+  """Where a buffer of a compiled model lives: given by the caller (input, output), stored with the artifact (weight),
+  kept by the artifact from one call to the next (state: at the start of the arena, never reused) or placed in the
+  arena (an intermediate). Its value is the manifest's word for it."""
   INPUT = "input"
   OUTPUT = "output"
   WEIGHT = "weight"
+  STATE = "state"
   ARENA = "arena"
 
 
@@ -67,6 +69,7 @@ class CompiledModel:
   variant_targets: dict[str, Target] = field(default_factory=dict)              # every variant's target, main first
   # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
+  states: list = field(default_factory=list)     # frontend.jit.StateSpec of each STATE buffer, in order
 
   def of_kind(self, kind: BufferKind | str) -> list[BufferInfo]:
     """The buffers of one kind (a BufferKind or its manifest word), in plan order."""
@@ -85,6 +88,10 @@ class CompiledModel:
   def inputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.INPUT)
   @property
   def outputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.OUTPUT)
+  @property
+  def state_lengths(self) -> set[str]:
+    """The sizes that are states' lengths: the artifact tracks them, the caller does not give them."""
+    return {st.length.arg[0] for st in self.states}
 
 
 def buffer_nbytes(b: UOp) -> int:
@@ -145,8 +152,9 @@ def _bound(k: KernelProgram) -> list[tuple]:
 
 def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[str, UOp]],
                      outputs: list[tuple[str, UOp]], weights: list[tuple[str, UOp, np.ndarray]],
-                     opts_for=None, progress=None) -> CompiledModel:
+                     opts_for=None, progress=None, states: list | None = None) -> CompiledModel:
   """Lower every scheduled kernel for `target` and plan memory. `items` are ScheduleItems (ast + bufs);
+  `states`: (StateSpec, BUFFER) of each state, placed at the start of the arena;
   `opts_for(item)` may return the opts to use (BEAM, a tuning file; None: the heuristics; `meta["tuned"]` lists
   the kernels it gave opts for); `progress(i, n)` is called per kernel.
   `meta["renderer"]` names the target with its options. A language name as `target` means its artifact target."""
@@ -155,13 +163,22 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   kernels, asts, by_ast, tuned = _lower_kernels(name, target, items, own, opts_for, progress)
   data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
   buffers, index, weight_data = _named_buffers(inputs, outputs, weights, data)
+  held = 0      # the states' bytes, before the planned intermediates
+  for i, (st, b) in enumerate(states or []):
+    index[b] = len(buffers)
+    used = {x.symbol for x in buffers}
+    buffers.append(BufferInfo(BufferKind.STATE, i, st.input, symbol(st.input, used, "st"), tuple(b.arg[1]), b.dtype,
+                              buffer_nbytes(b), held))
+    held += align(buffer_nbytes(b))
   # each call binds the buffers of its kernel's parameters (a weight folded into another is no parameter any more)
   calls_bufs = [[it.bufs[p] for p in kernels[by_ast[it.ast.key]].args] for it in items]
   inter = {b: buffer_nbytes(b) for bufs in calls_bufs for b in bufs if b not in index}
   slots, arena = plan_memory(calls_bufs, inter)
+  arena += held
   for j, s in enumerate(sorted(slots, key=lambda s: (s.first, s.offset))):
     index[s.key] = len(buffers)
-    buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes, s.offset))
+    buffers.append(BufferInfo(BufferKind.ARENA, j, "", f"tmp{j}", tuple(s.key.arg[1]), s.key.dtype, s.nbytes,
+                              held + s.offset))
   calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
            for it, bufs in zip(items, calls_bufs)]
   nodes = _nodes_by_ast(items)
@@ -169,7 +186,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   variants, vtargets = _variants(target, kernels, asts, own, comments)
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
                        {"renderer": str(target), "tuned": tuned}, variants, vtargets,
-                       {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()})
+                       {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()},
+                       [st for st, _ in states or []])
 
 
 def _nodes_by_ast(items: list) -> dict[str, tuple[Origin, ...]]:

@@ -15,7 +15,7 @@ class Slot:
   offset: int
 
 
-def _align(n: int, a: int = ALIGN) -> int: return (n + a - 1) // a * a
+def align(n: int, a: int = ALIGN) -> int: return (n + a - 1) // a * a
 
 
 def lifetimes(calls: list[list], sizes: dict) -> tuple[dict, dict]:
@@ -40,8 +40,8 @@ def plan_memory(calls: list[list], sizes: dict) -> tuple[list[Slot], int]:
   arena = 0
   for b in order:
     live = [s for s in live if s.last >= first[b]]
-    need = _align(max(sizes[b], 1))
-    spans = sorted((s.offset, s.offset + _align(max(s.nbytes, 1))) for s in live)
+    need = align(max(sizes[b], 1))
+    spans = sorted((s.offset, s.offset + align(max(s.nbytes, 1))) for s in live)
     best, best_gap, cursor = None, None, 0
     for start, end in spans:
       gap = start - cursor

@@ -38,6 +38,7 @@ class TargetSpec:
   run_options: tuple[str, ...] = ()    # keyword options its artifact runner takes (c: "threads", "profile")
   aliases: tuple[str, ...] = ()        # more device names for it (the ONNX backend's "CPU", "cl", ...)
   run_time_sizes: bool = False         # its artifacts take sizes known only at run time (ir.sint Variables)
+  states: bool = False                 # its artifacts keep states between runs (a KV cache appended in place)
 
 
 _specs: dict[str, TargetSpec] = {}

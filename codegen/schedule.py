@@ -211,9 +211,11 @@ def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp
 class _KernelBuilder:
   """Builds one kernel's value graph: walks the lazy graph from the root with an index per dimension."""
 
-  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]):
+  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]],
+               placed: dict[UOp, tuple] | None = None):
     self.realized = realized        # lazy node -> BUFFER holding its value
     self.layouts = layouts          # lazy node -> the order its buffer stores its dims in (absent: as they are)
+    self.placed = placed or {}      # lazy node -> where in a bigger buffer its value sits (start of each dim)
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
@@ -233,6 +235,10 @@ class _KernelBuilder:
 
   def flat_index(self, n: UOp, idx: tuple[UOp, ...]) -> UOp:
     """Where element `idx` of realized node `n` sits in its buffer."""
+    if n in self.placed:
+      buf = self.realized[n]
+      return _flat_index(tuple(x + o if isinstance(o, UOp) or o else x for x, o in zip(idx, self.placed[n])),
+                         buf.arg[1])
     perm = self.layouts.get(n)
     if perm is None: return _flat_index(idx, n.shape)
     return _flat_index(tuple(idx[p] for p in perm), tuple(n.shape[p] for p in perm))
@@ -292,7 +298,7 @@ class _KernelBuilder:
         if not (is_static((b, a)) and b == 0 and a == 0):
           c = simplify(x.lt(b).ne(True).logical_and(x.lt(b + s)))
           if not (c.op is Ops.CONST and c.arg): cond = c if cond is None else cond.logical_and(c)
-        inner.append(x - b if b else x)
+        inner.append(x - b if isinstance(b, UOp) or b else x)
       if cond is None: return self.value(src, tuple(inner), valid)
       v = cond if valid is None else valid.logical_and(cond)
       sub = self.value(src, tuple(inner), v)
@@ -404,10 +410,13 @@ def _limit_buffers(roots: list[UOp], realize: set[UOp], max_buffers: int) -> Non
                                          position[m])))
 
 
-def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tuple[list[ScheduleItem], list[UOp]]:
+def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
+             placed: dict[UOp, tuple[UOp, tuple]] | None = None) -> tuple[list[ScheduleItem], list[UOp]]:
   """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes;
-  `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default).
-  Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default); `placed` maps a
+  root to the existing BUFFER it is written into and the start of its value there along each dim (a state that a
+  call appends to in place). Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  placed = placed or {}
   viz.snapshot("graph to schedule", *roots)
   roots = batch_sliced_reductions(roots)
   realize = find_realize_points(roots)
@@ -416,22 +425,24 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None) -> tu
   order: list[UOp] = []
   for n in (n for r in roots for n in r.toposort()):
     if n in realize and n not in realized:
-      realized[n] = new_buffer(n.shape, n.dtype)
+      realized[n] = placed[n][0] if n in placed else new_buffer(n.shape, n.dtype)
       order.append(n)
-  built = {n: _build(n, realized, {}) for n in order}
+  starts = {n: start for n, (_, start) in placed.items()}
+  built = {n: _build(n, realized, {}, starts) for n in order}
   layouts = channels_last(built, realized, set(roots))
   layouts.update({n: perm for n, perm in transposed_operands(built, realized, set(roots)).items() if n not in layouts})
   if layouts:     # rebuild the kernels that read or write a buffer stored channels-last
     relaid = {realized[n] for n in layouts}
-    built.update({n: _build(n, realized, layouts) for n, it in built.items()
+    built.update({n: _build(n, realized, layouts, starts) for n, it in built.items()
                   if it is not None and any(b in relaid for b in it.bufs)})
   items = [it for it in built.values() if it is not None]
   return items, [r if r.op is Ops.BUFFER else realized[r] for r in roots]
 
 
-def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]) -> ScheduleItem | None:
+def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]],
+           placed: dict[UOp, tuple] | None = None) -> ScheduleItem | None:
   """The kernel computing realized node `n` into its buffer (None for an empty tensor: nothing to compute)."""
-  kb = _KernelBuilder(realized, layouts)
+  kb = _KernelBuilder(realized, layouts, placed)
   out_arg = kb.buffer_arg(realized[n], mutable=True)
   shape = n.shape
   if any(s == 0 for s in shape): return None
@@ -443,6 +454,25 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
   ast = simplify(graph_rewrite(ast, select_loads))
   ast, bufs = _drop_unused_buffers(ast, kb.bufs)
   return ScheduleItem(ast, bufs, meta={"nodes": tuple(kb.origins)})
+
+
+def placed_kernel(root: UOp, buf: UOp, start: tuple, new_buffer) -> ScheduleItem | None:
+  """The one kernel writing `root` into `buf` from `start` on, reading every reduction it is computed from as a
+  buffer of its own (made by `new_buffer`, computed by no kernel): enough to tell what the write does
+  (`rewrites_itself`) without scheduling the graph above it."""
+  realized = {n: new_buffer(n.shape, n.dtype) for n in root.toposort() if n.op is Ops.REDUCE_AXIS and n is not root}
+  realized[root] = buf
+  return _build(root, realized, {}, {root: start})
+
+
+def rewrites_itself(item: ScheduleItem) -> bool:
+  """Whether a kernel stores into each element the value it loads from that very element (a state's old part
+  written back where it is: nothing to do)."""
+  store = item.ast.src[0] if len(item.ast.src) == 1 else None
+  if store is None or store.op is not Ops.STORE or len(store.src) != 3: return False
+  value = store.src[2]
+  return value.op is Ops.LOAD and len(value.src) == 2 and item.bufs[value.src[0].arg[0]] is item.bufs[0] and \
+    value.src[1] is store.src[1]
 
 
 def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]

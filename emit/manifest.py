@@ -1,7 +1,7 @@
 """`manifest.json`: the description of an artifact that tools read instead of the sources (format version, model,
 inputs/outputs with original names and symbols, weights file and per-tensor layout, arena, kernels, call order
 and the sha256 of every other file; `dims`: the sizes known only at run time, with their ranges, that shapes
-name). The JSON Schema it follows ships next to this module
+name; `states`: what the artifact keeps from one run to the next). The JSON Schema it follows ships next to this module
 (`emit/manifest.schema.json`); `validate_manifest` checks a manifest against it. Serialization is deterministic:
 sorted keys, two-space indent, ASCII only, one trailing newline."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import importlib.resources
 import json
 
 from tgc.ir import DType, lowp
-from tgc.ir.sint import dims_text
+from tgc.ir.sint import dims_text, render
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
 from tgc.emit.common import numpy_name, sha256, tgc_version
 from tgc.emit.weights import ALIGN, WeightsFile
@@ -22,6 +22,12 @@ SCHEMA = "manifest.schema.json"
 def _tensor(b: BufferInfo) -> dict:
   return {"name": b.name, "symbol": b.symbol, "shape": dims_text(b.shape), "dtype": numpy_name(b.dtype),
           "tgc_dtype": b.dtype.name, "npy_dtype": npy_name(b.dtype), "nbytes": b.nbytes}
+
+
+def _state(b: BufferInfo, st) -> dict:
+  return {"name": st.input, "output": st.output, "symbol": b.symbol, "shape": list(b.shape),
+          "dtype": numpy_name(b.dtype), "tgc_dtype": b.dtype.name, "axis": st.axis, "length": st.length.arg[0],
+          "grown": render(st.grown), "offset": b.offset, "nbytes": b.nbytes}
 
 
 def npy_name(d: DType) -> str:
@@ -40,6 +46,7 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
     "target": cm.target.name,
     "model": {"name": cm.name, "symbol": model_symbol},
     **({"dims": [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in cm.dims.items()]} if cm.dims else {}),
+    **({"states": [_state(b, st) for b, st in zip(cm.of_kind(BufferKind.STATE), cm.states)]} if cm.states else {}),
     "inputs": [_tensor(b) for b in cm.inputs],
     "outputs": [_tensor(b) for b in cm.outputs],
     "weights": {

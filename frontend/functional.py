@@ -217,14 +217,14 @@ def cat(tensors, dim: int = 0):
   for t in tensors[1:]: dt = promote(dt, t.dtype)
   tensors = [t.cast(dt) for t in tensors]
   total = sum(t.shape[dim] for t in tensors)
-  nonempty = [t for t in tensors if t.shape[dim]]
+  nonempty = [t for t in tensors if highest(t.shape[dim])]     # a size known at run time may be 0, never less
   if len(nonempty) <= 1:
     if nonempty: return nonempty[0]
     return tensors[0]
   out, offset = None, 0
   for t in tensors:
     size = t.shape[dim]
-    if not size: continue
+    if not highest(size): continue
     pads = tuple((offset, total - offset - size) if k == dim else (0, 0) for k in range(t.ndim))
     padded = t.pad(pads)
     if out is None: out = padded

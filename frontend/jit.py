@@ -7,9 +7,9 @@ import math
 import time
 from dataclasses import dataclass, field
 import numpy as np
-from tgc.ir.sint import highest_prod, is_static
+from tgc.ir.sint import highest_prod, is_static, provably_le, sint
 from tgc.ir import Ops, GroupOp, UOp, DType, lowp, provenance, substitute
-from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points
+from tgc.codegen.schedule import ScheduleItem, schedule, find_realize_points, placed_kernel, rewrites_itself
 from tgc.frontend import buffers, realize as _realize
 from tgc.frontend.interpreter import evaluate
 from tgc.frontend.limits import SizeLimits, TensorTooLarge
@@ -31,18 +31,40 @@ class TensorSpec:
   dtype: DType
 
 
+@dataclass(frozen=True)
+class StateSpec:
+  """A tensor a model carries from one call to the next (a KV cache), kept where it is computed. The model reads it
+  as input `input`: the first `length` entries along `axis` of a buffer of `shape` (its capacity); it returns it
+  grown to `grown` entries as output `output`, whose first `length` entries are the input's. A call writes only
+  the entries after them, in place."""
+  input: str
+  output: str
+  shape: tuple[int, ...]
+  dtype: DType
+  axis: int
+  length: UOp               # a Variable: the entries held before a call
+  grown: sint               # the entries held after it
+
+
+class StateError(JitError):
+  """A declared state the model does not append to (the message names it)."""
+
+
 @dataclass
 class Capture:
   """What a model launches, independent of any target. `items` bind BUFFER nodes: `inputs` (filled by the caller),
-  `weights` (constant data), `outputs`, and the rest are intermediates."""
+  `weights` (constant data), `outputs`, `states` (kept by the artifact between calls), and the rest are
+  intermediates."""
   items: list[ScheduleItem]
   inputs: list[tuple[TensorSpec, UOp]]
   outputs: list[tuple[TensorSpec, UOp]]
   weights: dict[UOp, np.ndarray] = field(default_factory=dict)
   seconds: dict[str, float] = field(default_factory=dict)     # time of each phase of `trace` (build, fold, schedule)
+  states: list[tuple[StateSpec, UOp]] = field(default_factory=list)
 
   def intermediates(self) -> list[UOp]:
-    fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights)
+    fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights) | \
+      {b for _, b in self.states}
     out: list[UOp] = []
     for it in self.items:
       for b in it.bufs:
@@ -160,12 +182,14 @@ def placeholder(shape: tuple[int, ...], dtype: DType, device: str | None = None)
 
 def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
           output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS,
-          limits: SizeLimits | None = None) -> Capture:
+          limits: SizeLimits | None = None, states: list[tuple[int, int, int, UOp]] | None = None) -> Capture:
   """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
   do not depend on an input are evaluated now (constant folding) and become weights. Kernels bind at most
   `max_buffers` buffers, so the capture fits every target. Inputs may be `placeholder`s. With `limits`, every
   input, output and tensor the capture would hold in a buffer is checked before anything is folded or
-  scheduled (TensorTooLargeError)."""
+  scheduled (TensorTooLargeError). `states`: (input position, output position, axis, length Variable) of each
+  state (`StateSpec`): that example input is the state's whole buffer, `fn` gets its first `length` entries along
+  `axis`, and the output's entries after them are written into the buffer in place."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
@@ -175,14 +199,25 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   ids = [buffers.buffer_id(t.uop) for t in example_inputs]
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
+  states = states or []
+  views = list(example_inputs)
+  for i, _, axis, length in states:
+    views[i] = views[i].shrink(tuple((0, length) if k == axis else None for k in range(views[i].ndim)))
   start = time.perf_counter()
-  with provenance.call_sites(): ret = fn(*example_inputs)
+  with provenance.call_sites(): ret = fn(*views)
   outs = _flatten_tensors(ret)
   if not outs: raise NothingTracedError("didn't JIT anything! (the function returned no Tensor)")
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
   for name, t in zip(out_names, outs): _check_size(limits, f"output {name!r}", t.uop)
+  specs = [_state_spec(example_inputs[i], outs[o], in_names[i], out_names[o], axis, length)
+           for i, o, axis, length in states]
+  kept = [o for o in range(len(outs)) if o not in {o for _, o, _, _ in states}]
+  # per state: the entries a call appends (written in place) and the ones it keeps (checked to be the input's)
+  grown = [_along(outs[o], st.axis, st.length, st.grown) for (_, o, _, _), st in zip(states, specs)]
+  kept_part = [_along(outs[o], st.axis, 0, st.length) for (_, o, _, _), st in zip(states, specs)]
   built = time.perf_counter()
-  roots = _fold_constants([t.uop for t in outs], set(input_bufs), limits)
+  roots = _fold_constants([outs[o].uop for o in kept] + grown + kept_part, set(input_bufs), limits)
+  roots, grown, kept_part = roots[:len(kept)], roots[len(kept):len(kept) + len(grown)], roots[len(kept) + len(grown):]
   folded = time.perf_counter()
   placeholders: list[UOp] = []
 
@@ -190,9 +225,13 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     b = buffers.new_buffer("capture", shape, dtype)
     placeholders.append(b)
     return b
-  items, out_bufs = schedule(roots, new_buffer, max_buffers)
+  state_bufs = [input_bufs[i] for i, _, _, _ in states]
+  starts = [tuple(st.length if k == st.axis else 0 for k in range(len(st.shape))) for st in specs]
+  for st, part, buf in zip(specs, kept_part, state_bufs): _check_kept(st, part, buf, new_buffer)
+  items, out_bufs = schedule(roots + grown, new_buffer, max_buffers,
+                             placed={g: (b, at) for g, b, at in zip(grown, state_bufs, starts)})
   # an output that is an input, a weight or another output's buffer still gets its own buffer (a copy kernel)
-  out_bufs = list(out_bufs)
+  out_bufs = list(out_bufs[:len(roots)])
   for i, b in enumerate(out_bufs):
     if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
       more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
@@ -205,10 +244,38 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     for b in it.bufs:
       if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
   seconds = {"build": built - start, "fold": folded - built, "schedule": time.perf_counter() - folded}
+  state_inputs = {i for i, _, _, _ in states}
   return Capture(items,
-                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(in_names, example_inputs, input_bufs)],
-                 [(TensorSpec(n, t.shape, t.dtype), b) for n, t, b in zip(out_names, outs, out_bufs)], weights,
-                 seconds)
+                 [(TensorSpec(n, t.shape, t.dtype), b) for k, (n, t, b) in
+                  enumerate(zip(in_names, example_inputs, input_bufs)) if k not in state_inputs],
+                 [(TensorSpec(out_names[o], outs[o].shape, outs[o].dtype), b) for o, b in zip(kept, out_bufs)],
+                 weights, seconds, list(zip(specs, state_bufs)))
+
+
+def _state_spec(buf: Tensor, out: Tensor, in_name: str, out_name: str, axis: int, length: UOp) -> StateSpec:
+  """The StateSpec of a state held in `buf` and returned as `out`; a StateError when `out` cannot be it."""
+  what = f"state {in_name!r} -> {out_name!r}"
+  same_dims = out.ndim == buf.ndim and all(a == b for k, (a, b) in enumerate(zip(out.shape, buf.shape)) if k != axis)
+  if out.dtype != buf.dtype or not same_dims:
+    raise StateError(f"{what}: the output is {out.dtype.name} {out.shape}, the state {buf.dtype.name} with "
+                     f"{buf.shape[axis]} entries along dim {axis} of {buf.shape}")
+  grown = out.shape[axis]
+  if not provably_le(length, grown):     # whether it fits the capacity is checked by each call
+    raise StateError(f"{what}: the output's size along dim {axis} ({grown}) can be less than the state's length")
+  return StateSpec(in_name, out_name, tuple(buf.shape), buf.dtype, axis, length, grown)
+
+
+def _along(t: Tensor, axis: int, begin: sint, end: sint) -> UOp:
+  return t.shrink(tuple((begin, end) if k == axis else None for k in range(t.ndim))).uop
+
+
+def _check_kept(st: StateSpec, part: UOp, buf: UOp, new_buffer) -> None:
+  """A StateError unless writing the output's first `length` entries back into the state changes nothing (the
+  output is the input with entries appended, as a KV cache's Concat makes it)."""
+  item = placed_kernel(part, buf, (0,) * len(st.shape), new_buffer)
+  if item is not None and not rewrites_itself(item):
+    raise StateError(f"state {st.input!r} -> {st.output!r}: the output's first entries along dim {st.axis} are not "
+                     f"the input's (only a state that a call appends to, such as a KV cache's Concat, stays in place)")
 
 
 def _read(b: UOp) -> np.ndarray:

@@ -17,11 +17,12 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def Variable(name: str, lowest: int, highest: int) -> UOp:
-  """A size named `name` that takes any value in [lowest, highest] at run time (lowest >= 1)."""
+  """A size named `name` that takes any value in [lowest, highest] at run time (lowest >= 0: a state's length is 0
+  before its first call)."""
   if not isinstance(name, str) or not NAME.fullmatch(name):
     raise ValueError(f"a size variable's name must be an identifier, not {name!r}")
-  if not (isinstance(lowest, int) and isinstance(highest, int)) or not 1 <= lowest <= highest:
-    raise ValueError(f"size variable {name}: need 1 <= lowest <= highest, got {lowest}..{highest}")
+  if not (isinstance(lowest, int) and isinstance(highest, int)) or not 0 <= lowest <= highest:
+    raise ValueError(f"size variable {name}: need 0 <= lowest <= highest, got {lowest}..{highest}")
   return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, lowest, highest))
 
 
@@ -32,10 +33,12 @@ def is_static(x) -> bool:
 
 
 def simplified(x: sint) -> sint:
-  """`x` in its canonical form; an expression that is constant becomes an int."""
+  """`x` in its canonical form (a sum's terms in one order: past+seq and seq+past are one node); an expression that
+  is constant becomes an int."""
   if not isinstance(x, UOp): return int(x)
-  from tgc.ir.symbolic import simplify
+  from tgc.ir.symbolic import simplify, split_terms, build_sum
   x = simplify(x)
+  if x.op is Ops.ADD: x = build_sum(x.dtype, *split_terms(x))
   return x.arg if x.op is Ops.CONST else x
 
 

@@ -122,6 +122,29 @@ def _lt_fold(x: UOp, c: UOp) -> UOp | None:
   return y.lt(UOp.const(x.dtype, -((-bound) // g)))
 
 
+def _lt_ranges(x: UOp, y: UOp) -> UOp | None:
+  """x < y for index expressions of sizes known at run time, decided on x - y with each loop index at its smallest
+  or largest value, as an expression of its end (i < n for a loop i over n; i + n < n is false)."""
+  if x.dtype is not dtypes.index or y.op is Ops.CONST: return None
+  tx, cx = split_terms(x)
+  ty, cy = split_terms(y)
+  diff = dict(tx)
+  for t, k in ty.items(): diff[t] = diff.get(t, 0) - k
+  if not any(t.op is Ops.RANGE for t, k in diff.items() if k): return None
+
+  def extreme(largest: bool) -> UOp:
+    terms, const = {}, cx - cy
+    for t, k in diff.items():
+      if t.op is not Ops.RANGE or (k > 0) != largest: terms[t] = terms.get(t, 0) + k; continue
+      end_terms, end_const = split_terms(t.src[0])     # the loop index at end - 1
+      for e, j in end_terms.items(): terms[e] = terms.get(e, 0) + k * j
+      const += k * (end_const - 1)
+    return build_sum(x.dtype, {t: k for t, k in terms.items() if k}, const)
+  if extreme(True).vmax < 0: return UOp.const(dtypes.bool, True)
+  if extreme(False).vmin >= 0: return UOp.const(dtypes.bool, False)
+  return None
+
+
 x, y, z = UPat.var("x"), UPat.var("y"), UPat.var("z")
 c1, c2 = UPat.cvar("c1"), UPat.cvar("c2")
 idx = UPat.var("x", dtypes.index)
@@ -172,6 +195,8 @@ symbolic = PatternMatcher([
    if c2.arg > 0 and c1.arg % c2.arg == 0 and x.vmin >= 0 else None),
   # sum + c < d -> sum < d - c; g*y < d -> y < ceil(d/g)
   (UPat(Ops.CMPLT, src=(x, UPat.cvar("c"))), _lt_fold),
+  # i < n -> True for a loop i over n; i + n < n -> False (loop indexes against sizes known at run time)
+  (UPat(Ops.CMPLT, src=(x, y)), _lt_ranges),
   # max(x, y) -> x when x >= y always
   (x.maximum(y), lambda x, y: x if x.vmin >= y.vmax else None),
   # where(c, a, a) -> a

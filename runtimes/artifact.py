@@ -250,17 +250,23 @@ class Artifact:
       out.append(np.require(arr, requirements=["C", "A"]))
     return out
 
+  def held_sizes(self) -> dict[str, int]:
+    """The sizes the artifact tracks itself: each state's length now (none without states)."""
+    return {}
+
   def input_dims(self, inputs: dict) -> dict[str, int]:
     """The sizes known only at run time, read off the inputs' shapes (none for an artifact of fixed shapes)."""
     if not is_dynamic(self.manifest): return {}
     check_input_names(self.inputs, inputs)
+    held = self.held_sizes()
     shapes = tuple(np.shape(inputs[s["name"]]) for s in self.inputs)
+    key = (shapes, tuple(held.items()))
     cache = self.__dict__.setdefault("_dims_of", {})      # each set of input shapes is worked out once
     if len(cache) > 256: cache.clear()
-    if shapes not in cache:
-      try: cache[shapes] = bind_dims(self.manifest, {s["name"]: sh for s, sh in zip(self.inputs, shapes)})
+    if key not in cache:
+      try: cache[key] = bind_dims(self.manifest, {s["name"]: sh for s, sh in zip(self.inputs, shapes)}, held)
       except DimsError as error: raise ArtifactError(str(error)) from None
-    return cache[shapes]
+    return cache[key]
 
   def specs_at(self, dims: dict[str, int]) -> tuple[list[dict], list[dict]]:
     """The input and output specs with the shapes they have for these sizes."""

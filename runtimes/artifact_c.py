@@ -161,6 +161,9 @@ class CArtifact(Artifact):
             "verify_weights": (i, [p]), "run": (i, [p, p, p]), "free": (None, [p]), "strerror": (ctypes.c_char_p, [i]),
             "set_dims": (i, [p, p])}
     if self.embedded: sigs["init_embedded"] = (i, [p, p])
+    if self.manifest.get("states"):
+      sigs.update({"state_length": (ctypes.c_int32, [p, size]), "set_state_length": (i, [p, ctypes.c_int32]),
+                   "state_data": (p, [p, size])})
     if "tgc_threads.c" in self.manifest["files"]:
       sigs.update({"set_parallel": (None, [p, p, p]), "profile": (size, [p, p, size]), "profile_reset": (None, [p])})
     return sigs
@@ -202,6 +205,25 @@ class CArtifact(Artifact):
     status = self._fn("set_dims")(self._ctx, (ctypes.c_int32 * len(dims))(*dims.values()))
     if status != 0: raise ArtifactError(f"{self.folder}: set_dims failed: {self._describe(status)}")
     return [(tuple(t["shape"]), d) for t, (_, d) in zip(self.specs_at(dims)[1], self._out_specs)]
+
+  # ---- states ----
+  def held_sizes(self) -> dict[str, int]:
+    return {st["length"]: int(self._fn("state_length")(self._ctx, i))
+            for i, st in enumerate(self.manifest.get("states", ()))}
+
+  def reset_state(self, length: int = 0) -> None:
+    """Keep the first `length` entries of every state (0: start a new sequence)."""
+    status = self._fn("set_state_length")(self._ctx, length)
+    if status != 0: raise ArtifactError(f"{self.folder}: set_state_length({length}): {self._describe(status)}")
+
+  def state(self, i: int) -> np.ndarray:
+    """A copy of the entries state i holds now (its length along its growing dim)."""
+    st = self.manifest["states"][i]
+    ptr = self._fn("state_data")(self._ctx, i)
+    full = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), (st["nbytes"],))
+    whole = full.view(np.dtype(st["dtype"])).reshape(st["shape"])
+    length = self.held_sizes()[st["length"]]
+    return whole[tuple(slice(0, length) if k == st["axis"] else slice(None) for k in range(whole.ndim))].copy()
 
   def _execute(self, prepared) -> dict[str, np.ndarray]:
     _, outs, in_ptrs, out_ptrs = prepared

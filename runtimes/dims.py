@@ -44,11 +44,13 @@ def dim_ranges(manifest: dict) -> dict[str, tuple[int, int]]:
   return {d["name"]: (int(d["min"]), int(d["max"])) for d in manifest.get("dims", ())}
 
 
-def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
-  """The value of every size known at run time, read off the inputs' `shapes` (by input name), each checked
-  against its range and every input dim checked against the shape it must have."""
+def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]], held: dict[str, int] | None = None
+              ) -> dict[str, int]:
+  """The value of every size known at run time (in the manifest's order), read off the inputs' `shapes` (by input
+  name), each checked against its range and every input dim checked against the shape it must have. `held`: the
+  sizes the artifact tracks itself (its states' lengths), by name."""
   ranges = dim_ranges(manifest)
-  values: dict[str, int] = {}
+  values: dict[str, int] = dict(held or {})
   for spec in manifest["inputs"]:
     name, want, got = spec["name"], spec["shape"], tuple(shapes[spec["name"]])
     if len(got) != len(want):
@@ -67,7 +69,7 @@ def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]]) -> dict[str, i
     if tuple(shapes[spec["name"]]) != expected:
       raise DimsError(f"input {spec['name']!r}: shape {tuple(shapes[spec['name']])}, expected {expected} "
                       f"({_text(spec['shape'])} with {_assignments(values)})")
-  return values
+  return {n: values[n] for n in ranges}
 
 
 def shape_at(shape: list, values: dict[str, int]) -> tuple[int, ...]:

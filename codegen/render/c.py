@@ -262,4 +262,5 @@ class CRenderer(CStyleRenderer):
 
 TARGET = TargetSpec("c", "C", CRenderer, "tgc.emit.c:write_c_bundle", artifact="tgc.runtimes.artifact_c:CArtifact",
                     runtime="tgc.runtimes.c:CRuntime", cpu=True, emit_options=("embed_weights",),
-                    run_options=("threads", "profile"), aliases=("cpu",), run_time_sizes=True)
+                    run_options=("threads", "profile"), aliases=("cpu",), run_time_sizes=True,
+                    states=True)

@@ -19,7 +19,7 @@ from tgc.ir.sint import is_static
 from tgc.frontend import buffers
 from tgc.frontend.limits import SizeLimits, TensorTooLarge
 from tgc.frontend.tensor import Tensor
-from tgc.frontend.onnx import control_flow, node_checks, run_time_sizes, shape_values
+from tgc.frontend.onnx import control_flow, model_state, node_checks, run_time_sizes, shape_values
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES, array_to_tensor, host_values, onnx_dtype, to_onnx_type
 from tgc.frontend.onnx.functions import function_body, resolved_attrs
 from tgc.frontend.onnx.loading import (attribute_value, collect_types, node_label, op_key, opset_versions, prepare,
@@ -49,7 +49,8 @@ class OnnxGraph:
   Call it with one Tensor per input to build the lazy outputs (a list of Tensors)."""
 
   def __init__(self, model: onnx.ModelProto, what: str, base_dir: str, input_shapes: dict | None,
-               consts: dict | None, limits: SizeLimits | None = None, dims: dict | None = None):
+               consts: dict | None, limits: SizeLimits | None = None, dims: dict | None = None,
+               states: dict | None = None, max_context: int | None = None):
     self.model, self.name = model, what
     self.limits = limits
     self.graph = model.graph
@@ -64,6 +65,8 @@ class OnnxGraph:
       self.weights[sp.values.name] = sparse_to_dense(sp)
       self._weight_dtypes[sp.values.name] = onnx_dtype(sp.values.data_type, f"initializer {sp.values.name!r}")
     self.sizes = run_time_sizes.SizeNames(dims or {})
+    self.states: list[tuple[str, str, int]] = []    # (input, output, axis of its length) of each state
+    self._hold_states(states or {}, max_context)
     self._set_inputs(input_shapes or {}, consts or {})
     self.sizes.check_all_used()
     self._folded: dict[tuple, list] = {}
@@ -81,6 +84,19 @@ class OnnxGraph:
     self.outputs = [(o.name, tuple(t.shape), t.dtype) for o, t in zip(self.graph.output, outs)]
 
   # ------------------------------------------------------------ inputs
+  def _hold_states(self, given: dict, max_context: int | None) -> None:
+    """The states the artifact keeps (with a capacity `max_context`): their lengths become sizes it tracks."""
+    if max_context is None:
+      if given: raise OnnxError("--state needs --max-context (the number of entries each state can hold)")
+      return
+    if not isinstance(max_context, int) or max_context < 1:
+      raise OnnxError(f"--max-context must be a positive number of entries, not {max_context!r}")
+    inputs = {i.name: i for i in self.graph.input if i.name not in self.weights}
+    for name, out in model_state.state_pairs(list(inputs), [o.name for o in self.graph.output], given):
+      axis, length = model_state.length_dim(name, value_dims(inputs[name].type))
+      self.sizes.hold(length, max_context - 1)
+      self.states.append((name, out, axis))
+
   def _set_inputs(self, input_shapes: dict, consts: dict) -> None:
     graph_inputs = [i for i in self.graph.input if i.name not in self.weights]
     names = [i.name for i in graph_inputs]
@@ -369,10 +385,12 @@ def _store(scope: Scope, node: onnx.NodeProto, label: str, outs: list) -> None:
 
 
 def load_model(src, input_shapes: dict[str, tuple] | None = None, consts: dict[str, np.ndarray] | None = None,
-               limits: SizeLimits | None = None, dims: dict[str, tuple[int, int]] | None = None) -> OnnxGraph:
+               limits: SizeLimits | None = None, dims: dict[str, tuple[int, int]] | None = None,
+               states: dict[str, str] | None = None, max_context: int | None = None) -> OnnxGraph:
   """Load, check and import an ONNX model from a path, bytes or a ModelProto. With `limits`, every graph input
   and node output is checked on its shape before anything is computed (OnnxError naming the input or node).
   `dims` (name -> (lowest, highest)) keeps the input dims of those names (dim_params, or names given in
-  `input_shapes`) as sizes known only at run time."""
+  `input_shapes`) as sizes known only at run time. With `max_context`, the model's states (`states`: input ->
+  output, else found by name; `model_state`) hold up to that many entries, their lengths tracked at run time."""
   model, what, base_dir = prepare(src)
-  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits, dims)
+  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits, dims, states, max_context)

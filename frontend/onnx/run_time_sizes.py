@@ -7,7 +7,7 @@ name becomes one `Variable`, named by an identifier derived from it (generated c
 from __future__ import annotations
 import re
 from tgc.ir import UOp
-from tgc.ir.sint import Variable
+from tgc.ir.sint import Variable, simplified
 from tgc.frontend.onnx.registry import OnnxError
 
 
@@ -44,12 +44,29 @@ class SizeNames:
         raise OnnxError(f"dims: sizes {other!r} and {name!r} would both be called {identifier(name)} in generated "
                         f"code; rename one with --input-shape")
     self.variables: dict[str, UOp] = {}
+    self.held: set[str] = set()
+
+  def hold(self, name: str, highest: int) -> UOp:
+    """The size `name` as a state's length: 0..highest, tracked by the artifact (no --dim gives it)."""
+    if name in self.ranges and name not in self.held:
+      raise OnnxError(f"dims: size {name!r} is a state's length (0..{highest}, set by --max-context); drop its --dim")
+    self.ranges[name] = (0, highest)
+    self.held.add(name)
+    return self.variable(name)
 
   def variable(self, name: str) -> UOp:
     if name not in self.variables:
       lo, hi = self.ranges[name]
       self.variables[name] = Variable(identifier(name), lo, hi)
     return self.variables[name]
+
+  def _sum(self, d: str):
+    """A dim_param that sums sizes with ranges and integers ("past_sequence_length + 1"), or None."""
+    terms = [t.strip() for t in d.split("+")]
+    if len(terms) < 2 or not all(t in self.ranges or t.isdigit() for t in terms): return None
+    out = 0
+    for t in terms: out = out + (int(t) if t.isdigit() else self.variable(t))
+    return simplified(out)
 
   def given_dim(self, d, input_name: str):
     """A dim of a shape the user gave: an int, or the name of a size with a range."""
@@ -65,6 +82,8 @@ class SizeNames:
     error naming the input and the dim, saying how to fix or keep it."""
     if isinstance(d, int): return d
     if d and d in self.ranges: return self.variable(d)
+    total = self._sum(d) if d else None
+    if total is not None: return total
     legacy = " (a dim_value of -1 or 0 is an unknown size)" if d in ("-1", "0") else ""
     keep = f", or keep it open with --dim {d}=LOWEST..HIGHEST" if d and d not in ("-1", "0") else ""
     raise OnnxError(f"input {input_name!r}: dimension {axis} ({d or '?'}) is unknown{legacy}; give the input's "

@@ -9,7 +9,7 @@ def test_variable_checks_its_name_and_range():
   t = Variable("T", 2, 64)
   assert t.op is Ops.DEFINE_VAR and (t.vmin, t.vmax) == (2, 64)
   assert Variable("T", 2, 64) is t        # hash-consed: the same size is the same node
-  for bad in (("1T", 1, 4), ("T x", 1, 4), ("T", 0, 4), ("T", 5, 4), ("T", 1.0, 4)):
+  for bad in (("1T", 1, 4), ("T x", 1, 4), ("T", -1, 4), ("T", 5, 4), ("T", 1.0, 4)):
     with pytest.raises(ValueError): Variable(*bad)
 
 
