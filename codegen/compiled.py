@@ -19,7 +19,8 @@ from tgc.ir import UOp, DType, dtypes, viz
 from tgc.ir.sint import highest_prod, variables
 from tgc.ir.provenance import Origin
 from tgc.codegen.lower import lower, KernelProgram
-from tgc.codegen.opts import OptOps
+from tgc.codegen.opts import OptError, OptOps
+from tgc.codegen.size_variants import small_size_opts
 from tgc.codegen.memory import plan_memory, align
 from tgc.codegen.names import symbol, comment_lines
 from tgc.codegen.target import Precision, Target
@@ -70,6 +71,8 @@ class CompiledModel:
   # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
   states: list = field(default_factory=list)     # frontend.jit.StateSpec of each STATE buffer, in order
+  # kernel name -> (its variant for small sizes, the length it is for, the block: run when 2 * length <= block)
+  small_variants: dict[str, tuple[KernelProgram, UOp, int]] = field(default_factory=dict)
 
   def of_kind(self, kind: BufferKind | str) -> list[BufferInfo]:
     """The buffers of one kind (a BufferKind or its manifest word), in plan order."""
@@ -162,6 +165,7 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   own = own_weights(items, {b for _, b, _ in weights})
   kernels, asts, by_ast, tuned = _lower_kernels(name, target, items, own, opts_for, progress)
   data = _weights_as_read(items, [kernels[by_ast[it.ast.key]] for it in items], weights)
+  small = _small_size_variants(target, kernels, asts, own, items, by_ast, weights, data)
   buffers, index, weight_data = _named_buffers(inputs, outputs, weights, data)
   held = 0      # the states' bytes, before the planned intermediates
   for i, (st, b) in enumerate(states or []):
@@ -187,7 +191,29 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
                        {"renderer": str(target), "tuned": tuned}, variants, vtargets,
                        {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()},
-                       [st for st, _ in states or []])
+                       [st for st, _ in states or []], small)
+
+
+def _small_size_variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp], own: dict,
+                         items: list, by_ast: dict[str, str], weights: list, data: dict[UOp, np.ndarray]
+                         ) -> dict[str, tuple[KernelProgram, UOp, int]]:
+  """Per CPU kernel blocked over a size known at run time, its variant for small values of that size
+  (`size_variants`), kept when it binds the same buffers and reads its weights in the same layout as the kernel."""
+  if target.has_workgroups: return {}
+  original = {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+  item_of = {by_ast[it.ast.key]: it for it in items}
+  out: dict[str, tuple[KernelProgram, UOp, int]] = {}
+  for kname, prg in kernels.items():
+    variant = small_size_opts(asts[kname], list(prg.opts)) if prg.variables else None
+    if variant is None: continue
+    try: small = lower(asts[kname], target, variant.opts, name=f"{kname}_small", weights=own.get(asts[kname].key))
+    except OptError: continue
+    it = item_of[kname]
+    same = small.args == prg.args and small.params == prg.params and set(small.relayouts) == set(prg.relayouts) and \
+      all(np.array_equal(how.apply({p: original[it.bufs[p]] for p in how.positions}), data[it.bufs[pos]])
+          for pos, how in small.relayouts.items())
+    if same: out[kname] = (small, variant.extent, variant.block)
+  return out
 
 
 def _nodes_by_ast(items: list) -> dict[str, tuple[Origin, ...]]:

@@ -40,7 +40,7 @@ def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
   """Per kernel, the argument block a launch fills, the function running a range of its task loop, and the task
   function a parallel-for calls (one task loop iteration)."""
   out = []
-  for name, k in cm.kernels.items():
+  for name, k in _programs(cm).items():
     dims = [variable_name(v) for v in k.variables]
     fields = "".join(f" {p.ctype} *d{p.index};" for p in params[name]) + "".join(f" int {d};" for d in dims)
     call = ", ".join([f"g->d{p.index}" for p in params[name]] + [f"g->{d}" for d in dims] + ["(int)lo", "(int)hi"])
@@ -145,21 +145,38 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
       sets.append(f"    g.d{p.index} = {arg};\n")
     k = cm.kernels[c.kernel]
     sets += [f"    g.{variable_name(v)} = {variable_name(v)};\n" for v in k.variables]
-    calls.append(f"{call_comment(cm, n)}  {{\n    tg_args_{c.kernel} g;\n{''.join(sets)}"
-                 f"    tg_launch(ctx, {n}, tg_task_{c.kernel}, "
-                 f"tg_range_{c.kernel}, &g, (size_t){render(k.global_size[0], variable_name)}, "
-                 f"{_parallel(k)});\n  }}")
+    launch = _launch(n, k, sets)
+    if c.kernel in cm.small_variants:       # the variant for small sizes, when the size is at most half the block
+      small, extent, block = cm.small_variants[c.kernel]
+      launch = (f"  if (2 * {render(extent, variable_name)} <= {block})\n{_launch(n, small, sets)}\n"
+                f"  else\n{launch}")
+    calls.append(f"{call_comment(cm, n)}{launch}")
   dims = list(cm.dims)
   calls += [f"  ctx->dims[{dims.index(name)}] = (int32_t)({grown});" for name, (grown, _) in growth.items()]
   return {"run_locals": "".join(locals_), "run_checks": "".join(checks), "run_setup": "".join(setup),
           "run_calls": "\n".join(calls)}
 
 
+def _launch(n: int, k: KernelProgram, sets: list[str]) -> str:
+  """Call n of kernel `k`: its argument block filled by `sets`, its task loop handed to tg_launch."""
+  return (f"  {{\n    tg_args_{k.name} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{k.name}, tg_range_{k.name}, &g, "
+          f"(size_t){render(k.global_size[0], variable_name)}, {_parallel(k)});\n  }}")
+
+
+def _programs(cm: CompiledModel) -> dict[str, KernelProgram]:
+  """Every kernel function of model.c: the kernels, each followed by its variant for small sizes if it has one."""
+  out: dict[str, KernelProgram] = {}
+  for name, k in cm.kernels.items():
+    out[name] = k
+    if name in cm.small_variants: out[cm.small_variants[name][0].name] = cm.small_variants[name][0]
+  return out
+
+
 def _kernels(cm: CompiledModel) -> tuple[str, str]:
   """The kernels' includes and helpers (each once, minus what the template includes) and the static kernels."""
   prefix: list[str] = list(TEMPLATE_INCLUDES)
   functions = []
-  for name, k in cm.kernels.items():
+  for name, k in _programs(cm).items():
     for line in k.prefix:
       if line not in prefix: prefix.append(line)
     functions.append(f"{k.function.rstrip()}\n")
@@ -179,7 +196,7 @@ def _embedded(sym: str, embed: bool) -> tuple[str, str]:
 def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str, bytes], dict]:
   """Every file of the bundle but the manifest, and the manifest."""
   sym, weights = bundle_start(cm, "c")
-  params = {name: kernel_params(k) for name, k in cm.kernels.items()}
+  params = {name: kernel_params(k) for name, k in _programs(cm).items()}
   kernel_prefix, kernels = _kernels(cm)
   embedded_decl, embedded_init = _embedded(sym, embed_weights)
   values = host_values(cm, sym, weights, {"inputs": len(cm.inputs), "outputs": len(cm.outputs)})
@@ -210,7 +227,7 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
   info = {"api_prefix": sym, "header": "model.h", "source": "model.c", "c_standard": "c99",
           "embed_weights": embed_weights, "cpu": cm.target.cpu.describe(), "threads": "tgc_threads.c"}
   if embed_weights: info["weights_symbol"] = f"{sym}_weights_data"
-  return files, bundle_manifest(cm, sym, weights, params, files, info, embed_weights)
+  return files, bundle_manifest(cm, sym, weights, {n: params[n] for n in cm.kernels}, files, info, embed_weights)
 
 
 def write_c_bundle(cm: CompiledModel, out_dir: str, embed_weights: bool = False) -> list[str]:

@@ -30,6 +30,14 @@ def _state(b: BufferInfo, st) -> dict:
           "grown": render(st.grown), "offset": b.offset, "nbytes": b.nbytes}
 
 
+def _small(cm: CompiledModel, name: str) -> dict:
+  """A kernel's variant for small sizes (codegen/size_variants.py): when it runs, its launch size and opts."""
+  if name not in cm.small_variants: return {}
+  small, extent, block = cm.small_variants[name]
+  return {"small_sizes": {"name": small.name, "when": f"2*{render(extent)}<={block}",
+                          "global_size": dims_text(small.global_size), "opts": [o.to_json() for o in small.opts]}}
+
+
 def npy_name(d: DType) -> str:
   """The numpy dtype name of the values users read and write for an input or output (`npy_dtype`)."""
   return lowp.value_numpy(d).name if d.storage_only else numpy_name(d)
@@ -61,7 +69,7 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
     "kernels": [{"name": name, "global_size": dims_text(k.global_size), "local_size": list(k.local_size),
                  "ops": k.ops, "bytes": k.bytes, "opts": [o.to_json() for o in k.opts],
                  "tuned": name in cm.meta.get("tuned", ()), "args": kernel_args[name],
-                 "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)]}
+                 "nodes": [{"name": o.name, "op": o.op} for o in cm.kernel_nodes(name)], **_small(cm, name)}
                 for name, k in cm.kernels.items()],
     "calls": [{"kernel": c.kernel, "args": [{"kind": kinds[i][0], "index": kinds[i][1]} for i in c.buffers],
                "nodes": list(dict.fromkeys(o.name for o in c.nodes))} for c in cm.calls],

@@ -11,6 +11,7 @@ from tgc.aot.validate import validate_artifact
 from tgc.aot.viz import viz
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_c import CArtifact
+from tgc.runtimes.dims import evaluate_size
 from tests.emit.dynamic_cases import ENCODER, MODELS, check_encoder, check_main, check_two_sizes
 
 @pytest.fixture(scope="module")
@@ -88,3 +89,23 @@ def test_main_c_reads_the_sizes_off_its_input_files(model_file, tmp_path):
   spec = f"{model_file}:two_sizes"
   compile_model(spec, "c", str(out))
   check_main(out, spec, tmp_path)
+
+
+def test_small_sizes_run_a_variant_without_the_register_block(tmp_path):
+  """Kernels register-blocked over T (sized for the middle of 1..256) get a variant without that block for small T,
+  binding the same buffers and weights; the artifact matches the reference on both sides of the switch."""
+  out = tmp_path / "enc"
+  compile_model(ENCODER, "c", str(out))
+  manifest = json.loads((out / "manifest.json").read_text())
+  small = {k["name"]: k["small_sizes"] for k in manifest["kernels"] if "small_sizes" in k}
+  assert small, "no kernel of the encoder has a variant for small T"
+  source = (out / "model.c").read_text()
+  edges = set()
+  for name, variant in small.items():
+    assert variant["name"] == f"{name}_small" and f"void {name}_small(" in source
+    assert len(variant["opts"]) < len(next(k for k in manifest["kernels"] if k["name"] == name)["opts"])
+    size, _, block = variant["when"].partition("<=")
+    runs_small = [evaluate_size(size, {"T": t}) <= int(block) for t in range(1, 257)]
+    assert runs_small[0] and not runs_small[-1]
+    edges.add(runs_small.index(False))      # the largest T of the variant (T = index + 1 is the first without)
+  with CArtifact(str(out)) as art: check_encoder(art, lengths=tuple(sorted({1, 2} | edges | {e + 1 for e in edges})))

@@ -30,10 +30,13 @@ def _floats(name: str, shape) -> onnx.TensorProto:
   return numpy_helper.from_array((RNG.standard_normal(shape) * 0.4).astype(np.float32), name)
 
 
-def decoder_model(tmp_path, scaled_past: bool = False, names=("past_key_values.0", "present.0")) -> str:
+def decoder_model(tmp_path, scaled_past: bool = False, names=("past_key_values.0", "present.0"),
+                  vocab: int | None = None) -> str:
   """One attention layer with a KV cache in transformers' layout: x (1, seq, 16), attention_mask (1, past + seq),
   past keys/values (1, 2, past, 8) -> y and the cache with this call's keys and values appended (a Concat along
-  the sequence). `scaled_past`: the returned cache holds the past keys doubled (no append: cannot stay in place)."""
+  the sequence). `scaled_past`: the returned cache holds the past keys doubled (no append: cannot stay in place).
+  `vocab`: a language model around it: input_ids and position_ids (int64, (1, seq)) through embedding tables in,
+  logits (1, seq, vocab) out."""
   past, present = names
   cache_in = [helper.make_tensor_value_info(f"{past}.{k}", TensorProto.FLOAT, [1, HEADS, PAST, HEAD_DIM])
               for k in ("key", "value")]
@@ -76,7 +79,19 @@ def decoder_model(tmp_path, scaled_past: bool = False, names=("past_key_values.0
     numpy_helper.from_array(np.array(1.0, np.float32), "one"),
     numpy_helper.from_array(np.array(-1e4, np.float32), "big")]
   if scaled_past: inits.append(numpy_helper.from_array(np.array(2.0, np.float32), "two"))
-  model = helper.make_model(helper.make_graph(nodes, "decoder", [x, mask] + cache_in, [y] + cache_out, inits),
+  inputs, outputs = [x, mask], [y]
+  if vocab:
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, SEQ]) for n in ("input_ids", "position_ids")]
+    inputs.insert(1, mask)
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, SEQ, vocab])]
+    nodes = [helper.make_node("Gather", ["embedding", "input_ids"], ["tokens"]),
+             helper.make_node("Gather", ["position_table", "position_ids"], ["places"]),
+             helper.make_node("Add", ["tokens", "places"], ["x"])] + nodes + [
+             helper.make_node("Add", ["x", "y"], ["h"]),
+             helper.make_node("MatMul", ["h", "lm_head"], ["logits"])]
+    inits += [_floats("embedding", (vocab, WIDTH)), _floats("position_table", (64, WIDTH)),
+              _floats("lm_head", (WIDTH, vocab))]
+  model = helper.make_model(helper.make_graph(nodes, "decoder", inputs + cache_in, outputs + cache_out, inits),
                             opset_imports=[helper.make_opsetid("", 17)])
   onnx.checker.check_model(model)
   path = str(tmp_path / "decoder.onnx")
