@@ -48,6 +48,7 @@ class BenchReport:
   code_bytes: int
   threads: int = 1
   profile: list[KernelProfile] | None = None     # with --profile: per kernel, slowest first
+  each_run: str = ""                             # what one timed run is, when not the obvious (an artifact's states)
 
 
 def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, threads: int = 1,
@@ -57,12 +58,18 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, 
   if runs < 1: raise UserError(f"--runs must be at least 1, got {runs}")
   if warmup < 0: raise UserError(f"--warmup must be at least 0, got {warmup}")
   art = open_artifact(folder)
-  feeds = random_inputs(art, seed)
+  held, dims, each_run = decode_step(art.manifest)
+  feeds = random_inputs(art, seed, dims)
   with artifact_runtime(art, threads, profile) as runtime:
+    before = (lambda: runtime.reset_state(held)) if held is not None else None
+
+    def timed(n: int) -> list[float]:
+      if before: before()       # the inputs' shapes are checked against the states' length once, first
+      return runtime.time(feeds, n, 0, values=True, before=before)
     try:
-      runtime.time(feeds, warmup, 0, values=True)
+      timed(warmup)
       if profile: runtime.profile_reset()
-      times = [float(t) for t in runtime.time(feeds, runs, 0, values=True)]
+      times = [float(t) for t in timed(runs)]
     except ArtifactError as error: raise user_error(error) from None
     per_call = runtime.profile() if profile else None
   if not times: raise RuntimeError("the artifact runtime returned no timings")
@@ -71,7 +78,20 @@ def bench_artifact(folder: str, runs: int = 50, warmup: int = 5, seed: int = 0, 
     kernels = kernel_profile(art.manifest, per_call, len(times), machine_roofline(art.manifest))
   return BenchReport(folder, len(times), warmup, statistics.median(times), float(np.percentile(times, 90)),
                      min(times), int(art.manifest.get("arena_bytes", 0)), art.weights_bytes, art.code_bytes(),
-                     threads, kernels)
+                     threads, kernels, each_run)
+
+
+def decode_step(manifest: dict) -> tuple[int | None, dict | None, str]:
+  """What `tgc bench` times for an artifact keeping states: one call at the smallest run-time sizes (a decoder's
+  one new token) with its states holding half their capacity, reset to that before each run. Returns that length
+  (None without states), the sizes (None: the default, each at its largest) and a description."""
+  states = manifest.get("states")
+  if not states: return None, None, ""
+  dims = {d["name"]: d["min"] for d in manifest.get("dims", ())}
+  held = min(st["shape"][st["axis"]] for st in states) // 2
+  dims.update({st["length"]: held for st in states})
+  sizes = ", ".join(f"{k}={v}" for k, v in dims.items() if k not in {st["length"] for st in states})
+  return held, dims, f"one call ({sizes}) with {held} entries in each state"
 
 
 def _call_bytes(manifest: dict, call: dict) -> int:

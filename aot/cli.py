@@ -377,6 +377,7 @@ def bench_command(artifact, runs, warmup, seed, threads, profile, as_json):
     click.echo(json.dumps(_bench_json(r), indent=2))
     return
   click.echo(f"bench {r.folder}: {r.runs} runs after {r.warmup} warm-up, {r.threads} thread(s)")
+  if r.each_run: click.echo(f"  each run: {r.each_run}")
   click.echo(f"  latency median {r.median_s * 1e3:.4f} ms   p90 {r.p90_s * 1e3:.4f} ms   min {r.min_s * 1e3:.4f} ms")
   click.echo(f"  arena   {_bytes(r.arena_bytes)}")
   click.echo(f"  weights {_bytes(r.weights_bytes)}")

@@ -211,11 +211,9 @@ def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp
 class _KernelBuilder:
   """Builds one kernel's value graph: walks the lazy graph from the root with an index per dimension."""
 
-  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]],
-               placed: dict[UOp, tuple] | None = None):
+  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]):
     self.realized = realized        # lazy node -> BUFFER holding its value
     self.layouts = layouts          # lazy node -> the order its buffer stores its dims in (absent: as they are)
-    self.placed = placed or {}      # lazy node -> where in a bigger buffer its value sits (start of each dim)
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
@@ -234,11 +232,10 @@ class _KernelBuilder:
     return UOp(Ops.DEFINE_GLOBAL, buf.dtype, (), (self.bufs.index(buf), mutable))
 
   def flat_index(self, n: UOp, idx: tuple[UOp, ...]) -> UOp:
-    """Where element `idx` of realized node `n` sits in its buffer."""
-    if n in self.placed:
-      buf = self.realized[n]
-      return _flat_index(tuple(x + o if isinstance(o, UOp) or o else x for x, o in zip(idx, self.placed[n])),
-                         buf.arg[1])
+    """Where element `idx` of realized node `n` sits in its buffer (a bigger one for a value placed into a state:
+    the same coordinates)."""
+    buf = self.realized[n]
+    if tuple(buf.arg[1]) != tuple(n.shape): return _flat_index(idx, buf.arg[1])
     perm = self.layouts.get(n)
     if perm is None: return _flat_index(idx, n.shape)
     return _flat_index(tuple(idx[p] for p in perm), tuple(n.shape[p] for p in perm))
@@ -414,8 +411,10 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
              placed: dict[UOp, tuple[UOp, tuple]] | None = None) -> tuple[list[ScheduleItem], list[UOp]]:
   """Split the graph of `roots` into kernels. `new_buffer(shape, dtype)` makes the BUFFER a kernel writes;
   `max_buffers` bounds the buffers one kernel may bind (WebGPU: 8 storage buffers by default); `placed` maps a
-  root to the existing BUFFER it is written into and the start of its value there along each dim (a state that a
-  call appends to in place). Returns the kernels in execution order and, per root, the BUFFER holding its value."""
+  root to the existing BUFFER holding its value (at the same coordinates: a state's buffer, as big as its capacity)
+  and, per dim, the first index its kernel computes (the entries before it are in the buffer already: a call
+  appends to a state in place, and what reads the root reads that buffer). Returns the kernels in execution order
+  and, per root, the BUFFER holding its value."""
   placed = placed or {}
   viz.snapshot("graph to schedule", *roots)
   roots = batch_sliced_reductions(roots)
@@ -427,28 +426,30 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
     if n in realize and n not in realized:
       realized[n] = placed[n][0] if n in placed else new_buffer(n.shape, n.dtype)
       order.append(n)
-  starts = {n: start for n, (_, start) in placed.items()}
-  built = {n: _build(n, realized, {}, starts) for n in order}
+  firsts = {n: first for n, (_, first) in placed.items()}
+  built = {n: _build(n, realized, {}, firsts.get(n)) for n in order}
   layouts = channels_last(built, realized, set(roots))
   layouts.update({n: perm for n, perm in transposed_operands(built, realized, set(roots)).items() if n not in layouts})
   if layouts:     # rebuild the kernels that read or write a buffer stored channels-last
     relaid = {realized[n] for n in layouts}
-    built.update({n: _build(n, realized, layouts, starts) for n, it in built.items()
+    built.update({n: _build(n, realized, layouts, firsts.get(n)) for n, it in built.items()
                   if it is not None and any(b in relaid for b in it.bufs)})
   items = [it for it in built.values() if it is not None]
   return items, [r if r.op is Ops.BUFFER else realized[r] for r in roots]
 
 
 def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]],
-           placed: dict[UOp, tuple] | None = None) -> ScheduleItem | None:
-  """The kernel computing realized node `n` into its buffer (None for an empty tensor: nothing to compute)."""
-  kb = _KernelBuilder(realized, layouts, placed)
+           first: tuple | None = None) -> ScheduleItem | None:
+  """The kernel computing realized node `n` into its buffer (None for an empty tensor: nothing to compute); with
+  `first`, only the entries from that index on along each dim."""
+  kb = _KernelBuilder(realized, layouts)
   out_arg = kb.buffer_arg(realized[n], mutable=True)
   shape = n.shape
   if any(s == 0 for s in shape): return None
   if n.dtype.storage_only and per_word(n.dtype) > 1: store = _packed_store(kb, n, out_arg)
   else:
-    idx = tuple(kb.new_range(s, AxisType.GLOBAL) if s != 1 else UOp.const(INDEX, 0) for s in shape)
+    first = first or (0,) * len(shape)
+    idx = tuple(_from(kb, simplified(s - f), f) for s, f in zip(shape, first))
     store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
   ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
   ast = simplify(graph_rewrite(ast, select_loads))
@@ -456,13 +457,20 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
   return ScheduleItem(ast, bufs, meta={"nodes": tuple(kb.origins)})
 
 
-def placed_kernel(root: UOp, buf: UOp, start: tuple, new_buffer) -> ScheduleItem | None:
-  """The one kernel writing `root` into `buf` from `start` on, reading every reduction it is computed from as a
-  buffer of its own (made by `new_buffer`, computed by no kernel): enough to tell what the write does
+def _from(kb: _KernelBuilder, size: sint, first: sint) -> UOp:
+  """The index of a kernel's output dim running over `size` entries from `first`."""
+  if not is_static(size) or size != 1: loop = kb.new_range(size, AxisType.GLOBAL)
+  else: loop = UOp.const(INDEX, 0)
+  return loop + first if isinstance(first, UOp) or first else loop
+
+
+def placed_kernel(root: UOp, buf: UOp, new_buffer) -> ScheduleItem | None:
+  """The one kernel writing `root` into `buf` (at the same coordinates), reading every reduction it is computed
+  from as a buffer of its own (made by `new_buffer`, computed by no kernel): enough to tell what the write does
   (`rewrites_itself`) without scheduling the graph above it."""
   realized = {n: new_buffer(n.shape, n.dtype) for n in root.toposort() if n.op is Ops.REDUCE_AXIS and n is not root}
   realized[root] = buf
-  return _build(root, realized, {}, {root: start})
+  return _build(root, realized, {})
 
 
 def rewrites_itself(item: ScheduleItem) -> bool:

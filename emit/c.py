@@ -86,11 +86,12 @@ def _state_code(cm: CompiledModel, sym: str) -> dict[str, str]:
           f"/* Entries state i can hold along its growing dim, and the entries it holds now. */\n"
           f"int32_t {sym}_state_capacity(size_t i);\n"
           f"int32_t {sym}_state_length(const {sym}_ctx *ctx, size_t i);\n"
-          f"/* Keep only the first `length` entries of every state (0: start a new sequence); {sym.upper()}_ERR_DIMS when a\n"
-          f"   state holds fewer. */\n"
+          f"/* Set every state's length: shorter forgets the entries past it (0: start a new sequence), longer takes\n"
+          f"   what its buffer holds there (zeros after init; write a saved cache through state_data first);\n"
+          f"   {sym.upper()}_ERR_DIMS past a state's capacity. */\n"
           f"{sym}_status {sym}_set_state_length({sym}_ctx *ctx, int32_t length);\n"
           f"/* State i's buffer in the arena: C order, its capacity along the growing dim. */\n"
-          f"const void *{sym}_state_data(const {sym}_ctx *ctx, size_t i);\n")
+          f"void *{sym}_state_data({sym}_ctx *ctx, size_t i);\n")
   rows = ",\n".join(f"  {{{c_string(st.input)}, {c_string(st.output)}, {st.shape[st.axis]}, "
                     f"{dims.index(st.length.arg[0])}, {b.offset}}}" for st, b in zip(cm.states, bufs))
   functions = (f"typedef struct {{ const char *name, *output; int32_t capacity; size_t dim, offset; }} tg_state;\n"
@@ -106,11 +107,11 @@ def _state_code(cm: CompiledModel, sym: str) -> dict[str, str]:
                f"  size_t i;\n"
                f"  if (ctx == NULL) return {sym.upper()}_ERR_NULL;\n"
                f"  if (ctx->ready != TG_READY) return {sym.upper()}_ERR_NOT_READY;\n"
-               f"  for (i = 0; i < {len(held)}; i++)\n"
-               f"    if (length < 0 || length > ctx->dims[tg_held_dims[i]]) return {sym.upper()}_ERR_DIMS;\n"
+               f"  for (i = 0; i < {len(cm.states)}; i++)\n"
+               f"    if (length < 0 || length > tg_states[i].capacity) return {sym.upper()}_ERR_DIMS;\n"
                f"  for (i = 0; i < {len(held)}; i++) ctx->dims[tg_held_dims[i]] = length;\n"
                f"  return {sym.upper()}_OK;\n}}\n"
-               f"const void *{sym}_state_data(const {sym}_ctx *ctx, size_t i) {{\n"
+               f"void *{sym}_state_data({sym}_ctx *ctx, size_t i) {{\n"
                f"  return ctx != NULL && ctx->ready == TG_READY && i < {len(cm.states)} ? ctx->arena + tg_states[i].offset "
                f": NULL;\n}}\n\n")
   return {"state_decl": decl, "state_functions": functions}

@@ -189,7 +189,8 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   input, output and tensor the capture would hold in a buffer is checked before anything is folded or
   scheduled (TensorTooLargeError). `states`: (input position, output position, axis, length Variable) of each
   state (`StateSpec`): that example input is the state's whole buffer, `fn` gets its first `length` entries along
-  `axis`, and the output's entries after them are written into the buffer in place."""
+  `axis`, the output's value lives in that buffer and its kernel writes only the entries after them (in place;
+  what reads the output reads the buffer)."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
@@ -212,8 +213,8 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   specs = [_state_spec(example_inputs[i], outs[o], in_names[i], out_names[o], axis, length)
            for i, o, axis, length in states]
   kept = [o for o in range(len(outs)) if o not in {o for _, o, _, _ in states}]
-  # per state: the entries a call appends (written in place) and the ones it keeps (checked to be the input's)
-  grown = [_along(outs[o], st.axis, st.length, st.grown) for (_, o, _, _), st in zip(states, specs)]
+  # per state: the grown value (placed in the state's buffer) and its first entries (checked to be the input's)
+  grown = [outs[o].uop for _, o, _, _ in states]
   kept_part = [_along(outs[o], st.axis, 0, st.length) for (_, o, _, _), st in zip(states, specs)]
   built = time.perf_counter()
   roots = _fold_constants([outs[o].uop for o in kept] + grown + kept_part, set(input_bufs), limits)
@@ -226,10 +227,10 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
     placeholders.append(b)
     return b
   state_bufs = [input_bufs[i] for i, _, _, _ in states]
-  starts = [tuple(st.length if k == st.axis else 0 for k in range(len(st.shape))) for st in specs]
+  firsts = [tuple(st.length if k == st.axis else 0 for k in range(len(st.shape))) for st in specs]
   for st, part, buf in zip(specs, kept_part, state_bufs): _check_kept(st, part, buf, new_buffer)
   items, out_bufs = schedule(roots + grown, new_buffer, max_buffers,
-                             placed={g: (b, at) for g, b, at in zip(grown, state_bufs, starts)})
+                             placed={g: (b, first) for g, b, first in zip(grown, state_bufs, firsts)})
   # an output that is an input, a weight or another output's buffer still gets its own buffer (a copy kernel)
   out_bufs = list(out_bufs[:len(roots)])
   for i, b in enumerate(out_bufs):
@@ -272,7 +273,7 @@ def _along(t: Tensor, axis: int, begin: sint, end: sint) -> UOp:
 def _check_kept(st: StateSpec, part: UOp, buf: UOp, new_buffer) -> None:
   """A StateError unless writing the output's first `length` entries back into the state changes nothing (the
   output is the input with entries appended, as a KV cache's Concat makes it)."""
-  item = placed_kernel(part, buf, (0,) * len(st.shape), new_buffer)
+  item = placed_kernel(part, buf, new_buffer)
   if item is not None and not rewrites_itself(item):
     raise StateError(f"state {st.input!r} -> {st.output!r}: the output's first entries along dim {st.axis} are not "
                      f"the input's (only a state that a call appends to, such as a KV cache's Concat, stays in place)")

@@ -190,11 +190,15 @@ def check_input_names(specs: list[dict], inputs: dict) -> None:
     if name not in inputs: raise MissingInput(name)
 
 
-def time_runs(run_once, runs: int, warmup: int) -> list[float]:
-  """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls."""
-  for _ in range(warmup): run_once()
+def time_runs(run_once, runs: int, warmup: int, before=None) -> list[float]:
+  """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls; `before()` ahead of each call,
+  untimed."""
+  for _ in range(warmup):
+    if before: before()
+    run_once()
   times = []
   for _ in range(runs):
+    if before: before()
     start = _time.perf_counter()
     run_once()
     times.append(_time.perf_counter() - start)
@@ -293,10 +297,11 @@ class Artifact:
     return {spec["name"]: from_storage(np.asarray(out[spec["name"]]), spec) for spec in self.outputs}
 
   def time(self, inputs: dict[str, np.ndarray], runs: int = 10, warmup: int = 2, *,
-           values: bool = False) -> list[float]:
-    """Seconds of each of `runs` whole runs (inputs in, the model, outputs out), after `warmup` untimed runs."""
+           values: bool = False, before=None) -> list[float]:
+    """Seconds of each of `runs` whole runs (inputs in, the model, outputs out), after `warmup` untimed runs;
+    `before()` is called ahead of each run, untimed (resetting states)."""
     prepared = self._prepare(_as_values(inputs) if values else inputs)   # what the runs read must outlive them
-    return time_runs(lambda: self._execute(prepared), runs, warmup)
+    return time_runs(lambda: self._execute(prepared), runs, warmup, before)
 
   def close(self) -> None: raise NotImplementedError
 

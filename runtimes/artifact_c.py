@@ -212,7 +212,8 @@ class CArtifact(Artifact):
             for i, st in enumerate(self.manifest.get("states", ()))}
 
   def reset_state(self, length: int = 0) -> None:
-    """Keep the first `length` entries of every state (0: start a new sequence)."""
+    """Set every state's length (0: start a new sequence; shorter forgets entries, longer takes what the buffer
+    holds)."""
     status = self._fn("set_state_length")(self._ctx, length)
     if status != 0: raise ArtifactError(f"{self.folder}: set_state_length({length}): {self._describe(status)}")
 
