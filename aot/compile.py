@@ -130,8 +130,8 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   start = time.perf_counter()
   if max_context is not None and not target_spec(target.name).states:
     able = ", ".join(n for n in target_names() if target_spec(n).states)
-    raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet ({able} "
-                    f"supports them)")
+    raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet "
+                    f"(targets that keep them: {able})")
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims,
                              states=states, max_context=max_context)
   imported = time.perf_counter()

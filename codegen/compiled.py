@@ -92,6 +92,10 @@ class CompiledModel:
   @property
   def outputs(self) -> list[BufferInfo]: return self.of_kind(BufferKind.OUTPUT)
   @property
+  def state_bytes(self) -> int:
+    """The bytes at the start of the arena that hold the states (the intermediates follow them)."""
+    return sum(align(b.nbytes) for b in self.of_kind(BufferKind.STATE))
+  @property
   def state_lengths(self) -> set[str]:
     """The sizes that are states' lengths: the artifact tracks them, the caller does not give them."""
     return {st.length.arg[0] for st in self.states}

@@ -17,8 +17,9 @@ from tgc.codegen.render.c import SIMD_POSTLUDE, SIMD_PRELUDE
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_manifest, bundle_start, dim_table, host_values,
                              kernel_params, write_bundle)
 from tgc.emit.c_io import io_declarations, run_io_body, shape_functions
-from tgc.emit.c_literals import c_bytes, c_string
+from tgc.emit.c_literals import c_bytes
 from tgc.emit.common import call_comment, fill, read_template, sha256
+from tgc.emit.states import held_table, state_declarations, state_definitions, state_growth, state_table
 from tgc.emit.weights import WeightsFile
 
 TEMPLATE_INCLUDES = ("#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>")
@@ -57,64 +58,18 @@ def _parallel(k: KernelProgram) -> str:
   return f"TG_PARALLEL({k.ops}.0, {k.bytes}.0)" if not is_static(k.global_size[0]) or k.global_size[0] > 1 else "0"
 
 
-def _state_growth(cm: CompiledModel) -> dict[str, tuple[str, int]]:
-  """Per state length (a size the context holds): the C expression of its value after a run and the capacity it
-  must fit in."""
-  growth: dict[str, tuple[str, int]] = {}
-  for st in cm.states:
-    rule = (render(st.grown, variable_name), st.shape[st.axis])
-    if growth.setdefault(st.length.arg[0], rule) != rule:
-      raise ValueError(f"states sharing the length {st.length.arg[0]} grow differently")
-  return growth
-
-
 def _state_code(cm: CompiledModel, sym: str) -> dict[str, str]:
-  """model.h's and model.c's state API (empty for a model without states)."""
+  """model.h's and model.c's state API (empty for a model without states): emit.states' shared part, and
+  `state_data`, a state's buffer in the arena."""
   if not cm.states: return {"state_decl": "", "state_functions": ""}
-  dims = list(cm.dims)
-  bufs = cm.of_kind(BufferKind.STATE)
-  held = sorted({dims.index(st.length.arg[0]) for st in cm.states})
-  decl = (f"/* States: tensors the model carries from one run to the next (a KV cache), kept in the arena. A run reads\n"
-          f"   the entries the runs before it appended (since init or the last set_state_length) and appends its own in\n"
-          f"   place: no copy, no allocation. Each replaces a model input (its name) and output (state_output); its\n"
-          f"   length is a size of the list above that the context sets itself (set_dims leaves it alone). A run that\n"
-          f"   would grow a state past its capacity returns {sym.upper()}_ERR_STATE_FULL and changes nothing. */\n"
-          f"#define {sym.upper()}_NUM_STATES {len(cm.states)}\n"
-          f"size_t {sym}_state_count(void);\n"
-          f"const char *{sym}_state_name(size_t i);\n"
-          f"const char *{sym}_state_output(size_t i);\n"
-          f"/* Entries state i can hold along its growing dim, and the entries it holds now. */\n"
-          f"int32_t {sym}_state_capacity(size_t i);\n"
-          f"int32_t {sym}_state_length(const {sym}_ctx *ctx, size_t i);\n"
-          f"/* Set every state's length: shorter forgets the entries past it (0: start a new sequence), longer takes\n"
-          f"   what its buffer holds there (zeros after init; write a saved cache through state_data first);\n"
-          f"   {sym.upper()}_ERR_DIMS past a state's capacity. */\n"
-          f"{sym}_status {sym}_set_state_length({sym}_ctx *ctx, int32_t length);\n"
-          f"/* State i's buffer in the arena: C order, its capacity along the growing dim. */\n"
-          f"void *{sym}_state_data({sym}_ctx *ctx, size_t i);\n")
-  rows = ",\n".join(f"  {{{c_string(st.input)}, {c_string(st.output)}, {st.shape[st.axis]}, "
-                    f"{dims.index(st.length.arg[0])}, {b.offset}}}" for st, b in zip(cm.states, bufs))
-  functions = (f"typedef struct {{ const char *name, *output; int32_t capacity; size_t dim, offset; }} tg_state;\n"
-               f"static const tg_state tg_states[{len(cm.states)}] = {{\n{rows}\n}};\n"
-               f"static const size_t tg_held_dims[{len(held)}] = {{ {', '.join(map(str, held))} }};\n\n"
-               f"size_t {sym}_state_count(void) {{ return {len(cm.states)}; }}\n"
-               f"const char *{sym}_state_name(size_t i) {{ return i < {len(cm.states)} ? tg_states[i].name : NULL; }}\n"
-               f"const char *{sym}_state_output(size_t i) {{ return i < {len(cm.states)} ? tg_states[i].output : NULL; }}\n"
-               f"int32_t {sym}_state_capacity(size_t i) {{ return i < {len(cm.states)} ? tg_states[i].capacity : 0; }}\n"
-               f"int32_t {sym}_state_length(const {sym}_ctx *ctx, size_t i) {{\n"
-               f"  return ctx != NULL && i < {len(cm.states)} ? ctx->dims[tg_states[i].dim] : 0;\n}}\n"
-               f"{sym}_status {sym}_set_state_length({sym}_ctx *ctx, int32_t length) {{\n"
-               f"  size_t i;\n"
-               f"  if (ctx == NULL) return {sym.upper()}_ERR_NULL;\n"
-               f"  if (ctx->ready != TG_READY) return {sym.upper()}_ERR_NOT_READY;\n"
-               f"  for (i = 0; i < {len(cm.states)}; i++)\n"
-               f"    if (length < 0 || length > tg_states[i].capacity) return {sym.upper()}_ERR_DIMS;\n"
-               f"  for (i = 0; i < {len(held)}; i++) ctx->dims[tg_held_dims[i]] = length;\n"
-               f"  return {sym.upper()}_OK;\n}}\n"
-               f"void *{sym}_state_data({sym}_ctx *ctx, size_t i) {{\n"
-               f"  return ctx != NULL && ctx->ready == TG_READY && i < {len(cm.states)} ? ctx->arena + tg_states[i].offset "
-               f": NULL;\n}}\n\n")
-  return {"state_decl": decl, "state_functions": functions}
+  access = (f"/* State i's buffer in the arena: C order, its capacity along the growing dim. */\n"
+            f"void *{sym}_state_data({sym}_ctx *ctx, size_t i);\n")
+  data = (f"void *{sym}_state_data({sym}_ctx *ctx, size_t i) {{\n"
+          f"  return ctx != NULL && ctx->ready == TG_READY && i < {len(cm.states)} ? ctx->arena + "
+          f"tg_states[i].offset : NULL;\n}}\n\n")
+  return {"state_decl": state_declarations(cm, sym, "in the arena", access),
+          "state_functions": state_table(cm, ("offset",), lambda st, b: (b.offset,)) + "\n" +
+          state_definitions(cm, sym, f"{sym.upper()}_OK") + data}
 
 
 def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile) -> dict[str, str]:
@@ -127,7 +82,7 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
   locals_.append("  size_t i;\n")
   locals_ += [f"  int {variable_name(name)};\n" for name in cm.dims]
   setup += [f"  {variable_name(name)} = ctx->dims[{i}];\n" for i, name in enumerate(cm.dims)]
-  growth = _state_growth(cm)
+  growth = state_growth(cm, variable_name)
   setup += [f"  if ({grown} > {capacity}) return {{{{SYM}}}}_ERR_STATE_FULL;\n" for grown, capacity in growth.values()]
   checks = []
   for what, table in (("inputs", "tg_inputs"), ("outputs", "tg_outputs")):
@@ -210,7 +165,7 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
                  "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
                  "num_dims": str(len(cm.dims)), "num_dims_len": str(max(len(cm.dims), 1)),
                  "dim_table": dim_table(cm),
-                 "dim_held": ", ".join("1" if n in cm.state_lengths else "0" for n in cm.dims) or "0",
+                 "dim_held_table": held_table(cm),
                  **_state_code(cm, sym),
                  "io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym),
                  "shape_functions": shape_functions(cm, sym),

@@ -2,7 +2,8 @@
 add `<name>_set_dims`, `_dim_count/_dim_name/_dim_lowest/_dim_highest`, `_input_shape_at/_output_shape_at`,
 `_input_dim_size` and `ERR_DIMS` (the C bundle's API), and the function that applies a set of sizes to the context:
 each launch's global size (its `ir.sint` size text computed in C and already a multiple of the work-group size),
-the kernels' `dim_<name>` arguments after their buffers, and the bytes each input and output has for them.
+the kernels' `dim_<name>` arguments after their buffers, and the bytes each input and output has for them. A state's
+length (emit.device_states) is a size the context holds itself: 0 after init, and set_dims leaves it.
 
 A model of fixed shapes gets an empty text for every placeholder (its files stay as they were) and the tables' own
 values where the run reads sizes."""
@@ -12,6 +13,7 @@ from tgc.codegen.compiled import CompiledModel
 from tgc.emit.bundle import Param, dim_table
 from tgc.emit.c_io import shape_functions
 from tgc.emit.common import fill, read_template
+from tgc.emit.states import held_table
 
 STATIC = {"dims_macros": "", "dims_status": "", "dims_fields": "", "dims_api": "", "dims_strerror": "",
           "dims_tables": "", "dims_init": "", "dims_functions": "", "input_bytes": "tg_inputs[i].nbytes",
@@ -62,6 +64,15 @@ def _apply(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> str:
 
 def _functions(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> str:
   S = sym.upper()
+  if cm.states:     # a state's length is the context's own (tg_dim_held): 0 after init, set_dims leaves it
+    first = "tg_dim_held[i] ? 0 : tg_dim_table[i].highest"
+    check = ("    if (!tg_dim_held[i] && (dims[i] < tg_dim_table[i].lowest || dims[i] > tg_dim_table[i].highest))\n"
+             f"      return {S}_ERR_DIMS;")
+    keep = "\n    if (!tg_dim_held[i]) ctx->dims[i] = dims[i];"
+  else:
+    first = "tg_dim_table[i].highest"
+    check = f"    if (dims[i] < tg_dim_table[i].lowest || dims[i] > tg_dim_table[i].highest) return {S}_ERR_DIMS;"
+    keep = " ctx->dims[i] = dims[i];"
   return f"""
 /* ---------------------------------------------------------------- sizes known only at run time */
 
@@ -69,7 +80,7 @@ def _functions(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> s
 
 static {sym}_status tg_default_dims({sym}_ctx *ctx) {{
   size_t i;
-  for (i = 0; i < tg_num_dims; i++) ctx->dims[i] = tg_dim_table[i].highest;
+  for (i = 0; i < tg_num_dims; i++) ctx->dims[i] = {first};
   return tg_apply_dims(ctx);
 }}
 
@@ -78,8 +89,8 @@ static {sym}_status tg_default_dims({sym}_ctx *ctx) {{
   if (ctx == NULL || dims == NULL) return {S}_ERR_NULL;
   if (ctx->ready != TG_READY) return {S}_ERR_NOT_READY;
   for (i = 0; i < tg_num_dims; i++)
-    if (dims[i] < tg_dim_table[i].lowest || dims[i] > tg_dim_table[i].highest) return {S}_ERR_DIMS;
-  for (i = 0; i < tg_num_dims; i++) ctx->dims[i] = dims[i];
+{check}
+  for (i = 0; i < tg_num_dims; i++){keep}
   return tg_apply_dims(ctx);
 }}
 
@@ -108,7 +119,8 @@ def dims_values(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> 
     "dims_tables": f"\n\ntypedef struct {{ const char *name; int32_t lowest, highest; }} tg_dim;\n"
                    f"static const size_t tg_num_dims = {S}_NUM_DIMS;\n"
                    f"static const tg_dim tg_dim_table[{n}] = {{\n{dim_table(cm)}\n}};\n"
-                   f"static {sym}_status tg_default_dims({sym}_ctx *ctx);",
+                   f"static {sym}_status tg_default_dims({sym}_ctx *ctx);" +
+                   (f"\n{held_table(cm)}" if cm.states else ""),
     "dims_init": f"\n  if (status == {S}_OK) status = tg_default_dims(ctx);",
     "dims_functions": _functions(cm, sym, params),
     "input_bytes": "ctx->io_bytes[i]", "output_bytes": "ctx->io_bytes[tg_num_inputs + i]",

@@ -2,8 +2,9 @@
 `model.c` (a C99 host library on the OpenCL 1.2 API: the kernel source embedded as strings and built at init, on
 CPU devices such as PoCL the "cpu" kernel variant (without workgroup-memory tiles, where it differs; see
 codegen.compiled); the weights uploaded once, intermediates as sub-buffers of one arena buffer or, when the
-device's sub-buffer alignment exceeds the plan's, as whole buffers shared by slots of disjoint lifetimes, and a run
-function that copies the inputs in, launches the kernels in order and copies the outputs out), `main.c` (the .npy
+device's sub-buffer alignment exceeds the plan's, as whole buffers shared by slots of disjoint lifetimes, states (a
+KV cache kept between runs) in device buffers of their own (emit.device_states), and a run function that copies the
+inputs in, launches the kernels in order and copies the outputs out), `main.c` (the .npy
 example program), `Makefile` (links -lOpenCL), `CMakeLists.txt` (the static library `tgc::<name>` on
 OpenCL::OpenCL and the example; add_subdirectory or find_package), `weights.safetensors` and `manifest.json`.
 
@@ -23,12 +24,13 @@ from tgc.emit.c_io import io_declarations, run_io_body
 from tgc.emit.c_literals import c_string
 from tgc.emit.common import call_comment, fill, read_template
 from tgc.emit.device_dims import device_main_values, dims_values
+from tgc.emit.device_states import state_values
 from tgc.emit.weights import WeightsFile
 
 KERNEL_TEMPLATE = "model.cl.tmpl"
 SOURCE_FILES = ("model.cl", "model.h", "model.c", "main.c", "Makefile", "CMakeLists.txt")
 ARG_KINDS = {BufferKind.INPUT: "TG_INPUT", BufferKind.OUTPUT: "TG_OUTPUT", BufferKind.WEIGHT: "TG_WEIGHT",
-             BufferKind.ARENA: "TG_SLOT"}
+             BufferKind.ARENA: "TG_SLOT", BufferKind.STATE: "TG_STATE"}
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
 
 
@@ -83,9 +85,10 @@ def slot_buffers(cm: CompiledModel) -> tuple[dict[int, int], list[int]]:
 
 def _host_tables(cm: CompiledModel, params: dict[str, list[Param]], weights: WeightsFile,
                  slot_buffer: dict[int, int]) -> dict[str, str]:
-  """The initializers of model.c's tables: weight tensors, arena slots, launches and their arguments."""
+  """The initializers of model.c's tables: weight tensors, arena slots (the states are buffers of their own: the
+  arena starts after them), launches and their arguments."""
   rows = weight_rows(cm, weights)
-  slots = [f"  {{{b.offset}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */"
+  slots = [f"  {{{b.offset - cm.state_bytes}, {b.nbytes}, {slot_buffer[b.index]}}},  /* {b.symbol} */"
            for b in cm.of_kind(BufferKind.ARENA)]
   calls, args = [], []
   for n, c in enumerate(cm.calls):
@@ -111,6 +114,7 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   counts = {"inputs": len(cm.inputs), "outputs": len(cm.outputs), "weights": len(cm.of_kind(BufferKind.WEIGHT)),
             "slots": len(cm.of_kind(BufferKind.ARENA)), "slot_buffers": len(buffer_bytes), "calls": len(cm.calls)}
   values = host_values(cm, sym, weights, counts)
+  values["arena_bytes"] = str(cm.arena_bytes - cm.state_bytes)
   variants = kernel_variants(cm)
   values.update({"io_types": io_declarations(cm, sym), "run_io_body": run_io_body(cm, sym)})
   values.update({"slot_buffer_bytes": str(sum(buffer_bytes)), "source_strings": source_strings(cl_text),
@@ -118,6 +122,7 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
   values.update(_variant_tables(cm, variants))
   values.update(_host_tables(cm, params, weights, slot_buffer))
   values.update(dims_values(cm, sym, params))
+  values.update(state_values(cm, sym))
   values.update(device_main_values(cm, sym))
   files = {"model.cl": cl_text.encode("utf-8")}
   for name in SOURCE_FILES[1:]:
@@ -130,6 +135,9 @@ def opencl_sources(cm: CompiledModel) -> tuple[dict[str, bytes], dict]:
           "kernel_variants": variants, "precision": cm.target.precision,
           "arena_placement": "sub-buffers of one arena buffer when CL_DEVICE_MEM_BASE_ADDR_ALIGN divides every slot "
                              "offset, else the slot_buffers (whole buffers shared by slots of disjoint lifetimes)"}
+  if cm.states:
+    info["state_placement"] = (f"a device buffer per state (its capacity, zeroed at init); the arena buffer holds the "
+                               f"intermediates only, at the plan's offsets less the states' {cm.state_bytes} bytes")
   return files, device_manifest(cm, sym, weights, params, files, info)
 
 

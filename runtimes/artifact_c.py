@@ -161,12 +161,21 @@ class CArtifact(Artifact):
             "verify_weights": (i, [p]), "run": (i, [p, p, p]), "free": (None, [p]), "strerror": (ctypes.c_char_p, [i]),
             "set_dims": (i, [p, p])}
     if self.embedded: sigs["init_embedded"] = (i, [p, p])
-    if self.manifest.get("states"):
-      sigs.update({"state_length": (ctypes.c_int32, [p, size]), "set_state_length": (i, [p, ctypes.c_int32]),
-                   "state_data": (p, [p, size])})
+    sigs.update(self._state_signatures())
     if "tgc_threads.c" in self.manifest["files"]:
       sigs.update({"set_parallel": (None, [p, p, p]), "profile": (size, [p, p, size]), "profile_reset": (None, [p])})
     return sigs
+
+  def _state_signatures(self) -> dict[str, tuple]:
+    """The state API to bind (none without states): the lengths, and how state i's entries are reached."""
+    if not self.manifest.get("states"): return {}
+    p, size = ctypes.c_void_p, ctypes.c_size_t
+    return {"state_length": (ctypes.c_int32, [p, size]), "set_state_length": (ctypes.c_int, [p, ctypes.c_int32]),
+            **self._state_access()}
+
+  def _state_access(self) -> dict[str, tuple]:
+    """How state i's entries are reached: `state_data`, a pointer to its buffer in the arena."""
+    return {"state_data": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t])}
 
   def _bind(self) -> None:
     for name, (res, args) in self._signatures().items():

@@ -1,7 +1,8 @@
 """Running an `opencl` artifact folder from Python: `OpenCLArtifact` reads its manifest.json, builds the folder's own
 host loader (model.c, which embeds the kernels of model.cl) into a shared library linked with -lOpenCL (cached on
 disk by the sha256 of the sources, flags and compiler), and calls the bundle's public C API through ctypes: init
-(weights file, device), verify_weights, run, free. Validation and benchmarks use this, so they exercise exactly
+(weights file, device), verify_weights, run, free, and for an artifact keeping states (a KV cache) their lengths and
+state_read. Validation and benchmarks use this, so they exercise exactly
 the code a user links, on whatever OpenCL platform the ICD loader offers (PoCL on a CPU-only machine).
 
 The interface is `runtimes.artifact.Artifact`'s (run, time, close, context manager). Errors about the artifact or the
@@ -10,6 +11,8 @@ platform or device raises `RuntimeUnavailable` naming the missing piece."""
 from __future__ import annotations
 import ctypes
 import os
+
+import numpy as np
 
 from tgc.runtimes.artifact import ArtifactError, ArtifactFolder
 from tgc.runtimes.artifact_c import CArtifact
@@ -59,13 +62,26 @@ class OpenCLArtifact(CArtifact):
             "free": (None, [p]), "strerror": (s, [i]), "error_detail": (s, [p]), "command_queue": (p, [p]),
             "arena_sub_buffers": (i, [p]), "kernel_variant": (s, [p])}
     if is_dynamic(self.manifest): sigs["set_dims"] = (i, [p, p])     # sizes known only at run time
-    return sigs
+    return {**sigs, **self._state_signatures()}
+
+  def _state_access(self) -> dict[str, tuple]:
+    """How state i's entries are reached: `state_read`, a copy from device memory to the host."""
+    return {"state_read": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])}
 
   def _describe(self, status: int, ctx=None) -> str:
     detail = self._fn("error_detail")(self._ctx if ctx is None else ctx).decode(errors="replace")
     return f"{self.strerror(status)}{f' ({detail})' if detail else ''} (status {status})"
 
   # ---- running ----
+  def state(self, i: int) -> np.ndarray:
+    """A copy of the entries state i holds now (its length along its growing dim), read from the device."""
+    st = self.manifest["states"][i]
+    length = self.held_sizes()[st["length"]]
+    out = np.empty([length if k == st["axis"] else d for k, d in enumerate(st["shape"])], np.dtype(st["dtype"]))
+    status = self._fn("state_read")(self._ctx, i, out.ctypes.data)
+    if status != 0: raise ArtifactError(f"{self.folder}: state_read({i}): {self._describe(status)}")
+    return out
+
   @property
   def sub_buffers(self) -> bool:
     """Whether the context placed the intermediates as sub-buffers of one arena buffer."""

@@ -76,4 +76,5 @@ class OpenCLRenderer(GPUVectors, CStyleRenderer):
 TARGET = TargetSpec("opencl", "OpenCL", OpenCLRenderer, "tgc.emit.opencl:write_opencl_bundle",
                     artifact="tgc.runtimes.artifact_opencl:OpenCLArtifact", runtime="tgc.runtimes.opencl:OpenCLRuntime",
                     limits=dict(max_local_size=(256, 256, 256), max_local_items=256, max_groups_per_dim=None,
-                                shared_bytes=32768, fallbacks=True), aliases=("cl",), run_time_sizes=True)
+                                shared_bytes=32768, fallbacks=True), aliases=("cl",), run_time_sizes=True,
+                    states=True)
