@@ -115,7 +115,8 @@ def _run_body(cm: CompiledModel, params: dict[str, list[Param]], weights: Weight
 
 def _launch(n: int, k: KernelProgram, sets: list[str]) -> str:
   """Call n of kernel `k`: its argument block filled by `sets`, its task loop handed to tg_launch."""
-  return (f"  {{\n    tg_args_{k.name} g;\n{''.join(sets)}    tg_launch(ctx, {n}, tg_task_{k.name}, tg_range_{k.name}, &g, "
+  return (f"  {{\n    tg_args_{k.name} g;\n{''.join(sets)}"
+          f"    tg_launch(ctx, {n}, tg_task_{k.name}, tg_range_{k.name}, &g, "
           f"(size_t){render(k.global_size[0], variable_name)}, {_parallel(k)});\n  }}")
 
 

@@ -82,7 +82,7 @@ def test_cache_matches_onnxruntime_over_calls_of_different_lengths(decoder, cl_d
     kept = {c: art.state(i) for i, c in enumerate(CACHE)}
     feeds = _feeds(2, 1)
     np.testing.assert_allclose(art.run(feeds)["y"], sess.run(None, {**feeds, **kept})[0], rtol=1e-4, atol=1e-5)
-    with pytest.raises(ArtifactError, match="set_state_length"): art.reset_state(9)
+    with pytest.raises(ArtifactError, match="set_state_length"): art.reset_state(CAPACITY + 1)
 
 
 def test_a_run_past_the_capacity_is_refused_and_changes_nothing(decoder, cl_device):
