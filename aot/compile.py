@@ -129,9 +129,9 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   search = search or SearchOptions()
   start = time.perf_counter()
   if max_context is not None and not target_spec(target.name).states:
-    able = ", ".join(n for n in target_names() if target_spec(n).states)
-    raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet ({able} "
-                    f"supports them)")
+    able = [n for n in target_names() if target_spec(n).states]
+    raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet "
+                    f"({', '.join(able)} {'supports' if len(able) == 1 else 'support'} them)")
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims,
                              states=states, max_context=max_context)
   imported = time.perf_counter()
