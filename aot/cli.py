@@ -234,7 +234,7 @@ def search_options(fn):
               help="Bake an ONNX input in as a constant from a .npy file (repeatable).")
 @click.option("--max-context", "max_context", default=None, type=int, metavar="N",
               help="Keep the model's states (a KV cache: past_key_values.* returned as present.*) in the artifact, "
-                   "up to N entries each: each run appends in place (targets c, opencl).")
+                   "up to N entries each: each run appends in place (targets c, opencl, webgpu).")
 @click.option("--state", "states", multiple=True, metavar="INPUT=OUTPUT",
               help="An ONNX input that each run reads back from an output of the run before (repeatable; with "
                    "--max-context; default: found by name).")

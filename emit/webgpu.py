@@ -14,8 +14,12 @@ tgc's Python runtime for these artifacts (`runtimes/artifact_webgpu.py`, `read_p
 model.js, so it runs exactly the WGSL and buffer plan a browser runs.
 
 Buffers (one GPUBuffer each; WebGPU validates usage per whole buffer, so intermediates are not sub-ranges of one
-arena): inputs, outputs, weights, then the slots of `codegen.memory.plan_slots` (intermediates whose lifetimes do
-not overlap share a slot). Sizes are rounded up to 16 bytes (at least 16: a kernel may read any of them as
+arena): inputs, outputs, weights, states (`--max-context`: a KV cache the model keeps from one run to the next, a
+buffer of its capacity each, zeroed when created and shared with nothing), then the slots of
+`codegen.memory.plan_slots` (intermediates whose lifetimes do not overlap share a slot). The plan's `states` say
+which buffer holds each state, its capacity and the size that is its length: model.js
+(templates/webgpu/states.js.tmpl) holds that size itself instead of reading it off the inputs, and refuses a run
+that would pass the capacity. Sizes are rounded up to 16 bytes (at least 16: a kernel may read any of them as
 array<vec4<...>>). Element layout on the device is the
 host's little-endian layout (sub-32-bit types are packed 4 or 2 per u32 word, which is their byte layout) except
 int64/uint64 and float64, which the webgpu lowering narrows to 32-bit words (`codegen.compiled.artifact_renderer`):
@@ -118,7 +122,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
   slot_of, slot_sizes = slot_plan(cm)
   buffers: list[dict] = []
   where: dict[int, int] = {}       # CompiledModel buffer index -> plan buffer index
-  for kind in (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.WEIGHT):
+  for kind in (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.WEIGHT, BufferKind.STATE):
     for i, b in enumerate(cm.buffers):
       if b.kind != kind: continue
       where[i] = len(buffers)
@@ -161,10 +165,20 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
           "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
           "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
+          **({"states": [state_entry(tensor(b), st) for b, st in zip(cm.of_kind(BufferKind.STATE), cm.states)]}
+             if cm.states else {}),
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],
           "buffers": buffers, "kernels": kernels, "calls": calls, "variants": plan_variants(cm),
           "limits": (limits := required_limits(cm, buffers, kernels, calls)),
           "requestLimits": {k: v for k, v in limits.items() if v > DEFAULT_LIMITS[k]}}
+
+
+def state_entry(tensor: dict, st) -> dict:
+  """The plan's entry of a state (`frontend.jit.StateSpec`): its buffer's tensor entry (`shape`: its capacity) with
+  the output it stands for, the axis it grows along, its capacity there, the size that is its length and the size
+  text of its length after a run."""
+  return {**tensor, "output": st.output, "axis": st.axis, "capacity": st.shape[st.axis], "length": st.length.arg[0],
+          "grown": dims_text([st.grown])[0]}
 
 
 def weight_blocks(data: bytes) -> dict:
@@ -251,6 +265,20 @@ FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "size
                "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
                "dims_block": "", "sizes_doc": "", "spec_dim": "number",
                "demo_specs": "SPECS", "demo_sizes": "", "demo_feeds": "feeds", "demo_output_shape": "o.shape"}
+# model.js's and model.d.ts's placeholders for states kept from one run to the next, empty for a model without them;
+# templates/webgpu/states.js.tmpl is the code a model with them adds
+NO_STATES = {"instance_states": "", "state_api": "", "state_types": ""}
+STATE_VALUES = {
+  "instance_states": "\n  const held = new HeldSizes();       // the entries the states hold",
+  "state_api": ",\n    states: STATES, get stateLength() { return held.length; }, resetState: (length = 0) => "
+               "held.reset(length),\n    readState: (i) => (released ? Promise.reject(fail(\"readState() after "
+               "dispose()\"))\n                                : readState(device, buffers, held, i, tail))",
+  "prepare_inputs": "held.accept"}
+# dims.js's placeholders for the sizes a model holds itself (its states' lengths: run() does not read them off the
+# inputs' shapes)
+NOT_HELD = {"held_param": "", "held_seed": "{}", "held_doc": ""}
+HELD = {"held_param": ", held", "held_seed": "{ ...held }",
+        "held_doc": "\n// `held`: the sizes the model tracks itself (its states' lengths), by name."}
 RUN_TIME_SIZES = {
   "sizes_layouts": ", ...sizesLayouts(device, k)",
   "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
@@ -265,29 +293,62 @@ RUN_TIME_SIZES = {
 
 
 def _sizes_values(cm: CompiledModel) -> dict[str, str]:
-  """The values of model.js's run-time size placeholders."""
-  if not cm.dims: return dict(FIXED_SIZES)
-  ranges = ", ".join(f"{name} {lo}..{hi}" for name, (lo, hi) in cm.dims.items())
+  """The values of model.js's (and model.d.ts's) run-time size and state placeholders."""
+  if not cm.dims: return {**FIXED_SIZES, **NO_STATES}
+  held = cm.state_lengths
+  ranges = ", ".join(f"{name} {lo}..{hi}" for name, (lo, hi) in cm.dims.items() if name not in held)
   doc = (f"\n\n/** Sizes known only at run time ({ranges}): each input of run() is {{data, shape}} with its shape, off "
          "which run()\n * reads the sizes (an Error names the input and dimension when a size is out of its range "
          "or the shapes\n * disagree); the TensorSpec shapes name the sizes in size text (\"T\", \"(T*8)\"); "
-         "outputs carry the shapes of the run. */")
-  return {**RUN_TIME_SIZES, "dims_block": read_template("webgpu", "dims.js.tmpl"), "sizes_doc": doc,
-          "spec_dim": "(number | string)", **_demo_sizes(cm)}
+         "outputs carry the shapes of the run." + _held_doc(cm) + " */")
+  dims_block = fill(read_template("webgpu", "dims.js.tmpl"), HELD if cm.states else NOT_HELD,
+                    "templates/webgpu/dims.js.tmpl")
+  if cm.states: dims_block += read_template("webgpu", "states.js.tmpl")
+  return {**RUN_TIME_SIZES, "dims_block": dims_block, "sizes_doc": doc, "spec_dim": "(number | string)",
+          **_demo_sizes(cm), **(_state_values(cm) if cm.states else NO_STATES)}
+
+
+def _held_doc(cm: CompiledModel) -> str:
+  """model.d.ts's words on the sizes a model with states holds itself (empty without states)."""
+  if not cm.states: return ""
+  return (f"\n * {', '.join(sorted(cm.state_lengths))}: the entries the model's states hold (Model.stateLength), "
+          "a size the model\n * tracks itself, not one the inputs give.")
+
+
+def _state_values(cm: CompiledModel) -> dict[str, str]:
+  """model.js's and model.d.ts's state placeholders for a model with states."""
+  arrays = " | ".join(dict.fromkeys(js_array(numpy_name(st.dtype)) for st in cm.states))
+  types = ("  /** The states the model keeps from one run to the next (a KV cache), each in place of a model input "
+           "(`name`)\n   * and output (`output`): a buffer of `shape`, `capacity` entries along `axis`. */\n"
+           "  readonly states: readonly { readonly name: string; readonly output: string; readonly capacity: number;\n"
+           "                              readonly shape: readonly number[]; readonly dtype: string; "
+           "readonly axis: number }[];\n"
+           "  /** Entries the states hold: 0 after load, grown by each run (a run that would pass the capacity is "
+           "refused). */\n"
+           "  readonly stateLength: number;\n"
+           "  /** Keep the first `length` entries of every state (default 0: start a new sequence); throws when they "
+           "hold fewer. */\n"
+           "  resetState(length?: number): void;\n"
+           "  /** State i's held entries (C order) once the runs started before the call are done (tests, debugging). "
+           "*/\n"
+           f"  readState(i: number): Promise<{{ data: {arrays}; shape: number[] }}>;\n")
+  return {**STATE_VALUES, "state_types": types}
 
 
 def _demo_sizes(cm: CompiledModel) -> dict[str, str]:
   """index.html's placeholders for a model with sizes known only at run time: the page runs it at the largest sizes
-  (its inputs' shapes worked out here), each input given to run() as {data, shape}."""
-  largest = {name: hi for name, (_, hi) in cm.dims.items()}
+  (its inputs' shapes worked out here), each input given to run() as {data, shape}; a model with states from empty
+  states (reset before each run)."""
+  largest = {name: 0 if name in cm.state_lengths else hi for name, (_, hi) in cm.dims.items()}
   shapes = [[evaluate(s, largest) for s in b.shape] for b in cm.inputs]
   block = (f"// sizes known only at run time: the page runs the model at the largest ones "
-           f"({', '.join(f'{k}={v}' for k, v in largest.items())})\n"
+           f"({', '.join(f'{k}={v}' for k, v in largest.items())}{', from empty states' if cm.states else ''})\n"
            f"const SPECS = SIZED_SPECS.map((s, i) => ({{ ...s, shape: {json.dumps(shapes)}[i] }}));\n"
            "const sized = (feeds) => Object.fromEntries(SPECS.map((s) => [s.name, { data: feeds[s.name], "
            "shape: s.shape }]));\n")
-  return {"demo_specs": "SIZED_SPECS", "demo_sizes": block, "demo_feeds": "sized(feeds)",
-          "demo_output_shape": "outputs[o.name].shape"}
+  if cm.states: block += "const fresh = (feeds) => { model.resetState(); return sized(feeds); };\n"
+  return {"demo_specs": "SIZED_SPECS", "demo_sizes": block,
+          "demo_feeds": "fresh(feeds)" if cm.states else "sized(feeds)", "demo_output_shape": "outputs[o.name].shape"}
 
 
 def _check_narrow_weights(cm: CompiledModel) -> None:
@@ -333,7 +394,8 @@ def webgpu_sources(cm: CompiledModel, npm_name: str | None = None, npm_version: 
           "float64": "stored and computed as float32 on the device",
           "float16": "stored packed, computed in f16 by the -f16 variants (shader-f16), else in f32",
           "precision": cm.target.precision,
-          "buffers": "one GPUBuffer per input, output, weight and slot", "slot_buffers": slot_plan(cm)[1],
+          "buffers": f"one GPUBuffer per input, output, weight{', state' if cm.states else ''} and slot",
+          "slot_buffers": slot_plan(cm)[1],
           "npm_package": {"name": package, "version": npm.check_version(npm_version or npm.DEFAULT_VERSION)},
           "download_bytes": download_bytes(plan, files)}
   manifest = build_manifest(cm, sym, weights, WEIGHTS_FILE, False, kernel_args, files, info)

@@ -190,6 +190,12 @@ def check_input_names(specs: list[dict], inputs: dict) -> None:
     if name not in inputs: raise MissingInput(name)
 
 
+def held_entries(st: dict, whole: np.ndarray, length: int) -> np.ndarray:
+  """A copy of the first `length` entries along its axis of a state (a manifest `states` entry) whose whole buffer,
+  its capacity, is `whole`."""
+  return whole[tuple(slice(0, length) if k == st["axis"] else slice(None) for k in range(whole.ndim))].copy()
+
+
 def time_runs(run_once, runs: int, warmup: int, before=None) -> list[float]:
   """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls; `before()` ahead of each call,
   untimed."""

@@ -21,7 +21,7 @@ import numpy as np
 from tgc.ir.config import config
 
 from tgc.runtimes.dims import is_dynamic
-from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder
+from tgc.runtimes.artifact import Artifact, ArtifactError, ArtifactFolder, held_entries
 from tgc.runtimes.base import ToolchainMissing, cache_root
 
 DEFAULT_CFLAGS = ("-O3",)
@@ -232,8 +232,7 @@ class CArtifact(Artifact):
     ptr = self._fn("state_data")(self._ctx, i)
     full = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8)), (st["nbytes"],))
     whole = full.view(np.dtype(st["dtype"])).reshape(st["shape"])
-    length = self.held_sizes()[st["length"]]
-    return whole[tuple(slice(0, length) if k == st["axis"] else slice(None) for k in range(whole.ndim))].copy()
+    return held_entries(st, whole, self.held_sizes()[st["length"]])
 
   def _execute(self, prepared) -> dict[str, np.ndarray]:
     _, outs, in_ptrs, out_ptrs = prepared

@@ -7,7 +7,9 @@ and runs that plan the way model.js does, through the `wgpu` package on the devi
 pipelines built once; per run the inputs are written, one command buffer clears the packed outputs each call
 writes with atomics, dispatches the calls in order, and the outputs are read back. int64/uint64 tensors are
 narrowed to 32-bit words on upload (values must fit) and widened on download, as model.js does; float64 tensors
-likewise go through float32.
+likewise go through float32. States (the plan's `states`: a KV cache in buffers of their own) are held as model.js
+holds them: their length is 0 after load, each run sizes itself from it, a run that would pass a state's capacity is
+refused before anything is written, and `held_sizes`, `reset_state` and `state` are the C runner's.
 
 Validation and benchmarks use this, so they exercise the WGSL and buffer plan the browser runs (the JS itself is
 exercised by the headless-browser tests). The interface is `runtimes.artifact.Artifact`'s (run, time, close,
@@ -21,9 +23,9 @@ import re
 
 import numpy as np
 
-from tgc.runtimes.artifact import Artifact, ArtifactError, read_file, read_weights
+from tgc.runtimes.artifact import Artifact, ArtifactError, held_entries, read_file, read_weights
 from tgc.codegen.render.wgsl import SIZE_STRIDE, Binding
-from tgc.runtimes.dims import evaluate_size
+from tgc.runtimes.dims import DimsError, evaluate_size, grown_lengths
 from tgc.runtimes.base import CompileError, RuntimeUnavailable
 
 PLAN_BEGIN, PLAN_END = "// tgc:plan begin", "// tgc:plan end"
@@ -73,6 +75,7 @@ class WebGPUArtifact(Artifact):
       from tgc.runtimes import get_runtime
       runtime = get_runtime("webgpu")
     self.runtime = runtime
+    self._held = {st["length"]: 0 for st in self.plan.get("states", ())}    # each state's length: 0 after load
     self._check_device()
     self.variant = self._choose_variant(variant)
     self._setup(weights)
@@ -210,6 +213,8 @@ class WebGPUArtifact(Artifact):
 
   def _execute(self, prepared: tuple[dict[str, int], list[np.ndarray]]) -> dict[str, np.ndarray]:
     device, (dims, inputs) = self.runtime.device, prepared
+    try: grown = grown_lengths(self.plan, dims)
+    except DimsError as error: raise ArtifactError(f"{self.folder}: {error}") from None
     for t, data in zip(self.plan["inputs"], inputs):
       device.queue.write_buffer(self._buffers[t["buffer"]], 0, data)
     encoder = device.create_command_encoder()
@@ -221,11 +226,30 @@ class WebGPUArtifact(Artifact):
       cpass.dispatch_workgroups(*workgroups)
       cpass.end()
     device.queue.submit([encoder.finish()])
+    self._held.update(grown)
     out = {}
     for t, spec in zip(self.plan["outputs"], self.specs_at(dims)[1]):
       raw = device.queue.read_buffer(self._buffers[t["buffer"]])
       out[t["name"]] = self._host_array(t, raw, tuple(spec["shape"]))
     return out
+
+  # ---- states ----
+  def held_sizes(self) -> dict[str, int]:
+    """Each state's length now (0 after load, grown by each run), by the name of the size it is."""
+    return dict(self._held)
+
+  def reset_state(self, length: int = 0) -> None:
+    """Keep the first `length` entries of every state (0: start a new sequence)."""
+    if not 0 <= length <= min(self._held.values(), default=0):
+      raise ArtifactError(f"{self.folder}: reset_state({length}): the states hold "
+                          f"{', '.join(f'{n}={v}' for n, v in self._held.items()) or 'nothing'}")
+    self._held = dict.fromkeys(self._held, length)
+
+  def state(self, i: int) -> np.ndarray:
+    """A copy of the entries state i holds now (its length along its growing dim)."""
+    st = self.plan["states"][i]
+    raw = self.runtime.device.queue.read_buffer(self._buffers[st["buffer"]])
+    return held_entries(st, self._host_array(st, raw, tuple(st["shape"])), self._held[st["length"]])
 
   def close(self) -> None:
     for buf in getattr(self, "_buffers", []):

@@ -72,6 +72,19 @@ def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]], held: dict[str
   return {n: values[n] for n in ranges}
 
 
+def grown_lengths(manifest: dict, values: dict[str, int]) -> dict[str, int]:
+  """What a run at these sizes leaves each state's length (a size the artifact holds) at, by the size's name; a
+  DimsError naming the state when the run would grow it past its capacity."""
+  grown: dict[str, int] = {}
+  for st in manifest.get("states", ()):
+    after, capacity = evaluate_size(st["grown"], values), st["shape"][st["axis"]]
+    if after > capacity:
+      raise DimsError(f"state {st['name']!r} has no room for this run's entries: it holds {values[st['length']]} of "
+                      f"{capacity}, the run would make it {after} (reset it, or run fewer entries)")
+    grown[st["length"]] = after
+  return grown
+
+
 def shape_at(shape: list, values: dict[str, int]) -> tuple[int, ...]:
   """A manifest shape for these sizes."""
   return tuple(evaluate_size(s, values) for s in shape)

@@ -501,4 +501,5 @@ TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_web
                                 max_groups_per_dim=(65535, 65535, 65535), shared_bytes=16384, max_buffers=8,
                                 fallbacks=True),
                     artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",),
-                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_time_sizes=True)
+                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_time_sizes=True,
+                    states=True)
