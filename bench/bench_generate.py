@@ -58,7 +58,8 @@ def export(path: str):
   example = (torch.randint(0, CONFIG["vocab_size"], (1, s)), torch.ones(1, p + s, dtype=torch.int64),
              torch.arange(p, p + s)[None], *[torch.randn(1, CONFIG["n_head"], p, head) for _ in past_names])
   axes = {"input_ids": {1: SEQ}, "position_ids": {1: SEQ}, "attention_mask": {1: f"{PAST} + {SEQ}"},
-          "logits": {1: SEQ}, **{n: {2: PAST} for n in past_names}, **{n: {2: f"{PAST} + {SEQ}"} for n in present_names}}
+          "logits": {1: SEQ}, **{n: {2: PAST} for n in past_names},
+          **{n: {2: f"{PAST} + {SEQ}"} for n in present_names}}
   torch.onnx.export(WithCache(model), example, path, input_names=["input_ids", "attention_mask", "position_ids"] +
                     past_names, output_names=["logits"] + present_names, dynamic_axes=axes, opset_version=17,
                     dynamo=False)

@@ -67,7 +67,7 @@ def _state_code(cm: CompiledModel, sym: str) -> dict[str, str]:
   data = (f"void *{sym}_state_data({sym}_ctx *ctx, size_t i) {{\n"
           f"  return ctx != NULL && ctx->ready == TG_READY && i < {len(cm.states)} ? ctx->arena + "
           f"tg_states[i].offset : NULL;\n}}\n\n")
-  return {"state_decl": state_declarations(cm, sym, "in the arena", access),
+  return {"state_decl": "\n" + state_declarations(cm, sym, "in the arena", access).rstrip("\n"),
           "state_functions": state_table(cm, ("offset",), lambda st, b: (b.offset,)) + "\n" +
           state_definitions(cm, sym, f"{sym.upper()}_OK") + data}
 

@@ -239,10 +239,11 @@ class WebGPUArtifact(Artifact):
     return dict(self._held)
 
   def reset_state(self, length: int = 0) -> None:
-    """Keep the first `length` entries of every state (0: start a new sequence)."""
-    if not 0 <= length <= min(self._held.values(), default=0):
-      raise ArtifactError(f"{self.folder}: reset_state({length}): the states hold "
-                          f"{', '.join(f'{n}={v}' for n, v in self._held.items()) or 'nothing'}")
+    """Set every state's length (0: start a new sequence; shorter forgets entries, longer takes what the buffer
+    holds)."""
+    capacity = min(st["capacity"] for st in self.plan["states"])
+    if not 0 <= length <= capacity:
+      raise ArtifactError(f"{self.folder}: reset_state({length}): a state's length is 0 to its capacity {capacity}")
     self._held = dict.fromkeys(self._held, length)
 
   def state(self, i: int) -> np.ndarray:
