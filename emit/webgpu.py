@@ -263,7 +263,7 @@ def _ts_types(plan: dict) -> dict[str, str]:
 FIXED_SIZES = {"sizes_layouts": "", "sizes_buffer": "", "call_fields": "", "sizes_part": "", "execute_sizes": "",
                "set_sizes_group": "", "call_workgroups": "call.workgroups", "sized_output": "t",
                "prepare_inputs": "prepareInputs", "copy_inputs": "inputs.map((data) => data.slice())",
-               "dims_block": "", "sizes_doc": "", "spec_dim": "number",
+               "dims_block": "", "sizes_doc": "", "spec_dim": "number", "dims_api": "", "dims_types": "",
                "demo_specs": "SPECS", "demo_sizes": "", "demo_feeds": "feeds", "demo_output_shape": "o.shape"}
 # model.js's and model.d.ts's placeholders for states kept from one run to the next, empty for a model without them;
 # templates/webgpu/states.js.tmpl is the code a model with them adds
@@ -289,7 +289,10 @@ RUN_TIME_SIZES = {
   "set_sizes_group": "\n          if (call.sizesGroup) pass.setBindGroup(1, call.sizesGroup);",
   "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]",
   "prepare_inputs": "prepareSized",
-  "copy_inputs": "Object.assign(inputs.map((data) => data.slice()), { sizes: inputs.sizes })"}
+  "copy_inputs": "Object.assign(inputs.map((data) => data.slice()), { sizes: inputs.sizes })",
+  "dims_api": ", dims: DIMS",
+  "dims_types": "  /** The sizes known only at run time and their ranges (a state's length among them). */\n"
+                "  readonly dims: readonly { readonly name: string; readonly min: number; readonly max: number }[];\n"}
 
 
 def _sizes_values(cm: CompiledModel) -> dict[str, str]:
