@@ -145,6 +145,36 @@ def _lt_ranges(x: UOp, y: UOp) -> UOp | None:
   return None
 
 
+_NARROW = (dtypes.index, dtypes.int32)
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _widened(u: UOp) -> UOp | None:
+  """The 32-bit value a 64-bit integer is a widening cast of, or None."""
+  if u.op is Ops.CAST and u.dtype in (dtypes.int64,) and u.src[0].dtype in _NARROW: return u.src[0]
+  if u.op is Ops.CONST and u.dtype is dtypes.int64 and INT32_MIN <= u.arg <= INT32_MAX:
+    return UOp.const(dtypes.index, u.arg)
+  return None
+
+
+def _narrow_add(a: UOp, b: UOp) -> UOp | None:
+  """int64(x) + int64(y) -> int64(x + y) for 32-bit x, y whose sum provably fits 32 bits (an index offset by a size:
+  the causal mask's arithmetic of an exported Range stays in 32-bit lanes)."""
+  x, y = _widened(a), _widened(b)
+  if x is None or y is None or a.op is Ops.CONST and b.op is Ops.CONST: return None
+  y = y if y.dtype is x.dtype else (y.cast(x.dtype) if y.op is not Ops.CONST else UOp.const(x.dtype, y.arg))
+  total = x + y
+  return total.cast(dtypes.int64) if INT32_MIN <= total.vmin and total.vmax <= INT32_MAX else None
+
+
+def _narrow_compare(c: UOp, a: UOp, b: UOp) -> UOp | None:
+  """int64(x) < int64(y) -> x < y (and ==, !=) for 32-bit x, y: widening keeps the order."""
+  x, y = _widened(a), _widened(b)
+  if x is None or y is None or a.op is Ops.CONST and b.op is Ops.CONST: return None
+  if y.dtype is not x.dtype: y = y.cast(x.dtype) if y.op is not Ops.CONST else UOp.const(x.dtype, y.arg)
+  return c.replace(src=(x, y))
+
+
 x, y, z = UPat.var("x"), UPat.var("y"), UPat.var("z")
 c1, c2 = UPat.cvar("c1"), UPat.cvar("c2")
 idx = UPat.var("x", dtypes.index)
@@ -197,6 +227,10 @@ symbolic = PatternMatcher([
   (UPat(Ops.CMPLT, src=(x, UPat.cvar("c"))), _lt_fold),
   # i < n -> True for a loop i over n; i + n < n -> False (loop indexes against sizes known at run time)
   (UPat(Ops.CMPLT, src=(x, y)), _lt_ranges),
+  # int64(x) + int64(y) -> int64(x + y), int64(x) < int64(y) -> x < y: 64-bit index math done in 32 bits
+  (UPat(Ops.ADD, dtype=dtypes.int64, src=(UPat.var("a"), UPat.var("b"))), _narrow_add),
+  (UPat((Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE), name="c", src=(UPat.var("a", dtypes.int64), UPat.var("b", dtypes.int64))),
+   _narrow_compare),
   # max(x, y) -> x when x >= y always
   (x.maximum(y), lambda x, y: x if x.vmin >= y.vmax else None),
   # where(c, a, a) -> a

@@ -295,3 +295,28 @@ def test_small_float_powers_are_multiplies():
   cube = simplify(UOp(Ops.POW, dtypes.float32, (x, UOp.const(dtypes.float32, 3.0))))
   assert Ops.POW not in {n.op for n in cube.toposort()} and cube.op is Ops.MUL
   assert simplify(UOp(Ops.POW, dtypes.float32, (x, UOp.const(dtypes.float32, 2.5)))).op is Ops.POW
+
+
+def test_loop_indexes_compare_with_run_time_sizes():
+  """i < n is true for a loop i over n, i + n < n is false (n a size known only at run time, even from 0)."""
+  from tgc.ir.sint import Variable
+  n = Variable("n", 0, 64)
+  i = UOp(Ops.RANGE, dtypes.index, (n,), (0, "loop"))
+  assert simplify(i.lt(n)).arg is True
+  assert simplify((i + n).lt(n)).arg is False
+  assert simplify((i + 1).lt(n)).op is Ops.CMPLT          # undecided: i + 1 == n at the last step
+
+
+def test_64_bit_index_math_is_done_in_32_bits():
+  """int64(i) + int64(n) -> int64(i + n) when the sum fits 32 bits; int64 comparisons of widened 32-bit values
+  compare those values (an exported Range's causal mask); a sum that may not fit stays 64-bit."""
+  from tgc.ir.sint import Variable
+  n = Variable("n", 1, 512)
+  i, j = rng_range(0, 512), rng_range(1, 1024)
+  wide = lambda u: u.cast(dtypes.int64)   # noqa: E731
+  out = simplify((wide(i) + wide(n)).lt(wide(j)))
+  assert out.op is Ops.CMPLT and all(s.dtype is dtypes.index for s in out.src)
+  assert simplify(wide(i).eq(wide(j))).src[0] is i
+  a, b = (UOp(Ops.LOAD, dtypes.int32, (UOp(Ops.DEFINE_GLOBAL, dtypes.int32, (), (k, False)), i)) for k in (0, 1))
+  total = simplify(wide(a) + wide(b))              # may pass 2**31: kept in 64 bits
+  assert total.op is Ops.ADD and all(s.dtype is dtypes.int64 for s in total.src)
