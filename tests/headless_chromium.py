@@ -120,6 +120,26 @@ def has_webgpu_adapter(context, url: str) -> bool:
     page.close()
 
 
+NO_ADAPTER = "Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)"
+
+
+@contextlib.contextmanager
+def webgpu_context(routes: dict[str, str] | str, probe: str) -> Iterator[tuple[object, str]]:
+  """For tests: Chromium with WebGPU over the served `routes` (see `serve`), as (context, base URL); the test is
+  skipped, naming the missing piece, without a browser or without a WebGPU adapter (asked on the page at `probe`, a
+  path on the server)."""
+  import pytest
+  reason = missing_browser()
+  if reason: pytest.skip(reason)
+  with serve(routes) as url, playwright_session() as pw:
+    context, profile = launch(pw)
+    try:
+      if not has_webgpu_adapter(context, f"{url}{probe}"): pytest.skip(NO_ADAPTER)
+      yield context, url
+    finally:
+      close(context, profile)
+
+
 # ---------------------------------------------------------------- values in and out of pages
 
 def plain_inputs(inputs: dict[str, np.ndarray]) -> dict[str, list]:

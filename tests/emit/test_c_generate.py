@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tgc.aot import compile_model
 from tests.aot.aot_helpers import ROOT
-from tests.onnx.test_model_state import CACHE, HEADS, HEAD_DIM, SEQ, decoder_model
+from tests.onnx.test_model_state import CACHE, SEQ, decoder_model, empty_cache
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime's greedy loop is the reference")
 VOCAB = 40
@@ -16,7 +16,7 @@ VOCAB = 40
 
 def _reference_tokens(path: str, prompt: list[int], count: int) -> list[int]:
   sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-  cache = {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
+  cache = empty_cache()
   held, feed, out = 0, prompt, []
   for _ in range(count):
     n = len(feed)

@@ -16,13 +16,13 @@ from tgc.aot.cli import cli
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_opencl import OpenCLArtifact
 from tests.emit.test_opencl_artifact import cl_device, oclgrind_env  # noqa: F401 (fixtures)
-from tests.onnx.test_model_state import CACHE, HEADS, HEAD_DIM, PAST, SEQ, WIDTH, decoder_model
+from tests.onnx.test_model_state import (CACHE, HEADS, HEAD_DIM, PAST, SEQ, check_rewind, decoder_model, feeds_at,
+                                        run_calls)
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference for the cache over several calls")
 
 CAPACITY = 16
 ERR_STATE_FULL = 17
-RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +33,6 @@ def decoder(tmp_path_factory) -> tuple[str, str]:
   out = str(root / "out")
   compile_model(path, "opencl", out, dims={SEQ: (1, 8)}, max_context=CAPACITY)
   return path, out
-
-
-def _feeds(past: int, seq: int) -> dict:
-  mask = np.ones((1, past + seq), np.int64)
-  mask[0, RNG.integers(0, past + seq)] = 0        # one masked position: the mask's size is past + seq
-  return {"x": RNG.standard_normal((1, seq, WIDTH)).astype(np.float32), "attention_mask": mask}
-
-
-def _empty_cache() -> dict:
-  return {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
 
 
 def test_states_are_device_buffers_outside_the_arena(decoder):
@@ -66,37 +56,24 @@ def test_cache_matches_onnxruntime_over_calls_of_different_lengths(decoder, cl_d
   with OpenCLArtifact(out, cflags=("-O2", f'-DDECODER_KERNEL_VARIANT="{variant}"')) as art:
     assert art.variant == variant and art.held_sizes() == {PAST: 0}
     for _ in range(2):             # the second round after a reset starts a new sequence
-      cache, past = _empty_cache(), 0
-      for seq in (3, 1, 1, 6, 1):
-        feeds = _feeds(past, seq)
-        ref = sess.run(None, {**feeds, **cache})
-        np.testing.assert_allclose(art.run(feeds)["y"], ref[0], rtol=1e-4, atol=1e-5)
-        cache = dict(zip(CACHE, ref[1:]))
-        for i, c in enumerate(CACHE): np.testing.assert_allclose(art.state(i), cache[c], rtol=1e-5, atol=1e-6)
-        past += seq
-        assert art.held_sizes() == {PAST: past}
+      run_calls(art, sess)
       art.reset_state()
       assert art.held_sizes() == {PAST: 0} and art.state(0).shape == (1, HEADS, 0, HEAD_DIM)
-    art.run(_feeds(0, 4))
-    art.reset_state(2)             # keep the first two entries: the next run continues from there
-    kept = {c: art.state(i) for i, c in enumerate(CACHE)}
-    feeds = _feeds(2, 1)
-    np.testing.assert_allclose(art.run(feeds)["y"], sess.run(None, {**feeds, **kept})[0], rtol=1e-4, atol=1e-5)
-    with pytest.raises(ArtifactError, match="set_state_length"): art.reset_state(CAPACITY + 1)
+    check_rewind(art, sess, CAPACITY, "set_state_length")
 
 
 def test_a_run_past_the_capacity_is_refused_and_changes_nothing(decoder, cl_device):
   _, out = decoder
   with OpenCLArtifact(out) as art:
-    art.run(_feeds(0, 8))
-    art.run(_feeds(8, 6))
+    art.run(feeds_at(0, 8))
+    art.run(feeds_at(8, 6))
     before = [art.state(i) for i in range(len(CACHE))]
-    with pytest.raises(ArtifactError, match=f"no room.*status {ERR_STATE_FULL}"): art.run(_feeds(14, 3))
+    with pytest.raises(ArtifactError, match=f"no room.*status {ERR_STATE_FULL}"): art.run(feeds_at(14, 3))
     assert art.held_sizes() == {PAST: 14}
     for i in range(len(CACHE)): np.testing.assert_array_equal(art.state(i), before[i])
     held_first = (ctypes.c_int32 * 2)(99, 1)       # set_dims leaves a state's length alone, whatever it is given
     assert art._fn("set_dims")(art._ctx, held_first) == 0 and art.held_sizes() == {PAST: 14}
-    art.run(_feeds(14, 2))
+    art.run(feeds_at(14, 2))
     assert art.held_sizes() == {PAST: CAPACITY}
 
 

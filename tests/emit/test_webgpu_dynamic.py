@@ -75,18 +75,10 @@ def test_validate_checks_smallest_middle_largest(folders, wgpu_runtime):
 
 @pytest.fixture(scope="module")
 def page(folders):
-  reason = chromium.missing_browser()
-  if reason: pytest.skip(reason)
-  with chromium.serve({"/": str(folders["enc"][1].parent)}) as url, chromium.playwright_session() as pw:
-    context, profile = chromium.launch(pw)
-    try:
-      if not chromium.has_webgpu_adapter(context, f"{url}/enc/test.html"):
-        pytest.skip("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
-      tab = context.new_page()
-      yield tab, url
-      tab.close()
-    finally:
-      chromium.close(context, profile)
+  with chromium.webgpu_context(str(folders["enc"][1].parent), "/enc/test.html") as (context, url):
+    tab = context.new_page()
+    yield tab, url
+    tab.close()
 
 
 def _browser_run(tab, url: str, name: str, feeds: dict) -> dict:

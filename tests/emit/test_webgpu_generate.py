@@ -37,15 +37,9 @@ def site(tmp_path_factory):
   path = decoder_model(tmp, vocab=VOCAB)
   art = tmp / "art"
   compile_model(path, "webgpu", str(art), dims={SEQ: (1, 4)}, max_context=CONTEXT)
-  with chromium.serve({"/": str(art), "/generate": os.path.join(ROOT, "examples", "generate")}) as url, \
-      chromium.playwright_session() as pw:
-    context, profile = chromium.launch(pw)
-    try:
-      if not chromium.has_webgpu_adapter(context, f"{url}/index.html"):
-        pytest.skip("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
-      yield path, url, context
-    finally:
-      chromium.close(context, profile)
+  with chromium.webgpu_context({"/": str(art), "/generate": os.path.join(ROOT, "examples", "generate")},
+                                "/index.html") as (context, url):
+    yield path, url, context
 
 
 def _open(site, prompt: list[int], count: int):

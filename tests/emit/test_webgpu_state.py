@@ -14,7 +14,8 @@ from tgc.aot.cli import cli
 from tgc.runtimes.artifact import ArtifactError
 from tgc.runtimes.artifact_webgpu import WebGPUArtifact, read_plan
 from tests.emit.test_webgpu_artifact import wgpu_runtime  # noqa: F401 (fixture)
-from tests.onnx.test_model_state import CACHE, HEAD_DIM, HEADS, PAST, SEQ, _feeds, decoder_model, ort
+from tests.onnx.test_model_state import (CACHE, HEAD_DIM, HEADS, PAST, SEQ, check_rewind, decoder_model,
+                                        empty_cache, feeds_at, ort, run_calls)
 
 CAPACITY = 16
 
@@ -72,15 +73,11 @@ def session(folder):
   return ort.InferenceSession(str(folder.parent / "decoder.onnx"), providers=["CPUExecutionProvider"])
 
 
-def _empty_cache() -> dict:
-  return {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
-
-
 def _reference(session, lengths) -> tuple[list[dict], list[np.ndarray], dict]:
   """Feeds of runs of these lengths from an empty cache, onnxruntime's y of each and the cache after the last."""
-  feeds, ys, cache, past = [], [], _empty_cache(), 0
+  feeds, ys, cache, past = [], [], empty_cache(), 0
   for seq in lengths:
-    f = _feeds(past, seq)
+    f = feeds_at(past, seq)
     ref = session.run(None, {**f, **cache})
     feeds.append(f)
     ys.append(ref[0])
@@ -107,30 +104,17 @@ def test_wgpu_runner_matches_onnxruntime_over_calls_of_different_lengths(folder,
   with WebGPUArtifact(str(folder), runtime=wgpu_runtime) as art:
     assert art.held_sizes() == {PAST: 0}
     for _ in range(2):             # the second round after a reset starts a new sequence
-      cache, past = _empty_cache(), 0
-      for seq in (3, 1, 1, 6, 1):
-        feeds = _feeds(past, seq)
-        ref = session.run(None, {**feeds, **cache})
-        np.testing.assert_allclose(art.run(feeds)["y"], ref[0], rtol=1e-4, atol=1e-5)
-        cache, past = dict(zip(CACHE, ref[1:])), past + seq
-        for i, c in enumerate(CACHE): np.testing.assert_allclose(art.state(i), cache[c], rtol=1e-5, atol=1e-6)
-        assert art.held_sizes() == {PAST: past}
+      cache, past = run_calls(art, session)
       before = [art.state(i) for i in range(2)]
       with pytest.raises(ArtifactError, match="state 'past_key_values.0.key' has no room"):
-        art.run(_feeds(past, 6))                # 12 + 6 > 16: refused, nothing changes
+        art.run(feeds_at(past, 6))                # 12 + 6 > 16: refused, nothing changes
       assert art.held_sizes() == {PAST: past}
       for i in range(2): np.testing.assert_array_equal(art.state(i), before[i])
-      feeds = _feeds(past, 4)                   # exactly full
+      feeds = feeds_at(past, 4)                   # exactly full
       np.testing.assert_allclose(art.run(feeds)["y"], session.run(None, {**feeds, **cache})[0], rtol=1e-4, atol=1e-5)
       assert art.held_sizes() == {PAST: CAPACITY}
       art.reset_state()
-    art.run(_feeds(0, 4))
-    art.reset_state(2)             # keep the first two entries: the next run continues from there
-    kept = {c: art.state(i) for i, c in enumerate(CACHE)}
-    assert kept[CACHE[0]].shape == (1, HEADS, 2, HEAD_DIM)
-    feeds = _feeds(2, 1)
-    np.testing.assert_allclose(art.run(feeds)["y"], session.run(None, {**feeds, **kept})[0], rtol=1e-4, atol=1e-5)
-    with pytest.raises(ArtifactError, match=r"reset_state\(17\)"): art.reset_state(CAPACITY + 1)
+    check_rewind(art, session, CAPACITY, r"reset_state\(17\)")
 
 
 def test_validate_fills_the_cache_and_compares_with_the_reference(folder, wgpu_runtime):
@@ -150,18 +134,10 @@ def test_bundles_without_states_have_no_state_code(tmp_path):
 
 @pytest.fixture(scope="module")
 def page(folder):
-  reason = chromium.missing_browser()
-  if reason: pytest.skip(reason)
-  with chromium.serve(str(folder)) as url, chromium.playwright_session() as pw:
-    context, profile = chromium.launch(pw)
-    try:
-      if not chromium.has_webgpu_adapter(context, f"{url}/test.html"):
-        pytest.skip("Chromium offers no WebGPU adapter (SwiftShader or a Vulkan driver is needed)")
-      tab = context.new_page()
-      yield tab, url
-      tab.close()
-    finally:
-      chromium.close(context, profile)
+  with chromium.webgpu_context(str(folder), "/test.html") as (context, url):
+    tab = context.new_page()
+    yield tab, url
+    tab.close()
 
 
 def _plain(feeds: dict) -> dict:
@@ -171,8 +147,8 @@ def _plain(feeds: dict) -> dict:
 def test_browser_model_js_keeps_the_cache(page, session):
   tab, url = page
   feeds, ys, cache = _reference(session, (3, 1))
-  decode = [_feeds(4 + k, 1) for k in range(5)]                    # five one-token runs after the first two
-  too_long = _feeds(9, 8)                                           # 9 + 8 > 16
+  decode = [feeds_at(4 + k, 1) for k in range(5)]                    # five one-token runs after the first two
+  too_long = feeds_at(9, 8)                                           # 9 + 8 > 16
   tab.goto(f"{url}/test.html")
   tab.wait_for_function("window.tgcStates !== undefined")
   got = tab.evaluate("([runs, decode, tooLong]) => window.tgcStates(runs, decode, tooLong)",

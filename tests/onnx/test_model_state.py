@@ -105,10 +105,43 @@ def _compile(tmp_path, path: str, max_context: int = 16, **kw) -> str:
   return out
 
 
-def _feeds(past: int, seq: int) -> dict:
+def feeds_at(past: int, seq: int) -> dict:
+  """Random inputs of the decoder for a call of `seq` entries after `past`."""
   mask = np.ones((1, past + seq), np.int64)
   mask[0, RNG.integers(0, past + seq)] = 0        # one masked position: the mask's size is past + seq
   return {"x": RNG.standard_normal((1, seq, WIDTH)).astype(np.float32), "attention_mask": mask}
+
+
+def empty_cache() -> dict:
+  """The decoder's cache before its first call, as onnxruntime takes it."""
+  return {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
+
+
+def run_calls(art, session, lengths=(3, 1, 1, 6, 1)) -> tuple[dict, int]:
+  """Calls of `lengths` entries from empty states on the artifact runner `art`, each against onnxruntime's
+  `session` fed the cache back: y and every state equal the reference's, the held length grows by each call.
+  Returns the reference's cache after the last call and its length."""
+  cache, past = empty_cache(), 0
+  for seq in lengths:
+    feeds = feeds_at(past, seq)
+    ref = session.run(None, {**feeds, **cache})
+    np.testing.assert_allclose(art.run(feeds)["y"], ref[0], rtol=1e-4, atol=1e-5)
+    cache, past = dict(zip(CACHE, ref[1:])), past + seq
+    for i, c in enumerate(CACHE): np.testing.assert_allclose(art.state(i), cache[c], rtol=1e-5, atol=1e-6)
+    assert art.held_sizes() == {PAST: past}
+  return cache, past
+
+
+def check_rewind(art, session, capacity: int, refused: str) -> None:
+  """After a call of 4 entries, keeping the first 2 (reset_state(2)) makes the next call continue from them; a
+  length past the `capacity` is refused with an error matching `refused`."""
+  art.run(feeds_at(0, 4))
+  art.reset_state(2)
+  kept = {c: art.state(i) for i, c in enumerate(CACHE)}
+  assert kept[CACHE[0]].shape == (1, HEADS, 2, HEAD_DIM)
+  feeds = feeds_at(2, 1)
+  np.testing.assert_allclose(art.run(feeds)["y"], session.run(None, {**feeds, **kept})[0], rtol=1e-4, atol=1e-5)
+  with pytest.raises(ArtifactError, match=refused): art.reset_state(capacity + 1)
 
 
 def test_cache_matches_onnxruntime_over_calls_of_different_lengths(tmp_path):
@@ -120,38 +153,22 @@ def test_cache_matches_onnxruntime_over_calls_of_different_lengths(tmp_path):
   assert [(s["name"], s["output"], s["shape"], s["axis"], s["length"]) for s in manifest["states"]] == \
     [(c, c.replace("past_key_values", "present"), [1, HEADS, 16, HEAD_DIM], 2, PAST) for c in CACHE]
   sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-  cache = {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
   with CArtifact(out) as art:
-    for rounds in range(2):            # the second round after a reset starts a new sequence
-      past = 0
-      for seq in (3, 1, 1, 6, 1):
-        feeds = _feeds(past, seq)
-        ref = sess.run(None, {**feeds, **cache})
-        got = art.run(feeds)
-        np.testing.assert_allclose(got["y"], ref[0], rtol=1e-4, atol=1e-5)
-        cache = dict(zip(CACHE, ref[1:]))
-        for i, c in enumerate(CACHE): np.testing.assert_allclose(art.state(i), cache[c], rtol=1e-5, atol=1e-6)
-        past += seq
-        assert art.held_sizes() == {PAST: past}
+    for _ in range(2):                 # the second round after a reset starts a new sequence
+      run_calls(art, sess)
       art.reset_state()
-      cache = {c: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for c in CACHE}
-    art.run(_feeds(0, 4))
-    art.reset_state(2)                 # keep the first two entries: the next run continues from there
-    feeds = _feeds(2, 1)
-    kept = {c: art.state(i) for i, c in enumerate(CACHE)}
-    np.testing.assert_allclose(art.run(feeds)["y"], sess.run(None, {**feeds, **kept})[0], rtol=1e-4, atol=1e-5)
-    with pytest.raises(ArtifactError, match="set_state_length"): art.reset_state(17)
+    check_rewind(art, sess, 16, "set_state_length")
 
 
 def test_a_run_past_the_capacity_is_refused_and_changes_nothing(tmp_path):
   out = _compile(tmp_path, decoder_model(tmp_path), max_context=8)
   with CArtifact(out) as art:
-    art.run(_feeds(0, 6))
+    art.run(feeds_at(0, 6))
     before = [art.state(i) for i in range(2)]
-    with pytest.raises(ArtifactError, match="no room"): art.run(_feeds(6, 3))
+    with pytest.raises(ArtifactError, match="no room"): art.run(feeds_at(6, 3))
     assert art.held_sizes() == {PAST: 6}
     for i in range(2): np.testing.assert_array_equal(art.state(i), before[i])
-    art.run(_feeds(6, 2))
+    art.run(feeds_at(6, 2))
     assert art.held_sizes() == {PAST: 8}
 
 
