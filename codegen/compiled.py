@@ -204,7 +204,7 @@ def _small_size_variants(target: Target, kernels: dict[str, KernelProgram], asts
   """Per CPU kernel blocked over a size known at run time, its variant for small values of that size
   (`size_variants`), kept when it binds the same buffers and reads its weights in the same layout as the kernel."""
   if target.has_workgroups: return {}
-  original = {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+  original = _original_weights(weights)
   item_of = {by_ast[it.ast.key]: it for it in items}
   out: dict[str, tuple[KernelProgram, UOp, int]] = {}
   for kname, prg in kernels.items():
@@ -298,11 +298,16 @@ def node_comment(kernel: str, nodes: tuple[Origin, ...]) -> str:
   return comment_lines(f"{kernel} computes: " + ", ".join(str(o) for o in nodes))
 
 
+def _original_weights(weights: list) -> dict[UOp, np.ndarray]:
+  """Each weight's data as its BUFFER holds it: storage-only ones as flat packed words, the others in its shape."""
+  return {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+
+
 def _weights_as_read(items: list, programs: list[KernelProgram], weights: list) -> dict[UOp, np.ndarray]:
   """The data of every weight some kernel reads, stored as its kernel reads it (the kernels' relayouts applied to
   the original data); weights no kernel reads any more are left out. Storage-only weights are their packed storage
   words, flat; the others keep the tensor's shape unless relaid (then flat)."""
-  original = {b: np.ascontiguousarray(v).reshape(-1 if b.dtype.storage_only else b.arg[1]) for _, b, v in weights}
+  original = _original_weights(weights)
   out: dict[UOp, np.ndarray] = {}
   for it, prg in zip(items, programs):
     for pos, how in prg.relayouts.items():

@@ -217,8 +217,10 @@ class CArtifact(Artifact):
 
   # ---- states ----
   def held_sizes(self) -> dict[str, int]:
-    return {st["length"]: int(self._fn("state_length")(self._ctx, i))
-            for i, st in enumerate(self.manifest.get("states", ()))}
+    """Each state length now, by the name of the size it is: asked of the library once per size (every run asks)."""
+    first = {}
+    for i, st in enumerate(self.manifest.get("states", ())): first.setdefault(st["length"], i)
+    return {name: int(self._fn("state_length")(self._ctx, i)) for name, i in first.items()}
 
   def reset_state(self, length: int = 0) -> None:
     """Set every state's length (0: start a new sequence; shorter forgets entries, longer takes what the buffer
