@@ -151,28 +151,33 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 def _widened(u: UOp) -> UOp | None:
   """The 32-bit value a 64-bit integer is a widening cast of, or None."""
-  if u.op is Ops.CAST and u.dtype in (dtypes.int64,) and u.src[0].dtype in _NARROW: return u.src[0]
+  if u.op is Ops.CAST and u.dtype is dtypes.int64 and u.src[0].dtype in _NARROW: return u.src[0]
   if u.op is Ops.CONST and u.dtype is dtypes.int64 and INT32_MIN <= u.arg <= INT32_MAX:
     return UOp.const(dtypes.index, u.arg)
   return None
 
 
+def _narrowed(a: UOp, b: UOp) -> tuple[UOp, UOp] | None:
+  """The 32-bit values (in one type) that two 64-bit integers, not both constants, widen; or None."""
+  x, y = _widened(a), _widened(b)
+  if x is None or y is None or a.op is Ops.CONST and b.op is Ops.CONST: return None
+  if y.dtype is not x.dtype: y = y.cast(x.dtype) if y.op is not Ops.CONST else UOp.const(x.dtype, y.arg)
+  return x, y
+
+
 def _narrow_add(a: UOp, b: UOp) -> UOp | None:
   """int64(x) + int64(y) -> int64(x + y) for 32-bit x, y whose sum provably fits 32 bits (an index offset by a size:
   the causal mask's arithmetic of an exported Range stays in 32-bit lanes)."""
-  x, y = _widened(a), _widened(b)
-  if x is None or y is None or a.op is Ops.CONST and b.op is Ops.CONST: return None
-  y = y if y.dtype is x.dtype else (y.cast(x.dtype) if y.op is not Ops.CONST else UOp.const(x.dtype, y.arg))
-  total = x + y
+  pair = _narrowed(a, b)
+  if pair is None: return None
+  total = pair[0] + pair[1]
   return total.cast(dtypes.int64) if INT32_MIN <= total.vmin and total.vmax <= INT32_MAX else None
 
 
 def _narrow_compare(c: UOp, a: UOp, b: UOp) -> UOp | None:
   """int64(x) < int64(y) -> x < y (and ==, !=) for 32-bit x, y: widening keeps the order."""
-  x, y = _widened(a), _widened(b)
-  if x is None or y is None or a.op is Ops.CONST and b.op is Ops.CONST: return None
-  if y.dtype is not x.dtype: y = y.cast(x.dtype) if y.op is not Ops.CONST else UOp.const(x.dtype, y.arg)
-  return c.replace(src=(x, y))
+  pair = _narrowed(a, b)
+  return c.replace(src=pair) if pair is not None else None
 
 
 x, y, z = UPat.var("x"), UPat.var("y"), UPat.var("z")
