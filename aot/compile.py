@@ -137,7 +137,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   imported = time.perf_counter()
   with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)
-  weights = models.named_weights(capture, loaded)
+  weights = models.named_weights(capture)
   searched = time.perf_counter()
   if opts_for is None: opts_for = searched_opts(capture.items, weights, target, beam, search)
   _check_sizes(spec, target, capture)

@@ -80,7 +80,6 @@ class LoadedModel:
   weight_names: dict[UOp, str] = field(default_factory=dict)
   output_names: list[str] | None = None       # fixed by the model (ONNX); None: derived from what fn returns
   options: dict = field(default_factory=dict)  # input_shapes / consts (ONNX), recorded in the artifact
-  content_names: dict = field(default_factory=dict)  # (shape, dtype, sha256 of bytes) -> name (ONNX initializers)
   user_code: bool = True    # fn is the user's code: whatever it raises is a user error
   limits: SizeLimits | None = None   # tensor size limits trace_model checks (compile), None: unchecked
   # the states the artifact keeps: (input position, output position, axis, length Variable), as `trace` takes them
@@ -240,7 +239,7 @@ def trace_model(loaded: LoadedModel) -> Capture:
   input_names = [n for n, _ in loaded.inputs]
   try:
     capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
-                    states=loaded.states, output_names=loaded.output_names)
+                    states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)
   except TensorTooLargeError as error: raise UserError(f"{loaded.spec.text}: {error}") from None
   except NothingTracedError as error: raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
   except JitError as error: raise UserError(f"{loaded.spec.text}: {error}") from error
@@ -250,18 +249,12 @@ def trace_model(loaded: LoadedModel) -> Capture:
   return capture
 
 
-def _content_key(arr: np.ndarray) -> tuple:
-  arr = np.ascontiguousarray(arr)
-  return tuple(arr.shape), arr.dtype.str, hashlib.sha256(arr.tobytes()).hexdigest()
-
-
-def named_weights(capture: Capture, loaded: LoadedModel) -> list[tuple[str, UOp, np.ndarray]]:
-  """The capture's weights in order with unique names: the state-dict name (Tensor API) or the initializer with
-  the same content (ONNX), else `weight_N`."""
+def named_weights(capture: Capture) -> list[tuple[str, UOp, np.ndarray]]:
+  """The capture's weights in order with unique names: the name the model gave them (a state-dict key of the
+  Tensor API, an ONNX initializer's name; `Capture.weight_names`), else `weight_N`."""
   names: dict[UOp, str] = {}
-  for b, data in capture.weights.items():
-    name = loaded.weight_names.get(b)
-    if name is None and loaded.content_names: name = loaded.content_names.get(_content_key(data))
+  for b in capture.weights:
+    name = capture.weight_names.get(b)
     if name is not None and name not in names.values(): names[b] = name
   taken = set(names.values())
   out, counter = [], 0
@@ -281,10 +274,10 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
   from tgc.frontend.onnx import OnnxError, load_model   # onnx is imported only for ONNX models
   try:
     graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits, dims=dims,
-                       states=states, max_context=max_context)
+                       states=states, max_context=max_context, build=False)   # built once: when it is traced
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   # the importer pinned every input's shape (or refused the model naming the input to give --input-shape for)
-  out_names = [n for n, _, _ in graph.outputs]
+  out_names = graph.output_names
   held = {name: (out_names.index(out), axis) for name, out, axis in graph.states}
   inputs, traced_states = [], []
   for i, (name, shape, dtype) in enumerate(graph.inputs):
@@ -300,20 +293,13 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
   def run(*tensors):
     try: return graph(*tensors)
     except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
-  return LoadedModel(spec, run, inputs, {}, output_names, options, content_names=_content_index(graph),
-                     user_code=False, limits=limits, states=traced_states)
+  return LoadedModel(spec, run, inputs, graph.weight_names, output_names, options, user_code=False, limits=limits,
+                     states=traced_states)
 
 
 def _onnx_message(spec: ModelSpec, error) -> str:
   """An OnnxError's message, led by the model as the user named it unless the message names the model already."""
   return str(error) if error.model is not None else f"{spec.text}: {error}"
-
-
-def _content_index(graph) -> dict[tuple, str]:
-  """Initializer content -> its name (the first one, in model order, when several are equal)."""
-  out: dict[tuple, str] = {}
-  for name, arr in graph.weights.items(): out.setdefault(_content_key(arr), name)
-  return out
 
 
 def example_array(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:

@@ -61,6 +61,7 @@ class Capture:
   weights: dict[UOp, np.ndarray] = field(default_factory=dict)
   seconds: dict[str, float] = field(default_factory=dict)     # time of each phase of `trace` (build, fold, schedule)
   states: list[tuple[StateSpec, UOp]] = field(default_factory=list)
+  weight_names: dict[UOp, str] = field(default_factory=dict)   # the weights named by the model (weight -> name)
 
   def intermediates(self) -> list[UOp]:
     fixed = {b for _, b in self.inputs} | {b for _, b in self.outputs} | set(self.weights) | \
@@ -182,7 +183,8 @@ def placeholder(shape: tuple[int, ...], dtype: DType, device: str | None = None)
 
 def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
           output_names: list[str] | None = None, max_buffers: int | None = PORTABLE_MAX_BUFFERS,
-          limits: SizeLimits | None = None, states: list[tuple[int, int, int, UOp]] | None = None) -> Capture:
+          limits: SizeLimits | None = None, states: list[tuple[int, int, int, UOp]] | None = None,
+          weight_names: dict[UOp, str] | None = None) -> Capture:
   """Run `fn` once on example inputs and return the capture without running any kernel. Parts of the graph that
   do not depend on an input are evaluated now (constant folding) and become weights. Kernels bind at most
   `max_buffers` buffers, so the capture fits every target. Inputs may be `placeholder`s. With `limits`, every
@@ -190,7 +192,9 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   scheduled (TensorTooLargeError). `states`: (input position, output position, axis, length Variable) of each
   state (`StateSpec`): that example input is the state's whole buffer, `fn` gets its first `length` entries along
   `axis`, the output's value lives in that buffer and its kernel writes only the entries after them (in place;
-  what reads the output reads the buffer)."""
+  what reads the output reads the buffer). `weight_names` (BUFFER -> name; read after `fn` ran, so `fn` may fill
+  it as it builds) names weights: a folded weight holding the same values as a named one keeps its name
+  (`Capture.weight_names`)."""
   if _active: raise JitError("nested jit is not supported: trace called inside a jit function")
   for i, t in enumerate(example_inputs):
     if not isinstance(t, Tensor): raise JitError(f"trace: input {i} is not a Tensor")
@@ -201,11 +205,8 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   if len(set(ids)) != len(ids): raise JitError("duplicate inputs to JIT")
   input_bufs = [t.uop for t in example_inputs]
   states = states or []
-  views = list(example_inputs)
-  for i, _, axis, length in states:
-    views[i] = views[i].shrink(tuple((0, length) if k == axis else None for k in range(views[i].ndim)))
   start = time.perf_counter()
-  with provenance.call_sites(): ret = fn(*views)
+  with provenance.call_sites(): ret = fn(*_state_views(list(example_inputs), states))
   outs = _flatten_tensors(ret)
   if not outs: raise NothingTracedError("didn't JIT anything! (the function returned no Tensor)")
   out_names = output_names or [f"output_{i}" for i in range(len(outs))]
@@ -217,40 +218,59 @@ def trace(fn, *example_inputs: Tensor, input_names: list[str] | None = None,
   grown = [outs[o].uop for _, o, _, _ in states]
   kept_part = [_along(outs[o], st.axis, 0, st.length) for (_, o, _, _), st in zip(states, specs)]
   built = time.perf_counter()
-  roots = _fold_constants([outs[o].uop for o in kept] + grown + kept_part, set(input_bufs), limits)
+  names = dict(weight_names or {})
+  roots = _fold_constants([outs[o].uop for o in kept] + grown + kept_part, set(input_bufs), limits, names)
   roots, grown, kept_part = roots[:len(kept)], roots[len(kept):len(kept) + len(grown)], roots[len(kept) + len(grown):]
   folded = time.perf_counter()
-  placeholders: list[UOp] = []
-
-  def new_buffer(shape, dtype):
-    b = buffers.new_buffer("capture", shape, dtype)
-    placeholders.append(b)
-    return b
   state_bufs = [input_bufs[i] for i, _, _, _ in states]
-  firsts = [tuple(st.length if k == st.axis else 0 for k in range(len(st.shape))) for st in specs]
-  for st, part, buf in zip(specs, kept_part, state_bufs): _check_kept(st, part, buf, new_buffer)
-  items, out_bufs = schedule(roots + grown, new_buffer, max_buffers,
-                             placed={g: (b, first) for g, b, first in zip(grown, state_bufs, firsts)})
-  # an output that is an input, a weight or another output's buffer still gets its own buffer (a copy kernel)
-  out_bufs = list(out_bufs[:len(roots)])
-  for i, b in enumerate(out_bufs):
-    if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
-      more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
-      items += more
+  items, out_bufs = _schedule_capture(roots, list(zip(specs, grown, kept_part, state_bufs)), input_bufs, max_buffers)
   for it in items:
     for b in it.bufs: _check_size(limits, "an intermediate tensor", b)
-  written = {it.bufs[0] for it in items}
-  weights = {}
-  for it in items:
-    for b in it.bufs:
-      if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
+  weights = _weights_read(items, input_bufs)
   seconds = {"build": built - start, "fold": folded - built, "schedule": time.perf_counter() - folded}
   state_inputs = {i for i, _, _, _ in states}
   return Capture(items,
                  [(TensorSpec(n, t.shape, t.dtype), b) for k, (n, t, b) in
                   enumerate(zip(in_names, example_inputs, input_bufs)) if k not in state_inputs],
                  [(TensorSpec(out_names[o], outs[o].shape, outs[o].dtype), b) for o, b in zip(kept, out_bufs)],
-                 weights, seconds, list(zip(specs, state_bufs)))
+                 weights, seconds, list(zip(specs, state_bufs)), {b: names[b] for b in weights if b in names})
+
+
+def _state_views(inputs: list[Tensor], states: list[tuple[int, int, int, UOp]]) -> list[Tensor]:
+  """What the traced function gets: each state's buffer shrunk to its first `length` entries."""
+  for i, _, axis, length in states:
+    inputs[i] = inputs[i].shrink(tuple((0, length) if k == axis else None for k in range(inputs[i].ndim)))
+  return inputs
+
+
+def _schedule_capture(roots: list[UOp], states: list[tuple[StateSpec, UOp, UOp, UOp]], input_bufs: list[UOp],
+                      max_buffers: int | None) -> tuple[list[ScheduleItem], list[UOp]]:
+  """The kernels computing `roots` and each state's grown value (`states`: spec, grown value, its first entries,
+  the state's buffer), and the buffer of each root. A state's first entries are checked to be the input's; its
+  grown value is computed into the state's buffer from its length on."""
+  def new_buffer(shape, dtype): return buffers.new_buffer("capture", shape, dtype)
+  placed = {}
+  for st, grown, part, buf in states:
+    _check_kept(st, part, buf, new_buffer)
+    placed[grown] = (buf, tuple(st.length if k == st.axis else 0 for k in range(len(st.shape))))
+  items, out_bufs = schedule(roots + [g for _, g, _, _ in states], new_buffer, max_buffers, placed=placed)
+  # an output that is an input, a weight or another output's buffer still gets its own buffer (a copy kernel)
+  out_bufs = list(out_bufs[:len(roots)])
+  for i, b in enumerate(out_bufs):
+    if b in input_bufs or buffers.device_of(b) != "capture" or b in out_bufs[:i]:
+      more, (out_bufs[i],) = schedule([UOp(Ops.CONTIGUOUS, b.dtype, (b,))], new_buffer)
+      items += more
+  return items, out_bufs
+
+
+def _weights_read(items: list[ScheduleItem], input_bufs: list[UOp]) -> dict[UOp, np.ndarray]:
+  """The buffers the kernels read that no kernel writes and no caller fills, with their data."""
+  written = {it.bufs[0] for it in items}
+  weights = {}
+  for it in items:
+    for b in it.bufs:
+      if b not in written and b not in input_bufs and b not in weights: weights[b] = _read(b)
+  return weights
 
 
 def _state_spec(buf: Tensor, out: Tensor, in_name: str, out_name: str, axis: int, length: UOp) -> StateSpec:
@@ -301,7 +321,7 @@ def _check_size(limits: SizeLimits | None, what: str, u: UOp) -> None:
   except TensorTooLarge as error: raise TensorTooLargeError(str(error)) from None
 
 
-def _shared_weights(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
+def _shared_weights(roots: list[UOp], inputs: set[UOp], names: dict[UOp, str]) -> list[UOp]:
   """Weights with the same contents become one buffer. A Loop body that carries its weights as loop state (Keras
   LSTMs through tf2onnx) hands every unrolled step a copy of the same values: as one buffer they are stored once,
   and the steps' work on them (packed matmul panels, the reductions batched over steps) is one and the same."""
@@ -320,17 +340,22 @@ def _shared_weights(roots: list[UOp], inputs: set[UOp]) -> list[UOp]:
       digest = hashlib.sha256(np.ascontiguousarray(_read(b)).tobytes()).digest()
       if digest in first: mapping[b] = first[digest]
       else: first[digest] = b
+  for b, kept in mapping.items():     # the buffer kept has a name if either had one
+    if kept not in names and b in names: names[kept] = names[b]
   return [substitute(r, mapping) for r in roots] if mapping else roots
 
 
-def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None) -> list[UOp]:
+def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | None = None,
+                    names: dict[UOp, str] | None = None) -> list[UOp]:
   """Replace what depends on no input by its value: kernel-sized subgraphs (realize points) and the constant
   arithmetic feeding input-dependent ops (a BatchNorm's scale and shift: computed once here, not per element in a
   kernel) become BUFFERs holding their values, unless a value is bigger than the buffers it comes from (`_grows`);
   one-element values and weights become CONSTs (no buffer, no load). With `limits`, every tensor that will be
   held in a buffer (folded or computed by a kernel) and every reduction is checked first. Weights with the same
-  contents become one buffer first (`_shared_weights`)."""
-  roots = _shared_weights(roots, inputs)
+  contents become one buffer first (`_shared_weights`). `names` (weight -> name) gets the names of the buffers
+  made here that hold a named weight's values (`_same_values`)."""
+  names = {} if names is None else names
+  roots = _shared_weights(roots, inputs, names)
   depends: dict[UOp, bool] = {}
   # index arithmetic: computed from ARANGEs (and constants) alone, e.g. a causal mask or a gather's comparison:
   # cheaper computed in the kernel that uses it than loaded, and a kernel sees through it (True / False / None:
@@ -377,4 +402,15 @@ def _fold_constants(roots: list[UOp], inputs: set[UOp], limits: SizeLimits | Non
     else:
       mapping[p] = buffers.new_buffer("numpy", v.shape, p.dtype, lowp.pack(v, p.dtype) if p.dtype.storage_only
                                       else buffers.host_array(v))
+      source = _same_values(p)
+      if source in names: names[mapping[p]] = names[source]
   return [substitute(r, mapping) for r in roots]
+
+
+def _same_values(n: UOp) -> UOp:
+  """The buffer whose values `n` is, element for element, when it is one: a copy or reshapes of it back to its
+  shape (a weight passed through an Identity or a loop's state); else `n`."""
+  source = n
+  while source.op in (Ops.CONTIGUOUS, Ops.RESHAPE) or (source.op is Ops.CAST and source.dtype == source.src[0].dtype):
+    source = source.src[0]
+  return source if source.op is Ops.BUFFER and source.arg[1] == n.shape and source.dtype == n.dtype else n

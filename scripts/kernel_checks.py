@@ -106,7 +106,7 @@ def compile_for(name: str, target: str, loaded, capture):
   from tgc.aot import models
   from tgc.codegen.compiled import compile_schedule
   return compile_schedule(name, target, capture.items, [(s.name, b) for s, b in capture.inputs],
-                          [(s.name, b) for s, b in capture.outputs], models.named_weights(capture, loaded))
+                          [(s.name, b) for s, b in capture.outputs], models.named_weights(capture))
 
 
 # ---------------------------------------------------------------- compiling kernels

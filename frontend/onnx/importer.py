@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import numpy as np
 import onnx
-from tgc.ir import DType, lowp, provenance
+from tgc.ir import DType, Ops, UOp, lowp, provenance
 from tgc.ir.config import config
 from tgc.ir.sint import is_static
 from tgc.frontend import buffers
@@ -50,7 +50,7 @@ class OnnxGraph:
 
   def __init__(self, model: onnx.ModelProto, what: str, base_dir: str, input_shapes: dict | None,
                consts: dict | None, limits: SizeLimits | None = None, dims: dict | None = None,
-               states: dict | None = None, max_context: int | None = None):
+               states: dict | None = None, max_context: int | None = None, build: bool = True):
     self.model, self.name = model, what
     self.limits = limits
     self.graph = model.graph
@@ -77,11 +77,24 @@ class OnnxGraph:
     # names whose dtype is exactly the model's: inputs, weights, declared values (storage-only results cast back)
     self.typed_names = set(self._declared) | set(self.weights) | {i.name for i in self.graph.input}
     self._device_consts: dict[tuple[str, str], Tensor] = {}
+    # BUFFER -> name of each initializer made a tensor while building (`device_const`); while it builds, the
+    # initializers' arrays by id (an Identity or a loop's carried value of an initializer is that very array)
+    self.weight_names: dict[UOp, str] = {}
+    self._initializer_arrays: dict[int, tuple[np.ndarray, str]] = {}
     bad = self.unsupported()
     if bad: raise OnnxError(unsupported_message(bad))
-    placeholders = [Tensor(buffers.new_buffer("numpy", shape, dt), "numpy") for _, shape, dt in self.inputs]
-    outs = self._build("numpy", placeholders)
-    self.outputs = [(o.name, tuple(t.shape), t.dtype) for o, t in zip(self.graph.output, outs)]
+    self.output_names = [o.name for o in self.graph.output]
+    self._outputs: list[tuple[str, tuple, DType]] | None = None
+    if build: _ = self.outputs
+
+  @property
+  def outputs(self) -> list[tuple[str, tuple, DType]]:
+    """(name, shape, dtype) of each output: the graph built on placeholder inputs the first time it is asked."""
+    if self._outputs is None:
+      placeholders = [Tensor(buffers.new_buffer("numpy", shape, dt), "numpy") for _, shape, dt in self.inputs]
+      outs = self._build("numpy", placeholders)
+      self._outputs = [(o.name, tuple(t.shape), t.dtype) for o, t in zip(self.graph.output, outs)]
+    return self._outputs
 
   # ------------------------------------------------------------ inputs
   def _hold_states(self, given: dict, max_context: int | None) -> None:
@@ -185,11 +198,14 @@ class OnnxGraph:
     scope = Scope(None, device, self, top=True)
     for name, (arr, dt) in self.weights_with_dtypes():
       scope.consts[name] = (arr, dt)
+      self._initializer_arrays[id(arr)] = (arr, name)
     for name, (arr, dt) in self.pinned.items(): scope.consts[name] = (arr, dt)
     for (name, _, _), t in zip(self.inputs, inputs): scope.tensors[name] = t
-    with provenance.call_sites(False):       # the nodes are named by the model, not by Python call sites
-      self.run_nodes(self._nodes(), scope)
-      return [scope.tensor(o.name) for o in self.graph.output]
+    try:
+      with provenance.call_sites(False):       # the nodes are named by the model, not by Python call sites
+        self.run_nodes(self._nodes(), scope)
+        return [scope.tensor(o.name) for o in self.graph.output]
+    finally: self._initializer_arrays = {}
 
   def weights_with_dtypes(self):
     for name, arr in self.weights.items():
@@ -293,6 +309,7 @@ class OnnxGraph:
         Tensor.realize_all(*[t for t in res if t is not None])
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
+      self._pass_names(vals, outs)
       if not _grows_weights(vals, outs) or node.op_type in ("Shape", "Size"):
         _store(scope, node, label, outs)
         return
@@ -301,6 +318,17 @@ class OnnxGraph:
                       const_value, is_const, domain, {"device": scope.device, "graph": self})
     res = _call(fn, ctx, node.op_type, label, run_time)
     _store(scope, node, label, self._check_outputs(node, label, self._declared_types(node, res)))
+
+  def _pass_names(self, vals: list, outs: list) -> None:
+    """A folded node's outputs that are an initializer input unchanged (an Identity, a reshape back to its own
+    shape, a cast to its own type) are that initializer: its name goes with them."""
+    for v in vals:
+      named = self._initializer_arrays.get(id(v[0])) if isinstance(v, tuple) else None
+      if named is None or named[0] is not v[0]: continue
+      for o in outs:
+        if isinstance(o, tuple) and o[1] == v[1] and o[0].dtype == v[0].dtype and o[0].shape == v[0].shape and \
+           np.array_equal(o[0], v[0]):
+          self._initializer_arrays.setdefault(id(o[0]), (o[0], named[1]))
 
   @staticmethod
   def _fold_sizes(node: onnx.NodeProto, attrs: dict, vals: list, opset: int, holds_sizes: bool) -> list | None:
@@ -332,6 +360,9 @@ class OnnxGraph:
     if shape_values.is_shape_value(value): t = shape_values.as_tensor(value, device)
     else: t = array_to_tensor(arr, device, dt)
     if cache: self._device_consts[key] = t
+    initializer = self._initializer_arrays.get(id(arr))
+    if initializer is not None and initializer[0] is arr and t.uop.op is Ops.BUFFER:
+      self.weight_names.setdefault(t.uop, initializer[1])
     return t
 
   def run_subgraph(self, graph: onnx.GraphProto, outer: Scope, inputs: list) -> list:
@@ -386,11 +417,13 @@ def _store(scope: Scope, node: onnx.NodeProto, label: str, outs: list) -> None:
 
 def load_model(src, input_shapes: dict[str, tuple] | None = None, consts: dict[str, np.ndarray] | None = None,
                limits: SizeLimits | None = None, dims: dict[str, tuple[int, int]] | None = None,
-               states: dict[str, str] | None = None, max_context: int | None = None) -> OnnxGraph:
+               states: dict[str, str] | None = None, max_context: int | None = None, build: bool = True) -> OnnxGraph:
   """Load, check and import an ONNX model from a path, bytes or a ModelProto. With `limits`, every graph input
   and node output is checked on its shape before anything is computed (OnnxError naming the input or node).
   `dims` (name -> (lowest, highest)) keeps the input dims of those names (dim_params, or names given in
   `input_shapes`) as sizes known only at run time. With `max_context`, the model's states (`states`: input ->
-  output, else found by name; `model_state`) hold up to that many entries, their lengths tracked at run time."""
+  output, else found by name; `model_state`) hold up to that many entries, their lengths tracked at run time.
+  `build`: build the graph now on placeholder inputs (its handlers' errors raised here, `outputs` known); else
+  when it is first called or its `outputs` asked (a compile builds it once, as it traces it)."""
   model, what, base_dir = prepare(src)
-  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits, dims, states, max_context)
+  return OnnxGraph(model, what, base_dir, input_shapes, consts, limits, dims, states, max_context, build)

@@ -234,3 +234,40 @@ def test_runtimes_read_the_manifest_format_emit_writes():
   from tgc.emit import manifest
   from tgc.runtimes import artifact as runtime_artifact
   assert runtime_artifact.FORMAT_VERSION == manifest.FORMAT_VERSION
+
+def _onnx_weights_model(path) -> None:
+  """x @ w1 + b through an Identity of b, then a Loop that carries w2 as loop state (as tf2onnx's LSTMs do) and
+  multiplies by it twice; w3 goes through a Transpose (folded at import: no initializer holds those values)."""
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(0)
+  inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+           for n, s in (("w1", (4, 6)), ("bias", (6,)), ("w2", (6, 6)), ("w3", (5, 6)))]
+  inits += [numpy_helper.from_array(np.array(2, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go")]
+  body = helper.make_graph(
+    [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["w_in"], ["w_out"]),
+     helper.make_node("MatMul", ["h_in", "w_in"], ["h_out"])], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+     helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [6, 6]),
+     helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [3, 6])],
+    [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("w_out", TensorProto.FLOAT, [6, 6]),
+     helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [3, 6])])
+  nodes = [helper.make_node("MatMul", ["x", "w1"], ["xw"]), helper.make_node("Identity", ["bias"], ["b2"]),
+           helper.make_node("Add", ["xw", "b2"], ["h0"]),
+           helper.make_node("Loop", ["trips", "go", "w2", "h0"], ["w_last", "h"], body=body),
+           helper.make_node("Transpose", ["w3"], ["w3t"], perm=[1, 0]), helper.make_node("MatMul", ["h", "w3t"], ["y"])]
+  graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])], inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  with open(path, "wb") as f: f.write(model.SerializeToString())
+
+
+def test_onnx_weight_names_follow_the_values(tmp_path):
+  path = tmp_path / "m.onnx"
+  _onnx_weights_model(path)
+  compile_model(str(path), "c", str(tmp_path / "out"))
+  manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+  names = sorted(t["name"] for t in manifest["weights"]["tensors"])
+  assert names == ["bias", "w1", "w2", "weight_0"]
+  assert validate.validate_artifact(str(tmp_path / "out")).ok
