@@ -6,8 +6,8 @@ computed from h[t-1], not cut from one tensor), so what is batched is the work t
 recurrence. The graph is rewritten before the scheduler splits it into kernels."""
 from __future__ import annotations
 from tgc.ir import Ops, GroupOp, UOp, provenance, substitute
+from tgc.codegen.knobs import BATCH_MAX_SPAN
 
-MAX_SPAN = 2      # a group computes the steps between its first and last: at most this many per step it uses
 MAX_REGION = 64   # a reduction computing more nodes than this in its kernel is not looked at (compile time: the state
                   # of an LSTM is elementwise from one step to the next, so a step's region can reach back to step 0)
 _BOUNDARY = (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.ARANGE)
@@ -37,7 +37,7 @@ def _batch_groups(roots: list[UOp]) -> dict[UOp, UOp]:
     lo, hi = steps[0], steps[-1] + 1
     # members share every operand but their slice (the key is the same node), so no member can be computed from
     # another: the batched reduction never reads its own results
-    if len(steps) < 2 or hi - lo > MAX_SPAN * len(steps) or any(r in mapping for _, r in members): continue
+    if len(steps) < 2 or hi - lo > BATCH_MAX_SPAN * len(steps) or any(r in mapping for _, r in members): continue
     batched = _batched(key, canon, axis, lo, hi)
     if batched is None: continue
     for t, r in members:

@@ -30,13 +30,13 @@ from tgc.ir import Ops, UOp, AxisType, PatternMatcher, UPat, dtypes, graph_rewri
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.kernel_access import depends, try_opt
+from tgc.codegen.knobs import DOT_MAX_PADDING
 
 I32, U32 = dtypes.int32, dtypes.uint32
 # the instructions by CPU.dot: (products per 32-bit lane, element type of the shared integers, of the weights)
 INSTRUCTIONS = {"madd": (2, dtypes.int16, dtypes.int16), "vnni": (4, dtypes.uint8, dtypes.int8),
                 "sdot": (4, dtypes.int8, dtypes.int8)}
 EXACT = 1 << 24                                    # float32 holds every integer below this
-MAX_PADDING = 0.15                                 # a reduce axis may be padded by this fraction to pair its products
 
 
 # ---------------------------------------------------------------- integer values
@@ -112,13 +112,13 @@ def _dot_kernel(ast: UOp, kind: str, constant: frozenset) -> bool:
 def dot_unroll(k: Kernel, kind: str, constant: frozenset) -> Kernel:
   """`k` with a reduce axis unrolled by the products per lane of the target's dot-product instruction (`kind`, "":
   none), when the kernel's reductions are sums it takes: the innermost axis the group divides, else the one it pads
-  least (at most MAX_PADDING: the weights are stored padded)."""
+  least (at most DOT_MAX_PADDING: the weights are stored padded)."""
   if not kind or not _dot_kernel(k.ast, kind, constant): return k
   group = INSTRUCTIONS[kind][0]
   sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
   padding = [(-(-n // group) * group - n) / n for n in sizes]
   best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
-  if best is None or padding[best] > MAX_PADDING: return k
+  if best is None or padding[best] > DOT_MAX_PADDING: return k
   return try_opt(k, Opt(OptOps.UNROLL, best, group))
 
 

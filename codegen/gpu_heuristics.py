@@ -22,19 +22,12 @@ import math
 from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptOps, divisors
 from tgc.codegen.target import Target
-from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit, reduce_body_loads,
+from tgc.codegen.knobs import (GPU_LANES, GPU_UNROLL, GROUP_FEW_OUTPUTS, GROUP_MIN_LOOP, MAX_ACCUMULATORS,
+                               MAX_GATHER_SHARE, MAX_WASTE, MIN_GROUPS, MIN_ITEMS, WORKGROUP)
+from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit, reduce_body_loads,
                                        stride, try_opt)
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
-LANES = 4                     # vector lanes (float4, vec4<f32>)
-UNROLL = (8, 4)               # copies of a reduction step to unroll
-MIN_ITEMS = 64                # the smallest work-group to aim for
-WORKGROUP = 256               # work-items per work-group to aim for (WebGPU's default limit)
-MIN_GROUPS = 32               # work-groups to keep when choosing the work-group size (keep the device busy)
-MAX_ACCUMULATORS = 64         # register-block size (outputs per work-item, vector lanes included) of a reduction
-MAX_WASTE = 1.15              # padded work-items / useful work-items a LOCAL split may cost
-GROUP_MIN_LOOP = 128          # a reduction this long is split across a work-group ...
-GROUP_FEW_OUTPUTS = 2048      # ... when it has at most this many outputs, or reads along its own contiguous axis
 
 
 def _stores(k: Kernel) -> list[UOp]: return [n for n in k.ast.src if n.op is Ops.STORE]
@@ -79,9 +72,9 @@ def pick_vector(k: Kernel, constant: frozenset) -> Kernel:
   it and, split so, few of its memory accesses would be lane by lane (an access contiguous in each group of 4, as
   in a layout of 16-element panels, is a vector)."""
   glob = k.axes(G)
-  if not glob or Kernel.size(glob[-1]) % LANES or not lanes_are_32bit(k): return k
+  if not glob or Kernel.size(glob[-1]) % GPU_LANES or not lanes_are_32bit(k): return k
   if not all(stride(st.src[1], glob[-1]) == 1 for st in _stores(k)): return k
-  trial = try_opt(k, Opt(OptOps.VECTOR, len(glob) - 1, LANES))
+  trial = try_opt(k, Opt(OptOps.VECTOR, len(glob) - 1, GPU_LANES))
   if trial is k or _lane_share(trial, constant) > MAX_GATHER_SHARE: return k
   return trial
 
@@ -142,14 +135,14 @@ def unroll_reduce(k: Kernel) -> Kernel:
   if not red or math.prod(Kernel.size(r) for r in red) < 4: return k
   loads = reduce_body_loads(k)
   order = sorted(range(len(red)), key=lambda i: (not any(stride(ld.src[1], red[i]) == 1 for ld in loads), -i))
-  if math.prod(Kernel.size(r) for r in red) >= 4 * UNROLL[-1]:
+  if math.prod(Kernel.size(r) for r in red) >= 4 * GPU_UNROLL[-1]:
     for i in order:
-      for amt in UNROLL:
+      for amt in GPU_UNROLL:
         if Kernel.size(red[i]) % amt == 0: return try_opt(k, Opt(OptOps.UNROLL, i, amt))
   copies = 1
   for i in sorted(range(len(red)), reverse=True):      # the later axis first: the earlier ones keep their numbers
-    if copies >= UNROLL[-1]: break
-    if 1 < Kernel.size(red[i]) <= UNROLL[0]:
+    if copies >= GPU_UNROLL[-1]: break
+    if 1 < Kernel.size(red[i]) <= GPU_UNROLL[0]:
       k, copies = try_opt(k, Opt(OptOps.UNROLL, i, Kernel.size(red[i]))), copies * Kernel.size(red[i])
   return k
 

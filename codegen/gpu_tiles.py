@@ -2,8 +2,8 @@
 loaded once, cooperatively, into workgroup memory (`var<workgroup>`, `__local`, `__shared__`, `threadgroup`), and
 every work-item reads its operands from there.
 
-Only reductions that are unrolled (an UNROLL of at least MIN_UNROLL copies: a step's two barriers and its fill are
-paid for by that many multiply-adds per work-item) are staged. A load in such a reduction body is staged when its
+Only reductions that are unrolled (an UNROLL of at least TILE_MIN_UNROLL copies: a step's two barriers and its fill
+are paid for by that many multiply-adds per work-item) are staged. A load in such a reduction body is staged when its
 index moves with the innermost reduction loop (it changes every step) and it does not depend on some LOCAL axis:
 the work-items along that axis would each read the same element from global memory (matmul's rows shared by the
 work-items of one column, a convolution's input pixels by those computing other output channels). Its tile holds
@@ -25,15 +25,13 @@ from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType, dtypes, substitute
 from tgc.ir.symbolic import simplify, split_terms
+from tgc.codegen.knobs import GPU_LANES, TILE_MIN_REUSE, TILE_MIN_UNROLL
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 
 INDEX = dtypes.index
 TILE_KINDS = (AxisType.LOCAL, AxisType.UPCAST, AxisType.UNROLL, AxisType.VECTOR)
 UNIFORM_KINDS = (AxisType.GLOBAL, AxisType.REDUCE)     # the same for every work-item of a work-group in one step
-MIN_REUSE = 4
-MIN_UNROLL = 4
-LANES = 4
 
 
 def _ranges(u: UOp) -> set[UOp]: return {n for n in u.toposort() if n.op is Ops.RANGE}
@@ -65,7 +63,7 @@ def stage(ast: UOp, target: Target) -> UOp:
   if not reds or len({red.src[1:] for red in reds}) != 1: return ast
   loops = [r for r in reds[0].src[1:] if r.arg.kind is AxisType.REDUCE]
   unrolled = math.prod(r.src[0].arg for r in reds[0].src[1:] if r.arg.kind is AxisType.UNROLL)
-  if unrolled < MIN_UNROLL: return ast
+  if unrolled < TILE_MIN_UNROLL: return ast
   # the loop whose steps refill the tiles (none: a reduction unrolled whole is filled once, before it)
   inner = max(loops, key=lambda r: r.arg.id) if loops else None
   wg = math.prod(r.src[0].arg for r in locals_)
@@ -91,7 +89,7 @@ def stage(ast: UOp, target: Target) -> UOp:
 def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp | None) -> list[tuple[int, UOp, list[UOp]]]:
   """(reuse, load, tile ranges) of every load worth staging: a global 32-bit scalar load in a reduction body that
   moves with the innermost loop (with no loop: with the unrolled copies), depends only on uniform and tile axes,
-  and is read alike by `reuse` >= MIN_REUSE work-items (the product of the LOCAL axes it does not depend on)."""
+  and is read alike by `reuse` >= TILE_MIN_REUSE work-items (the product of the LOCAL axes it does not depend on)."""
   out, seen = [], set()
   for red in reds:
     for ld in red.src[0].toposort():
@@ -103,7 +101,7 @@ def _candidates(reds: list[UOp], locals_: list[UOp], inner: UOp | None) -> list[
       if not moves or any(r.arg.kind not in UNIFORM_KINDS + TILE_KINDS for r in deps): continue
       reuse = math.prod(r.src[0].arg for r in locals_ if r not in deps)
       tile = sorted((r for r in deps if r.arg.kind in TILE_KINDS), key=lambda r: r.arg.id)
-      if reuse >= MIN_REUSE and tile: out.append((reuse, ld, tile))    # (no tile axis: one value, nothing to stage)
+      if reuse >= TILE_MIN_REUSE and tile: out.append((reuse, ld, tile))  # (no tile axis: one value, nothing to stage)
   return out
 
 
@@ -129,10 +127,10 @@ def _fill(ld: UOp, buf: UOp, order: list[UOp], sizes: list[int], tid: UOp, wg: i
     return (simplify(base + e) if linear else simplify(substitute(idx, coords))), gated
 
   inner = order[-1]
-  if sizes[-1] % LANES == 0 and terms.get(inner) == 1 and _stride(idx, inner) == 1 and \
+  if sizes[-1] % GPU_LANES == 0 and terms.get(inner) == 1 and _stride(idx, inner) == 1 and \
       not any(inner in _ranges(g) for g in gates):
     renderer = get_renderer(target)
-    copies = [(tid + j * wg) * LANES for j in range(-(-size // (LANES * wg)))]
+    copies = [(tid + j * wg) * GPU_LANES for j in range(-(-size // (GPU_LANES * wg)))]
     places = [at(e) for e in copies]
     if all(renderer.vector_access(ld.src[0], index) for index, _ in places):
       return _vector_fill(ld, buf, copies, places, size, after, renderer)
@@ -151,10 +149,10 @@ def _vector_fill(ld: UOp, buf: UOp, copies: list[UOp], places: list[tuple], size
   workgroup memory, else its 4 lanes)."""
   stores = []
   for e, (index, gated) in zip(copies, places):
-    value = UOp(Ops.LOAD, ld.dtype.vec(LANES), (ld.src[0], index) + _inside(gated, e, size))
+    value = UOp(Ops.LOAD, ld.dtype.vec(GPU_LANES), (ld.src[0], index) + _inside(gated, e, size))
     if renderer.vector_access(buf, e): stores.append(_tile_store(buf, e, value, e.lt(size), after))
     else: stores += [_tile_store(buf, e + i, UOp(Ops.GEP, ld.dtype, (value,), i), e.lt(size), after)
-                     for i in range(LANES)]
+                     for i in range(GPU_LANES)]
   return stores
 
 

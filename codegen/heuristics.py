@@ -19,15 +19,14 @@ from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import run_time_end
-from tgc.codegen.kernel_access import (MAX_GATHER_SHARE, block_cost, depends, lanes_are_32bit,
+from tgc.codegen.knobs import BLOCK_MAX_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
+from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
 from tgc.codegen.dot import dot_unroll
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 GR = (AxisType.GLOBAL, AxisType.REDUCE)
-PADDED_VECTORS = 8      # an output axis of at least this many full vectors may be padded to a multiple of the lanes
-MAX_PADDING = 0.02      # a register block may pad its axis by this fraction of it
 
 
 def _loads(k: Kernel) -> list[UOp]: return [n for n in k.ast.toposort() if n.op is Ops.LOAD]
@@ -127,9 +126,9 @@ def _register_block(k: Kernel, target: Target) -> Kernel:
 
 def _block_sizes(n: int, limit: int) -> list[int]:
   """Register block sizes for an output axis of n: its divisors up to `limit`, and sizes that pad it by at most
-  MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8; the last block's extra copies store nothing)."""
+  BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8; the last block's extra copies store nothing)."""
   return [d for d in range(1, min(n, limit, 32) + 1)
-          if n % d == 0 or (-(-n // d) * d - n) <= MAX_PADDING * n]
+          if n % d == 0 or (-(-n // d) * d - n) <= BLOCK_MAX_PADDING * n]
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:

@@ -6,7 +6,6 @@ from tgc.ir import Ops, UOp
 from tgc.ir.symbolic import split_terms
 from tgc.codegen.opts import Kernel, Opt, OptError
 
-MAX_GATHER_SHARE = 0.2     # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
 
 
 def depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())

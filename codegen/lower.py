@@ -19,6 +19,7 @@ from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.unswitch import unswitch_gated_loops
 from tgc.codegen.heuristics import hand_coded_opts
+from tgc.codegen.knobs import MIN_TASKS
 from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.precision import half_precision
 from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
@@ -331,7 +332,6 @@ def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:
   return substitute(ast, sub), tuple(used)
 
 
-MIN_TASKS = 16      # outer loops are folded into the task loop until it has this many iterations
 
 
 def task_loop(ast: UOp) -> UOp:

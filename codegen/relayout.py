@@ -28,9 +28,9 @@ import numpy as np
 from tgc.ir import Ops, GroupOp, UOp, AxisType, PatternMatcher, UPat, dtypes, graph_rewrite, substitute
 from tgc.ir.exec import exec_alu, exec_cast
 from tgc.ir.symbolic import simplify
+from tgc.codegen.knobs import RELAYOUT_MAX_GROWTH
 
 INDEX = dtypes.index
-MAX_GROWTH = 1.25      # the values stored may take this many times the bytes of the weights they come from
 MAX_ELEMENTS = 1 << 28
 GPU_ORDER = {AxisType.GLOBAL: 0, AxisType.REDUCE: 1, AxisType.UPCAST: 2, AxisType.UNROLL: 2, AxisType.LOCAL: 3,
              AxisType.GROUP: 3, AxisType.VECTOR: 4}
@@ -175,7 +175,7 @@ def _relayout_narrowest(e: UOp, target: UOp, old_bytes: int, order: dict,
 def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict,
                    inner: UOp | None) -> tuple[UOp, Relayout] | None:
   """The load replacing expression `e` (into argument `target`) and its recipe; None when not worth it (its values
-  would take more than MAX_GROWTH times the bytes of the weights they come from: int8 weights stay int8)."""
+  would take more than RELAYOUT_MAX_GROWTH times the bytes of the weights they come from: int8 weights stay int8)."""
   own = {n for n in e.toposort() if n.op is Ops.RANGE}
   loads = [n for n in e.toposort() if n.op is Ops.LOAD]
   gated = any(len(ld.src) > 2 for ld in loads)
@@ -184,7 +184,7 @@ def _relayout_expr(e: UOp, target: UOp, old_bytes: int, order: dict,
   rs = tuple(sorted(own, key=lambda r: (r is inner, order[r.arg.kind], r.arg.id)))
   if any(r.src[0].op is not Ops.CONST for r in rs): return None   # a loop over a size known only at run time
   numel = math.prod(r.src[0].arg for r in rs)
-  if numel > MAX_ELEMENTS or numel * e.dtype.itemsize > MAX_GROWTH * old_bytes + 256: return None
+  if numel > MAX_ELEMENTS or numel * e.dtype.itemsize > RELAYOUT_MAX_GROWTH * old_bytes + 256: return None
   new_idx = UOp.const(INDEX, 0)
   step = 1
   for r in reversed(rs):

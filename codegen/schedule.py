@@ -12,9 +12,9 @@ from tgc.ir.sint import sint, highest, highest_prod, is_static, quotient, same, 
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
+from tgc.codegen.knobs import TRANSPOSE_MULTIPLE
 
 INDEX = dtypes.index
-TRANSPOSE_MULTIPLE = 16     # transposed_operands: the axis made contiguous is a multiple of this many elements
 
 
 @dataclass(frozen=True)

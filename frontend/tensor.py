@@ -7,12 +7,11 @@ from tgc.ir import DType, dtypes, promote, least_upper_float, Ops, UOp
 from tgc.ir.config import config
 from tgc.ir import lowp
 from tgc.ir.sint import sint, is_static, provably_le, quotient, same, simplified
+from tgc.codegen.knobs import MATMUL_PACK_MIN, MATMUL_PANEL
 from tgc.codegen.registry import target_names
 from tgc.frontend import buffers, functional, realize as _realize, shapes
 from tgc.frontend.shapes import broadcast_shape
 
-MATMUL_PANEL = 16       # matmul repacks large right-hand operands into panels this many columns wide
-MATMUL_PACK_MIN = 128   # ... when both the reduced and the panel dimension are at least this big
 
 
 def canonical_device(device: str | None) -> str:

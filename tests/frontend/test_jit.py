@@ -87,7 +87,7 @@ def test_trace_gives_every_output_its_own_buffer():
 def test_matmul_broadcast_over_batch_packs_the_weights_once():
   """x (T, 1, K) @ w (K, M), as an RNN's input projection over T steps: w's panels are packed once, at trace time,
   and broadcast over T as index math; no buffer holds a copy of w per step. Checked against numpy."""
-  from tgc.frontend.tensor import MATMUL_PACK_MIN, MATMUL_PANEL
+  from tgc.codegen.knobs import MATMUL_PACK_MIN, MATMUL_PANEL
   k, m, steps = MATMUL_PACK_MIN, 2 * MATMUL_PANEL * 4, 9
   wn = np.random.default_rng(5).standard_normal((k, m), dtype=np.float32)
   w = Tensor(wn, device="c")

@@ -1,0 +1,33 @@
+"""The numbers that trade speed in the code tgc generates, in one place: what the heuristics, the scheduler, the
+lowering and the C host code decide by. Changing one changes generated code; `bench/bench_corpus.py` says whether
+it is a gain. BEAM's search space and its timing rules are the search's own (codegen/search.py)."""
+from __future__ import annotations
+
+# ---------------------------------------------------------------- graph and schedule (every target)
+MATMUL_PANEL = 16           # matmul repacks large right-hand operands into panels this many columns wide ...
+MATMUL_PACK_MIN = 128       # ... when both the reduced and the panel dimension are at least this big
+TRANSPOSE_MULTIPLE = 16     # a reduction's operand is stored transposed only along an axis a multiple of this long
+BATCH_MAX_SPAN = 2          # reductions over slices batched: a group computes at most this many steps per step it uses
+MAX_GATHER_SHARE = 0.2      # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
+
+# ---------------------------------------------------------------- CPUs (heuristics.py, lower.py, relayout.py, dot.py)
+PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes
+BLOCK_MAX_PADDING = 0.02    # a register block may pad its axis by this fraction of it
+DOT_MAX_PADDING = 0.15      # a reduce axis may be padded by this fraction to pair its products for a dot instruction
+RELAYOUT_MAX_GROWTH = 1.25  # weights stored in read order may take this many times the bytes they come from
+MIN_TASKS = 16              # outer loops are folded into the task loop until it has this many iterations
+PARALLEL_MIN_OPS = 1 << 20  # a C kernel goes to the thread pool at this much arithmetic per launch ...
+PARALLEL_MIN_BYTES = 1 << 20  # ... or this much memory traffic (about ten microseconds of work)
+
+# ---------------------------------------------------------------- GPUs (gpu_heuristics.py, gpu_tiles.py)
+GPU_LANES = 4               # vector lanes (float4, vec4<f32>)
+GPU_UNROLL = (8, 4)         # copies of a reduction step to unroll
+MIN_ITEMS = 64              # the smallest work-group to aim for
+WORKGROUP = 256             # work-items per work-group to aim for (WebGPU's default limit)
+MIN_GROUPS = 32             # work-groups to keep when choosing the work-group size (keep the device busy)
+MAX_ACCUMULATORS = 64       # register-block size (outputs per work-item, vector lanes included) of a reduction
+MAX_WASTE = 1.15            # padded work-items / useful work-items a LOCAL split may cost
+GROUP_MIN_LOOP = 128        # a reduction this long is split across a work-group ...
+GROUP_FEW_OUTPUTS = 2048    # ... when it has at most this many outputs, or reads along its own contiguous axis
+TILE_MIN_REUSE = 4          # a load is staged in workgroup memory when this many work-items read each value ...
+TILE_MIN_UNROLL = 4         # ... in a reduction unrolled at least this many copies
