@@ -4,11 +4,11 @@ with each call's buffers, the buffer plan (inputs, outputs, weights, arena slots
 Variants: the kernels of a target whose artifacts may meet devices unlike a GPU with the features the target asks
 (`Target.fallbacks`: WebGPU, OpenCL) are also rendered for other flavors of the target, which the artifact picks
 from when it loads (`variant_targets`, in order of preference): the same opts, so the same launch sizes, parameters
-and weight layouts, only the source differs. "gpu" has workgroup-memory tiles, "cpu" not (for GPU languages run by
-a CPU: PoCL, SwiftShader, lavapipe); "-f16" variants compute in half precision (`--precision f16`), and an f16
-target falls back to float32 variants on devices without half arithmetic. `CompiledModel.variants` holds, per
-variant other than the main one, the kernels whose source differs from the main one's, and `variant_targets` the
-target of every variant, the main one first."""
+and weight layouts, only the source differs. A `Variant`: "gpu" has workgroup-memory tiles, "cpu" not (for GPU
+languages run by a CPU: PoCL, SwiftShader, lavapipe); "-f16" variants compute in half precision (`--precision
+f16`), and an f16 target falls back to float32 variants on devices without half arithmetic.
+`CompiledModel.variants` holds, per variant other than the main one, the kernels whose source differs from the main
+one's, and `variant_targets` the target of every variant, the main one first."""
 from __future__ import annotations
 import math
 import re
@@ -35,6 +35,21 @@ class BufferKind(WordEnum):
   WEIGHT = "weight"
   STATE = "state"
   ARENA = "arena"
+
+
+class Variant(WordEnum):
+  """A kernel variant of a target (module docstring): GPU with workgroup-memory tiles, CPU without; the F16 ones
+  compute in half precision. The value is the name manifests and the generated host code store."""
+  GPU = "gpu"
+  CPU = "cpu"
+  GPU_F16 = "gpu-f16"
+  CPU_F16 = "cpu-f16"
+
+  @classmethod
+  def of(cls, target: Target) -> Variant:
+    """The variant whose kernels `target` renders."""
+    if target.precision is Precision.F16: return cls.GPU_F16 if target.workgroup_tiles else cls.CPU_F16
+    return cls.GPU if target.workgroup_tiles else cls.CPU
 
 
 @dataclass(frozen=True)
@@ -66,8 +81,8 @@ class CompiledModel:
   weights: dict[str, np.ndarray]   # by original weight name, in buffer order
   arena_bytes: int
   meta: dict = field(default_factory=dict)
-  variants: dict[str, dict[str, KernelProgram]] = field(default_factory=dict)   # variant -> kernels that differ
-  variant_targets: dict[str, Target] = field(default_factory=dict)              # every variant's target, main first
+  variants: dict[Variant, dict[str, KernelProgram]] = field(default_factory=dict)   # variant -> kernels that differ
+  variant_targets: dict[Variant, Target] = field(default_factory=dict)              # every variant's target, main first
   # kernel name -> (its AST, its own weights: argument position -> elements), for analyses of the lowered kernels
   asts: dict[str, tuple[UOp, dict[int, int]]] = field(default_factory=dict, repr=False)
   states: list = field(default_factory=list)     # frontend.jit.StateSpec of each STATE buffer, in order
@@ -107,33 +122,25 @@ def buffer_nbytes(b: UOp) -> int:
   return highest_prod(b.arg[1]) * b.dtype.itemsize
 
 
-CPU_VARIANT = "cpu"
-
-
-def variant_name(target: Target) -> str:
-  """gpu | cpu (without workgroup tiles), + "-f16" when computing in half precision."""
-  return ("gpu" if target.workgroup_tiles else "cpu") + ("-f16" if target.precision is Precision.F16 else "")
-
-
-def variant_targets(target: Target) -> dict[str, Target]:
+def variant_targets(target: Target) -> dict[Variant, Target]:
   """Every flavor of `target` an artifact carries, by name, in order of preference (the target itself first)."""
   flavors = [target]
   if target.has_workgroups and target.fallbacks:
     half = target.precision is Precision.F16
     precisions = [target] + ([replace(target, precision=Precision.F32, f16=False)] if half else [])
     flavors = [t for p in precisions for t in ([p, replace(p, workgroup_tiles=False)] if p.workgroup_tiles else [p])]
-  return {variant_name(t): t for t in flavors}
+  return {Variant.of(t): t for t in flavors}
 
 
 def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
               weights: dict[str, dict[int, int]], comments: dict[str, str]
-              ) -> tuple[dict[str, dict[str, KernelProgram]], dict[str, Target]]:
+              ) -> tuple[dict[Variant, dict[str, KernelProgram]], dict[Variant, Target]]:
   """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
   per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
   targets of the variants kept."""
-  out: dict[str, dict[str, KernelProgram]] = {}
+  out: dict[Variant, dict[str, KernelProgram]] = {}
   targets = variant_targets(target)
-  kept = {variant_name(target): target}
+  kept = {Variant.of(target): target}
   for vname, vtarget in list(targets.items())[1:]:
     progs = {}
     for kname, k in kernels.items():

@@ -22,7 +22,7 @@ from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.knobs import MIN_TASKS
 from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.precision import half_precision
-from tgc.codegen.render import get_renderer, KernelParam, CStyleRenderer
+from tgc.codegen.render import get_renderer, KernelParam
 from tgc.codegen.target import Precision, Target, as_target
 
 INDEX = dtypes.index
@@ -302,13 +302,13 @@ def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
   return _program(done.kernel.ast, target, renderer, done.vectors)
 
 
-def lower(ast: UOp, target: Target | str | CStyleRenderer, opts: list[Opt] | None = None,
+def lower(ast: UOp, target: Target, opts: list[Opt] | None = None,
           name: str | None = None, weights: dict[int, int] | None = None, comment: str = "") -> KernelProgram:
   """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
   fold constant work into them and store them in the order the kernel reads them (`KernelProgram.relayouts` says
   how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`). `comment`: lines
   (already comments of the language) that head the function, e.g. the model nodes it computes."""
-  target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
+  if not isinstance(target, Target): raise TypeError(f"lower: a Target is needed, not {type(target).__name__}")
   renderer = get_renderer(target)
   done = _optimized(ast, target, renderer, opts, weights or {})
   program, gsz, lsz = _program(done.kernel.ast, target, renderer, done.vectors)

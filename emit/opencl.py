@@ -16,7 +16,7 @@ describe tensors alike."""
 from __future__ import annotations
 import dataclasses
 
-from tgc.codegen.compiled import BufferKind, CompiledModel, variant_name
+from tgc.codegen.compiled import BufferKind, CompiledModel, Variant
 from tgc.codegen.memory import plan_slots
 from tgc.emit.bundle import (WEIGHTS_FILE, Param, bundle_start, device_manifest, host_values, kernel_file,
                              kernel_params, launch_sizes, weight_rows, write_bundle)
@@ -34,7 +34,7 @@ ARG_KINDS = {BufferKind.INPUT: "TG_INPUT", BufferKind.OUTPUT: "TG_OUTPUT", Buffe
 MAX_LITERAL = 1000     # bytes of kernel source per C string (C99 compilers need only support 4095)
 
 
-def kernel_source(cm: CompiledModel, variant: str | None = None) -> str:
+def kernel_source(cm: CompiledModel, variant: Variant | None = None) -> str:
   """The text of model.cl: each prefix line once (first use order), then the kernels (`variant`: those of that
   kernel variant where they differ)."""
   if variant is None: return kernel_file(cm, KERNEL_TEMPLATE)
@@ -45,13 +45,13 @@ def kernel_variants(cm: CompiledModel) -> list[dict]:
   """The kernel variants model.c picks from (codegen.compiled `variant_targets`), in order of preference: name, the
   extensions they need, whether CPU devices skip them (they stage operands in __local tiles and a variant without
   tiles follows), where their source is."""
-  targets = cm.variant_targets or {variant_name(cm.target): cm.target}
+  targets = cm.variant_targets or {Variant.of(cm.target): cm.target}
   out = []
   for i, (name, t) in enumerate(targets.items()):
     progs = {**cm.kernels, **cm.variants.get(name, {})}
-    untiled = variant_name(dataclasses.replace(t, workgroup_tiles=False))
+    untiled = Variant.of(dataclasses.replace(t, workgroup_tiles=False))
     out.append({"name": name, "extensions": sorted({f for k in progs.values() for f in k.features}),
-                "not_on_cpu": t.workgroup_tiles and untiled != name and untiled in targets,
+                "not_on_cpu": t.workgroup_tiles and untiled is not name and untiled in targets,
                 "source": "model.cl" if i == 0 else "embedded in model.c (model.cl with the kernels that differ)"})
   return out
 

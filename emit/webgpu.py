@@ -36,7 +36,7 @@ import struct
 import numpy as np
 
 from tgc.ir.sint import dims_text, evaluate, highest, is_static, simplified, sint
-from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, variant_name
+from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel, Variant
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.names import comment_safe
 from tgc.codegen.memory import plan_slots
@@ -195,12 +195,12 @@ def plan_variants(cm: CompiledModel) -> list[dict]:
   a fallback adapter such as SwiftShader; "any"). A variant with workgroup tiles ("gpu", "gpu-f16") is for hardware
   adapters when the same kernels without tiles ("cpu", "cpu-f16") follow; f16 variants need "shader-f16" and fall
   back to float32 ones; a kernel a variant leaves unchanged is the main one."""
-  targets = cm.variant_targets or {variant_name(cm.target): cm.target}
+  targets = cm.variant_targets or {Variant.of(cm.target): cm.target}
   out = []
   for name, t in targets.items():
     progs = {**cm.kernels, **cm.variants.get(name, {})}
-    untiled = variant_name(dataclasses.replace(t, workgroup_tiles=False))
-    hardware = t.workgroup_tiles and untiled != name and untiled in targets
+    untiled = Variant.of(dataclasses.replace(t, workgroup_tiles=False))
+    hardware = t.workgroup_tiles and untiled is not name and untiled in targets
     out.append({"name": name, "features": sorted({f for k in progs.values() for f in k.features}),
                 "adapters": "hardware" if hardware else "any"})
   return out
@@ -416,13 +416,13 @@ def chunk_bytes(weight_chunk_mb: float | None) -> int | None:
 def download_bytes(plan: dict, files: dict[str, bytes]) -> dict:
   """What a page that runs the model downloads: model.js (the WGSL of every kernel variant inline: `wgsl`, and of
   the variant a software adapter runs: `wgsl_cpu`) and the weights; `total` is model.js plus the weights."""
-  def wgsl(variant: str | None) -> int:
+  def wgsl(variant: Variant | None) -> int:
     return sum(len("\n".join((k.get("variants", {}).get(variant) if variant else None) or k["wgsl"]).encode())
                for k in plan["kernels"])
   every = sum(len("\n".join(lines).encode()) for k in plan["kernels"]
               for lines in [k["wgsl"], *k.get("variants", {}).values()])
   js, weights = len(files["model.js"]), sum(len(files[p["file"]]) for p in plan["weightsParts"])
-  return {"js": js, "wgsl": every, "wgsl_cpu": wgsl("cpu"), "weights": weights, "total": js + weights}
+  return {"js": js, "wgsl": every, "wgsl_cpu": wgsl(Variant.CPU), "weights": weights, "total": js + weights}
 
 
 def write_webgpu_bundle(cm: CompiledModel, out_dir: str, npm_name: str | None = None, npm_version: str | None = None,

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from tgc.codegen.compiled import Variant
 from tgc.runtimes.artifact import ArtifactError, ArtifactFolder
 from tgc.runtimes.artifact_c import CArtifact
 from tgc.runtimes.base import RuntimeUnavailable
@@ -89,7 +90,7 @@ class OpenCLArtifact(CArtifact):
     return bool(self._fn("arena_sub_buffers")(self._ctx))
 
   @property
-  def variant(self) -> str:
-    """The kernel variant the context built: "gpu" (workgroup-memory tiles) or "cpu" (CPU devices such as PoCL)."""
+  def variant(self) -> Variant:
+    """The kernel variant the context built: GPU (workgroup-memory tiles) or CPU (CPU devices such as PoCL)."""
     if not self.ready: raise ArtifactError(f"{self.folder}: the artifact is closed")
-    return self._fn("kernel_variant")(self._ctx).decode()
+    return Variant(self._fn("kernel_variant")(self._ctx).decode())

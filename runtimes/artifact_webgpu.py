@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from tgc.codegen.compiled import Variant
 from tgc.runtimes.artifact import Artifact, ArtifactError, held_entries, read_file, read_weights
 from tgc.codegen.render.wgsl import SIZE_STRIDE, Binding
 from tgc.runtimes.dims import DimsError, evaluate_size, grown_lengths
@@ -64,7 +65,8 @@ class WebGPUArtifact(Artifact):
   TARGET = "webgpu"
   KIND = "a WebGPU artifact"
 
-  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None, variant: str | None = None):
+  def __init__(self, folder: str, weights_path: str | None = None, *, runtime=None,
+               variant: Variant | str | None = None):
     self._buffers: list = []
     self._sizes_buffer, self._sizes_written = None, None
     self._open(folder)
@@ -106,12 +108,12 @@ class WebGPUArtifact(Artifact):
         raise RuntimeUnavailable(f"webgpu: {rt.device_name} allows {name} = {have}; the model {self.plan['name']!r} "
                                  f"needs {need}")
 
-  def _choose_variant(self, wanted: str | None) -> str:
+  def _choose_variant(self, wanted: Variant | str | None) -> Variant:
     """The kernel variant model.js would run on this device (the first whose features it has and whose adapters it
     is: "hardware" excludes software adapters), or `wanted`."""
     rt, variants = self.runtime, self.plan["variants"]
     if wanted is not None and wanted not in [v["name"] for v in variants]:
-      raise ArtifactError(f"{self.folder}/model.js: no kernel variant {wanted!r}; the model has "
+      raise ArtifactError(f"{self.folder}/model.js: no kernel variant {str(wanted)!r}; the model has "
                           f"{', '.join(v['name'] for v in variants)}")
     for v in variants:
       if wanted is not None and v["name"] != wanted: continue
@@ -119,7 +121,8 @@ class WebGPUArtifact(Artifact):
       if missing and wanted is not None:
         raise RuntimeUnavailable(f"webgpu: {rt.device_name} lacks the feature {missing[0]!r} the kernel variant "
                                  f"{wanted} of the model {self.plan['name']!r} needs")
-      if wanted is not None or (not missing and not (v["adapters"] == "hardware" and rt.software)): return v["name"]
+      if wanted is not None or (not missing and not (v["adapters"] == "hardware" and rt.software)):
+        return Variant(v["name"])
     raise RuntimeUnavailable(f"webgpu: {rt.device_name} can run none of the kernel variants of the model "
                              f"{self.plan['name']!r} ({', '.join(v['name'] for v in variants)})")
 

@@ -13,10 +13,11 @@ from gpu_cases import elementwise_ast
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.render.cuda import CUDARenderer
-from tgc.codegen.target import Target
+from tgc.codegen.target import Target, as_target
 from tgc.runtimes import cuda as cuda_rt
 
 LIMITS = Target.make("cuda").max_groups_per_dim
+CUDA = as_target("cuda")      # the target of the cuda device
 
 
 def grid_of(prg) -> list[int]:
@@ -31,7 +32,7 @@ def within_limits(prg) -> bool:
 def test_huge_shapes_fit_cudas_grid(sizes):
   """Shapes whose natural grid puts more than 65535 blocks in y or z (about 2^31 elements, the most a kernel's
   32-bit index reaches; lowering allocates nothing)."""
-  prg = lower(elementwise_ast(*sizes), "cuda")
+  prg = lower(elementwise_ast(*sizes), CUDA)
   assert within_limits(prg), (prg.global_size, prg.local_size)
   lanes = math.prod(o.amount for o in prg.opts if o.op == "VECTOR")       # work-items of 4 lanes each
   assert math.prod(prg.global_size) * lanes >= math.prod(sizes)
@@ -41,7 +42,7 @@ def test_huge_shapes_fit_cudas_grid(sizes):
                                             ((100000, 2, 8), [Opt("LOCAL", 2, 8)], "fold"), ((70001, 3, 5), [], "fold"),
                                             ((2, 3, 4, 5), [], "as is")])
 def test_wide_grids_compute_right(sizes, opts, how):
-  prg = lower(elementwise_ast(*sizes), "cuda", opts)
+  prg = lower(elementwise_ast(*sizes), CUDA, opts)
   grid = grid_of(prg)
   assert within_limits(prg), (prg.global_size, prg.local_size)
   if how == "split": assert sum(g > 1 for g in grid) == 3              # y was too wide: part of it went to z
@@ -58,13 +59,13 @@ def test_wide_grids_compute_right(sizes, opts, how):
 
 def test_grids_within_limits_are_unchanged():
   """y up to 65535 blocks stays where it is (no split, no fold)."""
-  prg = lower(elementwise_ast(65535, 64), "cuda", [Opt("LOCAL", 1, 32)])
+  prg = lower(elementwise_ast(65535, 64), CUDA, [Opt("LOCAL", 1, 32)])
   assert grid_of(prg) == [2, 65535, 1]
-  prg = lower(elementwise_ast(65535, 64), "cuda")        # the heuristics: blocks of many threads, within limits
+  prg = lower(elementwise_ast(65535, 64), CUDA)        # the heuristics: blocks of many threads, within limits
   assert within_limits(prg) and math.prod(prg.local_size) >= 64
 
 
 def test_block_over_1024_threads_is_refused():
   with pytest.raises(ValueError, match=r"cuda: kernel 'big_block': block size \(2048, 1, 1\) exceeds the limits"):
-    lower(elementwise_ast(4096), "cuda", [Opt("LOCAL", 0, 2048)], name="big_block")
-  assert lower(elementwise_ast(4096), "cuda", [Opt("LOCAL", 0, 1024)]).local_size == (1024, 1, 1)
+    lower(elementwise_ast(4096), CUDA, [Opt("LOCAL", 0, 2048)], name="big_block")
+  assert lower(elementwise_ast(4096), CUDA, [Opt("LOCAL", 0, 1024)]).local_size == (1024, 1, 1)

@@ -6,11 +6,12 @@ from tgc.frontend import Tensor
 from tgc.frontend.realize import _alloc
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
+from tgc.codegen.target import as_target
 
 
 def kernels(t: Tensor, target="c"):
   items, _ = schedule([t.uop], _alloc("numpy"))
-  return [lower(it.ast, target) for it in items]
+  return [lower(it.ast, as_target(target)) for it in items]
 
 
 def rnd(*shape, seed=0):

@@ -18,7 +18,7 @@ from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import CASES, elementwise_ast, programs
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
-from tgc.codegen.target import Target
+from tgc.codegen.target import Target, as_target
 from tgc.runtimes import RuntimeUnavailable, get_runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,7 +35,7 @@ def reference(sizes) -> tuple[np.ndarray, np.ndarray]:
 
 
 def launch_on(execute, sizes, opts, target):
-  prg = lower(elementwise_ast(*sizes), target, opts)
+  prg = lower(elementwise_ast(*sizes), as_target(target), opts)
   assert math.prod(prg.global_size) > math.prod(sizes), "the case must have padded work-items"
   assert all(g % l == 0 for g, l in zip(prg.global_size, prg.local_size))
   x, want = reference(sizes)
@@ -77,10 +77,10 @@ def test_padded_workgroups_on_webgpu(sizes, opts):
 
 
 def test_padded_split_clamps_loads_and_gates_stores():
-  prg = lower(elementwise_ast(13, 111), "opencl", [Opt("LOCAL", 1, 16)])
+  prg = lower(elementwise_ast(13, 111), as_target("opencl"), [Opt("LOCAL", 1, 16)])
   assert prg.global_size == (112, 13, 1) and prg.local_size == (16, 1, 1)
   assert "?" in prg.function and "if (" in prg.function        # the clamp (a select) and the store's guard
-  exact = lower(elementwise_ast(13, 112), "opencl", [Opt("LOCAL", 1, 16)])
+  exact = lower(elementwise_ast(13, 112), as_target("opencl"), [Opt("LOCAL", 1, 16)])
   assert "if (" not in exact.function and "?" not in exact.function
 
 

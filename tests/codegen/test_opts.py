@@ -5,6 +5,7 @@ from tgc.frontend import Tensor, buffers
 from tgc.frontend.realize import _alloc, to_numpy
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
+from tgc.codegen.target import as_target
 from tgc.codegen.opts import Opt, Kernel, OptError
 from tgc.runtimes import get_runtime
 
@@ -15,7 +16,7 @@ B = np.random.default_rng(1).standard_normal((48, 24), dtype=np.float32)
 def run_with(t: Tensor, device: str, opts) -> np.ndarray:
   items, outs = schedule([t.uop], _alloc(device))
   assert len(items) == 1
-  prg = lower(items[0].ast, device, opts)
+  prg = lower(items[0].ast, as_target(device), opts)
   fn = get_runtime(device).load(prg)
   fn(*[buffers.storage(b) for b in items[0].bufs], global_size=prg.global_size, local_size=prg.local_size)
   get_runtime(device).synchronize()

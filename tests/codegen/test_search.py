@@ -14,7 +14,7 @@ from tgc.codegen.opts import Opt
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.opts import Kernel
 from tgc.codegen.search import Tuning, beam_search
-from tgc.codegen.target import Target
+from tgc.codegen.target import Target, as_target
 from tgc.ir.config import config
 from tgc.runtimes import get_runtime
 from tgc.runtimes.timing import batch_measure
@@ -71,13 +71,13 @@ def test_real_timing_picks_opts_that_compute_the_right_answer(tmp_path, monkeypa
   items, outs = matmul_item()
   rt = get_runtime("c")
   for it in items[:-1]:
-    p = lower(it.ast, "c")
+    p = lower(it.ast, as_target("c"))
     rt.compile(p.src, p.name)(*[buffers.storage(x) for x in it.bufs], global_size=p.global_size)
   it = items[-1]
   measure = batch_measure(rt, [buffers.nbytes(x) for x in it.bufs], jobs=2)
   result = beam_search(it.ast, "c", measure, width=2, device="test")
   assert math.isfinite(result.seconds) and result.seconds <= result.baseline * 1.5
-  prg = lower(it.ast, "c", result.opts)
+  prg = lower(it.ast, as_target("c"), result.opts)
   rt.compile(prg.src, prg.name)(*[buffers.storage(x) for x in it.bufs], global_size=prg.global_size)
   np.testing.assert_allclose(to_numpy(outs[0]), A @ B, rtol=1e-4, atol=1e-4)
 

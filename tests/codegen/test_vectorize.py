@@ -17,6 +17,7 @@ from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.lower import lower
+from tgc.codegen.target import as_target
 from tgc.codegen.render.c import CRenderer, SIMD_PRELUDE, _exp2_helper, _typedefs
 from tgc.ir import Ops, dtypes
 from tgc.runtimes import get_runtime
@@ -39,9 +40,9 @@ def run_on_c(t: Tensor, opts: list[Opt]):
   it, out, before = kernel(t)
   rt = get_runtime("c")
   for prev in before:
-    p = lower(prev.ast, "c")
+    p = lower(prev.ast, as_target("c"))
     rt.compile(p.src, p.name)(*[buffers.storage(b) for b in prev.bufs], global_size=p.global_size)
-  prg = lower(it.ast, "c", opts)
+  prg = lower(it.ast, as_target("c"), opts)
   rt.compile(prg.src, prg.name)(*[buffers.storage(b) for b in it.bufs], global_size=prg.global_size)
   return prg, out
 

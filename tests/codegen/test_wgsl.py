@@ -23,7 +23,7 @@ from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.render import get_renderer
 from tgc.codegen.render.wgsl import WGSLRenderer
-from tgc.codegen.target import Target
+from tgc.codegen.target import Target, as_target
 from tgc.ir import dtypes
 from tgc.runtimes import RuntimeUnavailable, get_runtime
 from wgsl_source import declared_bindings, reported_bindings, workgroup_sizes
@@ -119,7 +119,7 @@ def test_f16_is_off_by_default():
 def one_kernel(tensor: Tensor, target="webgpu", opts=None):
   items, outs = schedule([tensor.uop], _alloc("numpy"))
   assert len(items) == 1
-  return lower(items[0].ast, target, opts), items[0], outs[0]
+  return lower(items[0].ast, as_target(target), opts), items[0], outs[0]
 
 
 def loads_of(src: str, buf: str) -> int: return len(re.findall(rf"\b{buf}\[", src))
@@ -212,7 +212,8 @@ def int64_kernel():
 
 def test_int64_refused_naming_the_buffer():
   items, _ = schedule([int64_kernel()], _alloc("numpy"))
-  with pytest.raises(ValueError, match=r"buffer data\d is int64.*narrow_int64"): lower(items[0].ast, "webgpu")
+  with pytest.raises(ValueError, match=r"buffer data\d is int64.*narrow_int64"):
+    lower(items[0].ast, as_target("webgpu"))
 
 
 def test_int64_narrowed_to_i32():
@@ -240,7 +241,7 @@ def gsum(n: int) -> Tensor:
 def test_storage_buffer_limit_names_the_kernel():
   items, _ = schedule([gsum(8).uop], _alloc("numpy"))     # 8 inputs + the output
   with pytest.raises(ValueError, match=r"webgpu: kernel 'k9' binds 9 storage buffers; the limit is 8"):
-    lower(items[0].ast, "webgpu", name="k9")
+    lower(items[0].ast, as_target("webgpu"), name="k9")
   prg = lower(items[0].ast, Target.make("webgpu", artifact=False, max_buffers=10), name="k9")
   assert len(prg.params) == len(declared_bindings(prg.src)) == 9
 
@@ -248,13 +249,13 @@ def test_storage_buffer_limit_names_the_kernel():
 def test_workgroup_size_limit_names_the_kernel():
   items, _ = schedule([(t(data(4, 1024)) + 1).uop], _alloc("numpy"))
   with pytest.raises(ValueError, match=r"kernel 'wide_wg': work-group size \(512, 1, 1\) exceeds"):
-    lower(items[0].ast, "webgpu", [Opt("LOCAL", 1, 512)], name="wide_wg")
-  lower(items[0].ast, "webgpu", [Opt("LOCAL", 1, 256)], name="ok_wg")
+    lower(items[0].ast, as_target("webgpu"), [Opt("LOCAL", 1, 512)], name="wide_wg")
+  lower(items[0].ast, as_target("webgpu"), [Opt("LOCAL", 1, 256)], name="ok_wg")
 
 
 @pytest.mark.parametrize("size,exact", [(1 << 22, True), (70001, False), (65536 * 3 + 2, True)])
 def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
-  prg = lower(elementwise_ast(size), "webgpu", [])     # no work-group: one work-group per element
+  prg = lower(elementwise_ast(size), as_target("webgpu"), [])    # no work-group: one work-group per element
   groups = [g // l for g, l in zip(prg.global_size, prg.local_size)]
   assert max(groups) <= 65535 and math.prod(prg.global_size) >= size
   assert (math.prod(prg.global_size) == size) == exact
@@ -263,9 +264,9 @@ def test_wide_grid_is_split_over_free_dimensions(tint, size, exact):
 
 
 def test_wide_grid_is_not_split_for_opencl():
-  assert lower(elementwise_ast(1 << 22), "opencl", []).global_size == (1 << 22, 1, 1)
+  assert lower(elementwise_ast(1 << 22), as_target("opencl"), []).global_size == (1 << 22, 1, 1)
 
 
 def test_too_many_workgroups_names_the_kernel():
   with pytest.raises(ValueError, match=r"webgpu: kernel 'huge' needs 70001 work-groups in launch dimension"):
-    lower(elementwise_ast(70001, 70001, 70001), "webgpu", [], name="huge")
+    lower(elementwise_ast(70001, 70001, 70001), as_target("webgpu"), [], name="huge")

@@ -63,7 +63,8 @@ def test_trace_is_target_independent_and_folds_weights():
   assert [s.name for s, _ in cap.inputs] == ["input_0"] and [s.shape for s, _ in cap.outputs] == [(2, 4)]
   assert len(cap.weights) == 1 and len(cap.items) == 1
   from tgc.codegen.lower import lower
-  for target in ("c", "opencl"): assert "void" in lower(cap.items[0].ast, target).src
+  from tgc.codegen.target import as_target
+  for target in ("c", "opencl"): assert "void" in lower(cap.items[0].ast, as_target(target)).src
 
 
 def test_dtype_a_device_lacks_is_a_clear_error(monkeypatch):
