@@ -22,7 +22,7 @@ from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.opts import OptError, OptOps
 from tgc.codegen.size_variants import small_size_opts
 from tgc.codegen.memory import plan_memory, align
-from tgc.codegen.names import symbol, comment_lines
+from tgc.codegen.names import symbol
 from tgc.codegen.target import Precision, Target
 
 
@@ -133,7 +133,7 @@ def variant_targets(target: Target) -> dict[Variant, Target]:
 
 
 def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
-              weights: dict[str, dict[int, int]], comments: dict[str, str]
+              weights: dict[str, dict[int, int]], notes: dict[str, str]
               ) -> tuple[dict[Variant, dict[str, KernelProgram]], dict[Variant, Target]]:
   """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
   per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
@@ -147,7 +147,7 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
       if k.shared_bytes == 0 and vtarget.precision == target.precision and (
           vtarget.workgroup_tiles or all(o.op is not OptOps.UNROLL for o in k.opts)): continue   # the same kernel
       v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
-                comment=comments[kname])
+                note=notes[kname])
       if v.src == k.src: continue
       if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
                                                                              sorted(k.relayouts)):
@@ -197,8 +197,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
   calls = [Call(by_ast[it.ast.key], [index[b] for b in bufs], tuple(it.meta.get("nodes", ())))
            for it, bufs in zip(items, calls_bufs)]
   nodes = _nodes_by_ast(items)
-  comments = {kname: node_comment(kname, nodes[ast.key]) for kname, ast in asts.items()}
-  variants, vtargets = _variants(target, kernels, asts, own, comments)
+  notes = {kname: node_note(kname, nodes[ast.key]) for kname, ast in asts.items()}
+  variants, vtargets = _variants(target, kernels, asts, own, notes)
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
                        {"renderer": str(target), "tuned": tuned}, variants, vtargets,
                        {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()},
@@ -251,7 +251,7 @@ def _lower_kernels(name: str, target: Target, items: list, own: dict, opts_for, 
     with viz.section(kname, "kernel"):
       viz.snapshot("scheduled AST", it.ast)
       kernels[kname] = lower(it.ast, target, opts, name=kname, weights=own.get(it.ast.key),
-                             comment=node_comment(kname, nodes[it.ast.key]))
+                             note=node_note(kname, nodes[it.ast.key]))
     asts[kname] = it.ast
     by_ast[it.ast.key] = kname
   return kernels, asts, by_ast, tuned
@@ -298,11 +298,10 @@ def kernel_name(model: str, index: int, nodes: tuple[Origin, ...]) -> str:
   return "_".join([symbol(model, None, "m"), f"k{index}"] + ops)
 
 
-def node_comment(kernel: str, nodes: tuple[Origin, ...]) -> str:
-  """The `//` lines that head a kernel in every target's source: the model nodes it computes (model text made
-  `comment_safe`: no line break, line splice or trigraph lets it out of the comment)."""
-  if not nodes: return comment_lines(f"{kernel} computes no model node (a copy)")
-  return comment_lines(f"{kernel} computes: " + ", ".join(str(o) for o in nodes))
+def node_note(kernel: str, nodes: tuple[Origin, ...]) -> str:
+  """The text heading a kernel in every target's source, as the renderer's comment: the model nodes it computes."""
+  if not nodes: return f"{kernel} computes no model node (a copy)"
+  return f"{kernel} computes: " + ", ".join(str(o) for o in nodes)
 
 
 def _original_weights(weights: list) -> dict[UOp, np.ndarray]:

@@ -303,19 +303,18 @@ def linearized(ast: UOp, target: Target | str, opts: list[Opt] | None = None,
 
 
 def lower(ast: UOp, target: Target, opts: list[Opt] | None = None,
-          name: str | None = None, weights: dict[int, int] | None = None, comment: str = "") -> KernelProgram:
+          name: str | None = None, weights: dict[int, int] | None = None, note: str = "") -> KernelProgram:
   """`weights`: argument position -> element count of each weight buffer only this kernel reads; lowering may
   fold constant work into them and store them in the order the kernel reads them (`KernelProgram.relayouts` says
-  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`). `comment`: lines
-  (already comments of the language) that head the function, e.g. the model nodes it computes."""
+  how; a weight folded into another is no argument of the kernel any more: `KernelProgram.args`). `note`: text the
+  renderer writes as the comment heading the function (the model nodes it computes)."""
   if not isinstance(target, Target): raise TypeError(f"lower: a Target is needed, not {type(target).__name__}")
   renderer = get_renderer(target)
   done = _optimized(ast, target, renderer, opts, weights or {})
   program, gsz, lsz = _program(done.kernel.ast, target, renderer, done.vectors)
   name = name or _default_name(ast, gsz)
-  rendered = renderer.render_kernel(name, program, lsz)
+  rendered = renderer.render_kernel(name, program, lsz, note)
   function, prefix = rendered.function, list(rendered.prefix)
-  function = comment + function
   src = "\n".join(prefix + [function])
   ops, nbytes = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else highest_prod(gsz)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from tgc.ir import Ops, UOp, DType, AxisType, dtypes
+from tgc.codegen.names import comment_lines
 from tgc.codegen.target import Target
 
 
@@ -168,11 +169,15 @@ class CStyleRenderer:
     return f"{self.kernel_prefix}void {name}({', '.join(args)})"
 
   # ---- the walk ----
-  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> RenderedKernel:
-    """The kernel and what callers need to know about it, as data."""
-    function = self.render(name, program, local_size)
+  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1), note: str = "") -> RenderedKernel:
+    """The kernel and what callers need to know about it, as data; `note` heads the function as a comment."""
+    function = self.comment(note) + self.render(name, program, local_size)
     return RenderedKernel(function, tuple(self.prefix(program)), tuple(self.params(program)), shared_bytes(program),
                           self.features(program), tuple(v.arg[0] for v in variables_of(program)))
+
+  def comment(self, text: str) -> str:
+    """`text` as comment lines (made safe: nothing in it ends the comment), each ending in a newline."""
+    return comment_lines(text) if text else ""
 
   def render(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> str:
     """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it. Each op is

@@ -399,14 +399,14 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
       if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and is_packed(n.src[0].dtype): sub[n] = _unpack(n)
     return substitute(ast, sub) if sub else ast
 
-  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1)) -> RenderedKernel:
+  def render_kernel(self, name: str, program: list[UOp], local_size=(1, 1, 1), note: str = "") -> RenderedKernel:
     """The entry point, the module-scope declarations it needs and its bindings as data. The facts of one kernel
     (packed, atomic and written buffers, helpers used) live on a copy of this renderer, so rendering keeps no
-    state from one call to the next."""
+    state from one call to the next. `note` heads the function as a comment."""
     self._check(name, program, local_size)
     k = copy.copy(self)
     k.kernel = _KernelFacts.of(program)
-    function = CStyleRenderer.render(k, name, program, local_size)
+    function = k.comment(note) + CStyleRenderer.render(k, name, program, local_size)
     params = tuple(k.params(program))
     features = ("shader-f16",) if self.f16 and any(u.dtype.scalar == dtypes.float16 for u in program) else ()
     prefix = (["enable f16;"] if features else []) + [k.arg_decl(p.index, p.dtype, p.mutable) for p in params]
