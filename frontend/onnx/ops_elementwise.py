@@ -2,6 +2,7 @@
 Where, IsInf, and the casts (Cast, CastLike, BitCast). Most are one Tensor op each, registered from a table."""
 from __future__ import annotations
 import math
+import operator
 from functools import reduce
 import numpy as np
 from tgc.ir import dtypes
@@ -119,32 +120,17 @@ def _isinf(ctx):
 
 
 # ---------------------------------------------------------------- unary math and activations
+# operators that are one Tensor method of the same meaning: ONNX name -> method
+_METHODS = {"Abs": "abs", "Sign": "sign", "Reciprocal": "reciprocal", "Sqrt": "sqrt", "Exp": "exp", "Log": "log",
+            "Sin": "sin", "Cos": "cos", "Tan": "tan", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+            "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+for _name, _method in _METHODS.items(): _unary(_name, operator.methodcaller(_method))
+# operators composed from Tensor ops (compose.py)
+for _name, _fn in (("Asin", C.asin), ("Acos", C.acos), ("Atan", C.atan), ("Sinh", C.sinh), ("Cosh", C.cosh),
+                   ("Asinh", C.asinh), ("Acosh", C.acosh), ("Atanh", C.atanh), ("Softplus", C.softplus)):
+  _unary(_name, _fn)
 _unary("Neg", lambda x: -x)
-_unary("Abs", lambda x: x.abs())
-_unary("Sign", lambda x: x.sign())
-_unary("Reciprocal", lambda x: x.reciprocal())
-_unary("Sqrt", lambda x: x.sqrt())
-_unary("Exp", lambda x: x.exp())
-_unary("Log", lambda x: x.log())
-_unary("Sin", lambda x: x.sin())
-_unary("Cos", lambda x: x.cos())
-_unary("Tan", lambda x: x.tan())
-_unary("Asin", C.asin)
-_unary("Acos", C.acos)
-_unary("Atan", C.atan)
-_unary("Sinh", C.sinh)
-_unary("Cosh", C.cosh)
-_unary("Asinh", C.asinh)
-_unary("Acosh", C.acosh)
-_unary("Atanh", C.atanh)
 _unary("Erf", lambda x: x.erf() if x.dtype.is_float else x.erf().round().cast(x.dtype))
-_unary("Floor", lambda x: x.floor())
-_unary("Ceil", lambda x: x.ceil())
-_unary("Round", lambda x: x.round())
-_unary("Relu", lambda x: x.relu())
-_unary("Sigmoid", lambda x: x.sigmoid())
-_unary("Tanh", lambda x: x.tanh())
-_unary("Softplus", C.softplus)
 _unary("Softsign", lambda x: x / (1 + x.abs()))
 _unary("Mish", lambda x: x * C.softplus(x).tanh())
 _unary("HardSwish", lambda x: x * (x * (1 / 6) + 0.5).maximum(0).minimum(1))
