@@ -918,6 +918,18 @@ STREAM_JS = """async ({cache, image}) => {
 }"""
 
 
+DAMAGE_CACHE_JS = """async () => {
+  const cache = await caches.open("tgc-weights");
+  const keys = await cache.keys();
+  for (const key of keys) {
+    const data = new Uint8Array(await (await cache.match(key)).arrayBuffer());
+    data[data.length - 100] ^= 8;
+    await cache.put(key, new Response(data));
+  }
+  return keys.length;
+}"""
+
+
 @pytest.fixture(scope="module")
 def small_blocks(tmp_path_factory):
   """The cnn bundle with 256-byte sha256 blocks (so that its weights stream in many), a copy whose weights have a
@@ -941,7 +953,8 @@ def test_browser_streams_and_caches_weights(small_blocks, references, browser):
   """load() streams the weights in blocks (no Response.arrayBuffer(), no write larger than a block), reports
   progress up to the file's size, and with {cache: true} a second load in a new page reads the weights from the Cache
   API: the server sees one request for them, and both loads' outputs match the reference. A flipped bit in the file
-  is refused by the block's sha256."""
+  is refused by the block's sha256; one in the cached entry makes the next load fetch the weights again (and store
+  them anew: the load after it reads the cache)."""
   case, folder = small_blocks
   plan = plan_of(folder)
   requests: list[str] = []
@@ -955,12 +968,24 @@ def test_browser_streams_and_caches_weights(small_blocks, references, browser):
         return page.evaluate(STREAM_JS, {"cache": cache, "image": image})
       finally:
         page.close()
+
+    def damage_cache():      # one bit of the cached weights flipped
+      page = browser.new_page()
+      try:
+        page.goto(f"{url}/cnn/blank.html")
+        assert page.evaluate(DAMAGE_CACHE_JS) == 1
+      finally:
+        page.close()
     first, second = load(True), load(True)
     assert requests.count(weights_url) == 1, requests
     third = load(False)
     assert requests.count(weights_url) == 2
     bad = load(False, "bad")
-  for result, where in ((first, "network"), (second, "cache"), (third, "network")):
+    damage_cache()
+    refetched, cached_again = load(True), load(True)     # a damaged entry is fetched again and stored anew
+    assert requests.count(weights_url) == 3, requests
+  for result, where in ((first, "network"), (second, "cache"), (third, "network"), (refetched, "network"),
+                        (cached_again, "cache")):
     assert result["timings"]["weightsFrom"] == where
     got = outputs_from(result["outputs"], manifest_of(folder))
     compare(got, references["cnn"], case)
