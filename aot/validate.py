@@ -15,7 +15,7 @@ STORAGE_TOLERANCE = {"bfloat16": (2e-2, 1e-2), "float8e4m3fn": (0.13, 1e-2), "fl
 
 F16_TOLERANCE = 1e-2      # --precision f16: |got - ref| <= 1e-2 |ref| + 1e-2 max |ref| (measured: up to 0.5e-2)
 # --quantize int8 against its quantized model: the same form; a value on a rounding boundary may go either way and
-# one activation's step carries through the layers (measured on ResNet-18: 0.4e-2 of the largest output)
+# one activation's step carries through the layers (measured on ResNet-18, 4 seeds: up to 0.6e-2 of the largest)
 QUANTIZED_TOLERANCE = 1e-2
 
 

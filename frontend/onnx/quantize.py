@@ -159,6 +159,7 @@ def quantize_model(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
       acts[site.activation] = _activation_qdq(site.activation, ranges[site.activation], names, new_inits,
                                               before.setdefault(site.index, []))
     graph.node[site.index].input[0] = acts[site.activation]
+  _quantize_pool_inputs(graph, acts, ranges, names, new_inits, before)
   nodes = [n for i, node in enumerate(graph.node) for n in before.get(i, []) + [node] + after.get(i, [])]
   graph.ClearField("node")
   graph.node.extend(nodes)
@@ -166,6 +167,22 @@ def quantize_model(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
   _prune(graph, {s.weight for s in sites} | biases)
   onnx.checker.check_model(out)
   return out
+
+
+def _quantize_pool_inputs(graph: onnx.GraphProto, acts: dict, ranges: dict, names: _Names, inits: list,
+                          before: dict) -> None:
+  """A quantized activation computed by a MaxPool from a tensor nothing else reads gets the same quantization on
+  that input too: max commutes with the (increasing) rounding, so the values are the same, and the pooling reads
+  8-bit values instead of a float tensor (the convolution before it stores 8 bits)."""
+  read: dict[str, int] = {}
+  for node in graph.node:
+    for x in node.input: read[x] = read.get(x, 0) + 1
+  outputs = {v.name for v in graph.output}
+  for i, node in enumerate(graph.node):
+    if node.op_type != "MaxPool" or node.output[0] not in acts or len([o for o in node.output if o]) != 1: continue
+    x = node.input[0]
+    if read.get(x) != 1 or x in outputs: continue
+    node.input[0] = _activation_qdq(x, ranges[node.output[0]], names, inits, before.setdefault(i, []))
 
 
 def mean_axis(op: str) -> int:

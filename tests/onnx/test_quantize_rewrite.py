@@ -122,3 +122,22 @@ def test_with_outputs_adds_typed_outputs():
   names = [o.name for o in out.graph.output]
   assert names == ["y", "f", "g"]
   onnx.checker.check_model(out)
+
+
+def test_max_pool_reads_its_input_quantized_alike():
+  """conv -> relu -> maxpool -> conv: the maxpool's input gets the quantization of its output (same values)."""
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1], name="conv1"),
+           helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+           helper.make_node("Conv", ["p", "w2"], ["y"], name="conv2")]
+  graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 3, 3])],
+                            [_w("w1", 4, 2, 3, 3), _w("w2", 3, 4, 1, 1)])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+  x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+  p = ReferenceEvaluator(model).run(["p"], {"x": x})[0]
+  out = q.quantize_model(model, {"x": (float(x.min()), float(x.max())), "p": (0.0, float(p.max()))})
+  pool = next(n for n in out.graph.node if n.op_type == "MaxPool")
+  assert pool.input[0] == "r_dequantized"
+  got = ReferenceEvaluator(out).run(["p", "p_dequantized"], {"x": x})
+  np.testing.assert_array_equal(got[0], got[1])      # the pooled values are on the grid already
