@@ -86,7 +86,8 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   """Run the artifact and an independent reference on the same fresh seeded inputs; compare every output."""
   art = open_artifact(folder)
   spec, options = reference.spec_from_source(art.source, model)
-  report = ValidateReport(folder, spec.text, "", seed)
+  quantized = " quantized to int8 as compiled" if (options or {}).get("quantize") else ""
+  report = ValidateReport(folder, spec.text + quantized, "", seed)
   with artifact_runtime(art) as runtime:
     if art.manifest.get("states"):
       _validate_states(report, art, runtime, spec, options, seed, rtol, atol)

@@ -56,7 +56,8 @@ def test_compile_quantized_and_validate(tmp_path, cnn):
   assert sorted(source["quantize"]["ranges"]) == ["f", "r1", "x"] and source["quantize"]["samples"] == 6
   assert len(source["quantize"]["means"]["r1"]) == 8
   result = tgc("validate", out)
-  assert result.exit_code == 0 and "onnx.reference" in result.output, result.output
+  assert result.exit_code == 0 and "onnx.reference" in result.output and "quantized to int8" in result.output, \
+      result.output
   again = tmp_path / "q2"
   assert tgc("compile", model, "-o", again, "--quantize", "int8", "--calibration", cal).exit_code == 0
   for name in ("model.c", "weights.safetensors", "manifest.json"):      # deterministic
