@@ -210,6 +210,24 @@ def search_options(fn):
                       help="Stop searching after this long (kernels by their share of the time first).")(fn)
 
 
+def quantize_options(fn):
+  """--quantize, --calibration, --calibration-method and --percentile of compile."""
+  fn = click.option("--percentile", default=None, type=float, metavar="P",
+                    help="With --calibration-method percentile: the percentile of the calibration values each "
+                         "activation's range ends at (default 99.99).")(fn)
+  fn = click.option("--calibration-method", "calibration_method", default="minmax", show_default=True,
+                    metavar="minmax|percentile", help="How an activation's range comes from the calibration "
+                                                      "values: their lowest and highest, or a percentile of them "
+                                                      "(clips rare outliers).")(fn)
+  fn = click.option("--calibration", default=None, metavar="DIR",
+                    help="Calibration inputs for --quantize: NAME.npy per model input (one sample, or samples "
+                         "stacked on a new first axis), or one subfolder per sample holding NAME.npy files.")(fn)
+  return click.option("--quantize", default=None, metavar="int8",
+                      help="Quantize a float ONNX model: int8 weights per output channel, uint8 activations per "
+                           "tensor with ranges calibrated on --calibration (target c); prints each output's error "
+                           "against the float model.")(fn)
+
+
 @cli.command("compile", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--target", "-t", default="c", show_default=True, metavar="TARGET",
@@ -253,23 +271,24 @@ def search_options(fn):
 @click.option("--max-bytes", "max_bytes", default="16GiB", show_default=True, metavar="SIZE",
               help="Refuse a model with any tensor (input, output, weight, intermediate) larger than SIZE "
                    "(bytes, or with a KiB/MiB/GiB suffix), before allocating it.")
+@quantize_options
 @search_options
 def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
                     input_shapes, dims, consts, max_context, states, beam, tuning, cpu, beam_budget, jobs, beam_cluster,
-                    precision, max_bytes):
-  """Compile MODEL into an artifact folder OUT."""
+                    precision, max_bytes, quantize, calibration, calibration_method, percentile):
+  """Compile MODEL into an artifact folder OUT (with --quantize int8: its int8 form, calibrated on --calibration)."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
   shapes = parse_input_shapes(input_shapes)
   limit = parse_size(max_bytes, "--max-bytes")
   const_arrays, const_paths = parse_arrays(consts, "--const")
   search = SearchOptions(beam_budget, jobs, beam_cluster, tuning)
-  report = compile_model(model, target, out_dir, name=name, force=force, embed_weights=embed_weights,
-                         input_shapes=shapes, dims=parse_dims(dims), consts=const_arrays, const_files=const_paths,
-                         states=parse_states(states), max_context=max_context, beam=beam, cpu=cpu,
-                         search=search, max_bytes=limit, precision=precision,
-                         emit_options={"npm_name": npm_name, "npm_version": npm_version,
-                                       "weight_chunk_mb": weight_chunk_mb})
+  options = dict(name=name, force=force, embed_weights=embed_weights, input_shapes=shapes, dims=parse_dims(dims),
+                 consts=const_arrays, const_files=const_paths, states=parse_states(states), max_context=max_context,
+                 beam=beam, cpu=cpu, search=search, max_bytes=limit, precision=precision,
+                 emit_options={"npm_name": npm_name, "npm_version": npm_version, "weight_chunk_mb": weight_chunk_mb})
+  quantized = _quantized(model, target, out_dir, options, quantize, calibration, calibration_method, percentile)
+  report = quantized.compiled if quantized else compile_model(model, target, out_dir, **options)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
   click.echo(f"  arena         {_bytes(report.arena_bytes)}")
@@ -278,6 +297,31 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
     for n, shape, dtype in specs: click.echo(f"  {kind:<13} {n} {_shape(shape)} {dtype}")
   for n, out, shape, dtype in report.states: click.echo(f"  {'state':<13} {n} -> {out} {_shape(shape)} {dtype}")
   click.echo(f"  output folder {report.out_dir}")
+  if quantized: _quantize_report(quantized)
+
+
+def _quantized(model, target, out_dir, options: dict, quantize, calibration, method, percentile):
+  """The quantized compile when --quantize is given (None otherwise); the options' combinations checked."""
+  if quantize is None:
+    for flag, value in (("--calibration", calibration), ("--percentile", percentile)):
+      if value is not None: raise UserError(f"{flag} applies with --quantize int8 only")
+    return None
+  if calibration is None: raise UserError("--quantize needs --calibration DIR (a folder of .npy inputs)")
+  if percentile is not None and method != "percentile":
+    raise UserError(f"--percentile applies with --calibration-method percentile, not {method}")
+  from tgc.aot.quantize import DEFAULT_PERCENTILE, QuantizeOptions, quantize_and_compile
+  request = QuantizeOptions(calibration, method, DEFAULT_PERCENTILE if percentile is None else percentile, quantize)
+  return quantize_and_compile(model, target, out_dir, request, **options)
+
+
+def _quantize_report(q) -> None:
+  method = f"{q.method} {q.percentile:g}" if q.method == "percentile" else q.method
+  click.echo(f"  quantized     int8 weights in {q.nodes} nodes, {q.activations} activations uint8 ({method}, "
+             f"{q.samples} calibration samples, {q.calibrate_s:.1f} s)")
+  click.echo(f"  weights       {_bytes(q.compiled.weights_bytes)}, float {_bytes(q.float_weights_bytes)}")
+  click.echo(f"  {'output':<13} {'max abs err':>12} {'/ largest':>10} {'cosine':>9}   (against the float model)")
+  for o in q.outputs:
+    click.echo(f"  {o.name:<13} {o.max_abs:12.3e} {o.relative:10.3%} {o.cosine:9.6f}")
 
 
 @cli.command("tune", epilog=MODEL_HELP)

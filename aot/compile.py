@@ -75,15 +75,17 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
                   const_files: dict | None = None, beam: int = 0, cpu: str | None = None,
                   search: SearchOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                   precision: str | None = None, emit_options: dict | None = None,
-                  dims: dict | None = None, states: dict | None = None, max_context: int | None = None
-                  ) -> CompileReport:
+                  dims: dict | None = None, states: dict | None = None, max_context: int | None = None,
+                  onnx_model=None, source_extra: dict | None = None) -> CompileReport:
   """Compile MODEL (`file.py:function` or `model.onnx`) for `target` (`cpu`: the --cpu level of a C target;
   `precision`: f32 or f16, GPU targets; `emit_options`: more options of the target's emitter, webgpu: `npm_name`,
   `npm_version`, `weight_chunk_mb`) into the artifact folder `out_dir`. An existing tgc artifact there is
   replaced; any other existing folder only with `force`. A tensor of more than `max_bytes` bytes, or more elements
   than kernels can index, is refused before anything of its size is allocated. `dims` (name -> (lowest,
   highest)) keeps ONNX input dims of those names as sizes known only at run time; `max_context` keeps the model's
-  states (a KV cache; `states`: input -> output names, else found by name) in the artifact."""
+  states (a KV cache; `states`: input -> output names, else found by name) in the artifact. `onnx_model` is a
+  ModelProto compiled in place of the ONNX file's contents (its quantized form: `aot.quantize`), `source_extra`
+  what the manifest's source records beside the file to rebuild it."""
   start = time.perf_counter()
   tgt = make_target(target, cpu, precision)
   target = tgt.name
@@ -94,8 +96,8 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   final = os.path.abspath(out_dir)
   _check_out_dir(out_dir, final, force)
   cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes,
-                              dims=dims, states=states, max_context=max_context)
-  cm.meta["source"] = loaded.source_info()
+                              dims=dims, states=states, max_context=max_context, onnx_model=onnx_model)
+  cm.meta["source"] = {**loaded.source_info(), **(source_extra or {})}
   staging = _staging_dir(final)
   try:
     try: written = emit.write_artifact(cm, staging, **options)
@@ -118,7 +120,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
                    consts: dict | None = None, const_files: dict | None = None, beam: int = 0,
                    search: SearchOptions | None = None, opts_for: Callable | None = None,
                    max_bytes: int = DEFAULT_MAX_BYTES, dims: dict | None = None, states: dict | None = None,
-                   max_context: int | None = None) -> tuple[CompiledModel, models.LoadedModel]:
+                   max_context: int | None = None, onnx_model=None) -> tuple[CompiledModel, models.LoadedModel]:
   """Load, trace and lower a model (nothing written). `beam` > 0 searches the kernels' opts on this machine's
   runtime for the target (or a Ray cluster), within `search.budget` seconds, results cached on disk; a tuning file
   (`search.tuning`) gives opts without searching; `opts_for(item)` gives them directly (None: the heuristics).
@@ -133,7 +135,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
     raise UserError(f"--max-context: states kept between runs are not supported for target {target.name} yet "
                     f"(targets that keep them: {able})")
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims,
-                             states=states, max_context=max_context)
+                             states=states, max_context=max_context, onnx_model=onnx_model)
   imported = time.perf_counter()
   with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
   name = model_name(name or spec.stem)

@@ -118,16 +118,18 @@ class LoadedModel:
 def load_model(spec: ModelSpec | str, input_shapes: dict | None = None, consts: dict | None = None,
                const_files: dict | None = None, name_weights: bool = True,
                limits: SizeLimits | None = None, dims: dict | None = None, states: dict | None = None,
-               max_context: int | None = None) -> LoadedModel:
+               max_context: int | None = None, onnx_model=None) -> LoadedModel:
   """Build the model. `consts` maps ONNX input names to arrays baked in as constants (`const_files` their
   paths, recorded for validate). With `name_weights` the weights are realized so the capture binds them. With
   `limits`, every tensor is checked on its shape before anything of its size is allocated (ONNX inputs are
   placeholders without data; the importer checks each node, trace_model every buffer). `max_context` keeps the
   model's states (`states`: input -> output names, else found by name) in the artifact, each holding that many
-  entries."""
+  entries. `onnx_model` (a ModelProto: a rewrite of the file, such as its quantized form) is built in place of the
+  file's contents; the file stays the model's source."""
   if isinstance(spec, str): spec = parse_model_spec(spec)
   if spec.kind == "onnx":
-    return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits, dims, states, max_context)
+    return _load_onnx(spec, input_shapes or {}, consts or {}, const_files or {}, limits, dims, states, max_context,
+                      onnx_model)
   if states or max_context: raise UserError(f"--state and --max-context apply to .onnx models only, not to {spec.text}")
   if input_shapes: raise UserError(f"--input-shape applies to .onnx models only, not to {spec.text}")
   if dims:
@@ -270,11 +272,13 @@ def named_weights(capture: Capture) -> list[tuple[str, UOp, np.ndarray]]:
 
 # ---------------------------------------------------------------- ONNX
 def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: dict, limits: SizeLimits | None,
-               dims: dict | None = None, states: dict | None = None, max_context: int | None = None) -> LoadedModel:
+               dims: dict | None = None, states: dict | None = None, max_context: int | None = None,
+               onnx_model=None) -> LoadedModel:
   from tgc.frontend.onnx import OnnxError, load_model   # onnx is imported only for ONNX models
   try:
-    graph = load_model(spec.path, input_shapes=input_shapes or None, consts=consts or None, limits=limits, dims=dims,
-                       states=states, max_context=max_context, build=False)   # built once: when it is traced
+    graph = load_model(spec.path if onnx_model is None else onnx_model, input_shapes=input_shapes or None,
+                       consts=consts or None, limits=limits, dims=dims, states=states, max_context=max_context,
+                       build=False)   # built once: when it is traced
   except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   # the importer pinned every input's shape (or refused the model naming the input to give --input-shape for)
   out_names = graph.output_names

@@ -3,7 +3,8 @@
 Tensor-API models are rebuilt from their source and evaluated by the numpy interpreter on the un-scheduled graph
 (`frontend.interpreter.evaluate`, the "numpy" device): no scheduler, lowering or renderer is involved. ONNX models
 run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) for large models and for models
-onnx.reference cannot run."""
+onnx.reference cannot run. An artifact compiled with `--quantize` is compared with its quantized model, rebuilt from
+the float model and the recorded activation ranges."""
 from __future__ import annotations
 import os
 import numpy as np
@@ -98,6 +99,7 @@ def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> tu
   import onnx
   try: model = onnx.load(path)
   except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
+  if options.get("quantize"): model = quantized_model(model, options["quantize"])
   types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
   feeds = {**{k: _onnx_feed(v, types.get(k, 0)) for k, v in feeds.items()}, **_const_feeds(options)}
   output_names = [o.name for o in model.graph.output]
@@ -114,13 +116,27 @@ def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> tu
   return {n: np.asarray(v) for n, v in zip(output_names, values)}, "onnx.reference"
 
 
+def quantized_model(model, info: dict):
+  """The quantized model an artifact was compiled from (`tgc compile --quantize`): the float model rewritten with
+  the activation ranges its manifest records (the same ranges give the same model)."""
+  from tgc.frontend.onnx.quantize import QuantizeError, quantize_model
+  ranges = info.get("ranges")
+  if not isinstance(ranges, dict): raise UserError("the artifact's quantize record has no activation ranges")
+  means = {k: np.asarray(v, np.float64) for k, v in (info.get("means") or {}).items()}
+  try: return quantize_model(model, {k: (float(v[0]), float(v[1])) for k, v in ranges.items()}, means=means)
+  except (QuantizeError, TypeError, IndexError, ValueError) as error:
+    raise UserError(f"cannot rebuild the quantized model from the artifact's record ({describe(error)})") from error
+
+
 def _reference_fixes(model) -> list:
   """Operator implementations that replace onnx.reference's where it departs from the ONNX specification:
   BatchNormalization 9-13 with one output is inference ("Output case #2: Y (test mode)"), but onnx.reference
-  computes batch statistics whenever `momentum` is set, and it always fills in momentum's default (0.9)."""
+  computes batch statistics whenever `momentum` is set, and it always fills in momentum's default (0.9).
+  DequantizeLinear 10-18: onnx.reference has only version 19 on, whose 8-bit integer cases are the same."""
   from onnx.reference.op_run import OpRun
   opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-  if not 9 <= opset <= 13: return []
+  fixes = _dequantize_fix() if 10 <= opset < 19 else []
+  if not 9 <= opset <= 13: return fixes
 
   class BatchNormalization(OpRun):
     op_domain = ""
@@ -131,7 +147,18 @@ def _reference_fixes(model) -> list:
       eps = 1e-5 if epsilon is None else epsilon
       y = scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape)
       return (y.astype(x.dtype),)
-  return [BatchNormalization]
+  return [BatchNormalization, *fixes]
+
+
+def _dequantize_fix() -> list:
+  from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_19
+
+  class DequantizeLinear(DequantizeLinear_19):
+    op_domain = ""
+
+    def _run(self, x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=None):  # noqa: ARG002
+      return super()._run(x, x_scale, x_zero_point, axis=1 if axis is None else axis)
+  return [DequantizeLinear]
 
 
 def _onnx_feed(value: np.ndarray, elem_type: int) -> np.ndarray:
