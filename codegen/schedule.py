@@ -1,18 +1,19 @@
 """The scheduler: splits a lazy graph into kernels. Elementwise chains fuse into their producer/consumer reduce;
 movement ops become index arithmetic; a kernel break happens only where needed (a reduce that is broadcast,
 shared, or nested in another reduce; a computed value a reduce would recompute for each use through an expand).
-Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value))."""
+Each kernel is an AST: SINK(STORE(DEFINE_GLOBAL, index, value)), built once: the storage order of intermediates
+is chosen afterwards from the kernels (codegen/layouts.py) and put in place by a rewrite."""
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, provenance, substitute, viz, graph_rewrite
-from tgc.ir.symbolic import simplify, split_terms
+from tgc.ir.symbolic import simplify
 from tgc.ir.lowp import per_word
-from tgc.ir.sint import sint, highest, highest_prod, is_static, quotient, same, simplified, prod as sym_prod
+from tgc.ir.sint import sint, highest, highest_prod, is_static, same, simplified, prod as sym_prod
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
-from tgc.codegen.knobs import TRANSPOSE_MULTIPLE
+from tgc.codegen.layouts import strides, flat_index, open_values, open_index, choose_layouts, lay_out
 
 INDEX = dtypes.index
 
@@ -211,9 +212,9 @@ def _recomputed(root: UOp, realize: set[UOp], sizes: dict[UOp, int]) -> list[UOp
 class _KernelBuilder:
   """Builds one kernel's value graph: walks the lazy graph from the root with an index per dimension."""
 
-  def __init__(self, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]):
+  def __init__(self, realized: dict[UOp, UOp], opened: set[UOp]):
     self.realized = realized        # lazy node -> BUFFER holding its value
-    self.layouts = layouts          # lazy node -> the order its buffer stores its dims in (absent: as they are)
+    self.opened = opened            # realized nodes whose layout is chosen after the kernels are built
     self.bufs: list[UOp] = []
     self.memo: dict = {}
     self.n_ranges = 0
@@ -231,14 +232,12 @@ class _KernelBuilder:
     if buf not in self.bufs: self.bufs.append(buf)
     return UOp(Ops.DEFINE_GLOBAL, buf.dtype, (), (self.bufs.index(buf), mutable))
 
-  def flat_index(self, n: UOp, idx: tuple[UOp, ...]) -> UOp:
+  def element_index(self, n: UOp, idx: tuple[UOp, ...]) -> UOp:
     """Where element `idx` of realized node `n` sits in its buffer (a bigger one for a value placed into a state:
-    the same coordinates)."""
+    the same coordinates); an OPEN_INDEX for a value whose layout is not chosen yet."""
     buf = self.realized[n]
-    if tuple(buf.arg[1]) != tuple(n.shape): return _flat_index(idx, buf.arg[1])
-    perm = self.layouts.get(n)
-    if perm is None: return _flat_index(idx, n.shape)
-    return _flat_index(tuple(idx[p] for p in perm), tuple(n.shape[p] for p in perm))
+    if tuple(buf.arg[1]) != tuple(n.shape): return flat_index(idx, buf.arg[1])
+    return open_index(idx, n.shape) if n in self.opened else flat_index(idx, n.shape)
 
   def new_range(self, size: sint, kind: AxisType) -> UOp:
     end = size if isinstance(size, UOp) else UOp.const(INDEX, size)
@@ -258,7 +257,7 @@ class _KernelBuilder:
   def _value(self, n: UOp, idx: tuple, valid: UOp | None, top: bool) -> UOp:
     if n.op is Ops.BUFFER or (not top and n in self.realized):
       buf = n if n.op is Ops.BUFFER else self.realized[n]
-      flat = _flat_index(idx, buf.arg[1]) if n.op is Ops.BUFFER else self.flat_index(n, idx)
+      flat = flat_index(idx, buf.arg[1]) if n.op is Ops.BUFFER else self.element_index(n, idx)
       src = (self.buffer_arg(buf), flat) + ((valid,) if valid is not None else ())
       return UOp(Ops.LOAD, buf.dtype, src)
     if n.op in (Ops.CONST, Ops.DEFINE_VAR): return n
@@ -303,24 +302,9 @@ class _KernelBuilder:
     raise NotImplementedError(f"scheduler: cannot index through {n.op}")
 
 
-def _strides(shape) -> list[sint]:
-  st, acc = [], 1
-  for s in reversed(shape):
-    st.append(acc if s != 1 else 0)
-    acc = sym_prod((acc, s))
-  return st[::-1]
-
-
-def _flat_index(idx, shape) -> UOp:
-  out = UOp.const(INDEX, 0)
-  for x, st in zip(idx, _strides(shape)):
-    if isinstance(st, UOp) or st: out = out + x * st
-  return out
-
-
 def _unflatten(flat: UOp, shape) -> tuple[UOp, ...]:
   out = []
-  for s, st in zip(shape, _strides(shape)):
+  for s, st in zip(shape, strides(shape)):
     out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s)
   return tuple(out)
 
@@ -341,7 +325,7 @@ def _reshaped_index(idx: tuple[UOp, ...], shape: tuple[int, ...], src_shape: tup
       else: b += 1; gb.append(srcd[b]); pb = sym_prod((pb, src_shape[srcd[b]]))
     a, b = a + 1, b + 1
     if len(ga) == 1 and len(gb) == 1: out[gb[0]] = idx[ga[0]]; continue
-    flat = _flat_index(tuple(idx[i] for i in ga), tuple(shape[i] for i in ga))
+    flat = flat_index(tuple(idx[i] for i in ga), tuple(shape[i] for i in ga))
     for i, v in zip(gb, _unflatten(flat, tuple(src_shape[i] for i in gb))): out[i] = v
   return tuple(out)
 
@@ -427,22 +411,21 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
       realized[n] = placed[n][0] if n in placed else new_buffer(n.shape, n.dtype)
       order.append(n)
   firsts = {n: first for n, (_, first) in placed.items()}
-  built = {n: _build(n, realized, {}, firsts.get(n)) for n in order}
-  layouts = channels_last(built, realized, set(roots))
-  layouts.update({n: perm for n, perm in transposed_operands(built, realized, set(roots)).items() if n not in layouts})
-  if layouts:     # rebuild the kernels that read or write a buffer stored channels-last
-    relaid = {realized[n] for n in layouts}
-    built.update({n: _build(n, realized, layouts, firsts.get(n)) for n, it in built.items()
-                  if it is not None and any(b in relaid for b in it.bufs)})
-  items = [it for it in built.values() if it is not None]
+  # intermediates' layouts are chosen from the kernels built with them open, then put in place by a rewrite
+  opened = open_values(order, set(roots))
+  values = {realized[n]: n for n in order if n in opened}
+  built = [it for it in (_build(n, realized, opened, firsts.get(n)) for n in order) if it is not None]
+  orders = choose_layouts(built, values)
+  items = [replace(it, ast=lay_out(it.ast, it.bufs, orders)) if any(b in values for b in it.bufs) else it
+           for it in built]
   return items, [r if r.op is Ops.BUFFER else realized[r] for r in roots]
 
 
-def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]],
-           first: tuple | None = None) -> ScheduleItem | None:
+def _build(n: UOp, realized: dict[UOp, UOp], opened: set[UOp], first: tuple | None = None) -> ScheduleItem | None:
   """The kernel computing realized node `n` into its buffer (None for an empty tensor: nothing to compute); with
-  `first`, only the entries from that index on along each dim."""
-  kb = _KernelBuilder(realized, layouts)
+  `first`, only the entries from that index on along each dim. Values in `opened` are reached through OPEN_INDEX
+  nodes (their layout is chosen later)."""
+  kb = _KernelBuilder(realized, opened)
   out_arg = kb.buffer_arg(realized[n], mutable=True)
   shape = n.shape
   if any(s == 0 for s in shape): return None
@@ -450,7 +433,7 @@ def _build(n: UOp, realized: dict[UOp, UOp], layouts: dict[UOp, tuple[int, ...]]
   else:
     first = first or (0,) * len(shape)
     idx = tuple(_from(kb, simplified(s - f), f) for s, f in zip(shape, first))
-    store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.flat_index(n, idx), kb.value(n, idx, None, top=True)))
+    store = UOp(Ops.STORE, dtypes.bool, (out_arg, kb.element_index(n, idx), kb.value(n, idx, None, top=True)))
   ast = simplify(lower_storage_types(UOp(Ops.SINK, dtypes.bool, (store,))))
   ast = simplify(graph_rewrite(ast, select_loads))
   ast, bufs = _drop_unused_buffers(ast, kb.bufs)
@@ -470,7 +453,7 @@ def placed_kernel(root: UOp, buf: UOp, new_buffer) -> ScheduleItem | None:
   (`rewrites_itself`) without scheduling the graph above it."""
   realized = {n: new_buffer(n.shape, n.dtype) for n in root.toposort() if n.op is Ops.REDUCE_AXIS and n is not root}
   realized[root] = buf
-  return _build(root, realized, {})
+  return _build(root, realized, set())
 
 
 def rewrites_itself(item: ScheduleItem) -> bool:
@@ -481,111 +464,3 @@ def rewrites_itself(item: ScheduleItem) -> bool:
   value = store.src[2]
   return value.op is Ops.LOAD and len(value.src) == 2 and item.bufs[value.src[0].arg[0]] is item.bufs[0] and \
     value.src[1] is store.src[1]
-
-
-def channels_last(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
-                  ) -> dict[UOp, tuple[int, ...]]:
-  """Intermediates shaped like (N, C, H, W) (dims of size 1 aside: a convolution's reduce keeps its reduced dims)
-  that a convolution reads (a reduction over C) or a window op reads (an output channel indexing C, a window sliding
-  over H or W: depthwise convolutions, pooling) are stored channels last, (N, H, W, C): those kernels then vectorize
-  along contiguous channels. Outputs keep their layout."""
-  by_buffer = {b: n for n, b in realized.items()}
-  picked: dict[UOp, tuple[int, ...]] = {}
-  for it in built.values():
-    if it is None: continue
-    for ld in (u for u in it.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL):
-      n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or not _layout_free(n.dtype): continue
-      dims = _image_dims(n.shape)
-      if dims is not None and _channel_access(ld.src[1], n.shape, dims):
-        c, w = dims[0], dims[2]
-        picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
-          tuple(d for d in range(len(n.shape)) if d > w)
-  return picked
-
-
-def _layout_free(dtype) -> bool:
-  """Values whose layout the scheduler may choose: floats and integers computed in their own type."""
-  return (dtype.is_float or dtype.is_int) and not dtype.storage_only
-
-
-def transposed_operands(built: dict[UOp, ScheduleItem | None], realized: dict[UOp, UOp], roots: set[UOp]
-                        ) -> dict[UOp, tuple[int, ...]]:
-  """Intermediates that a reduction reads along its reduced dim (stride 1) and across the output's contiguous axis
-  (a large stride), beside an operand that does not move along that axis: attention's K in Q·Kᵀ, read as K[j, d]
-  with d reduced and j the scores' contiguous axis. Stored with that axis innermost ((d, j)), the kernel vectorizes
-  along j with contiguous loads of K and one broadcast Q value, as a matmul with weights does, instead of summing
-  vectors along d horizontally for every output. Only where j is a whole number of the widest vectors (16 floats):
-  a padded vector of a transposed operand would read its lanes one by one."""
-  by_buffer = {b: n for n, b in realized.items()}
-  picked: dict[UOp, tuple[int, ...]] = {}
-  for it in built.values():
-    if it is None or len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
-    terms, _ = split_terms(it.ast.src[0].src[1])
-    out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
-    if len(out) != 1: continue
-    g = out[0]     # a length known only at run time ends in a masked vector
-    if g.src[0].op is Ops.CONST and g.src[0].arg % TRANSPOSE_MULTIPLE: continue
-    for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
-      loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
-      moving = [ld for ld in loads if g in ld.src[1].toposort()]
-      if len(moving) != 1 or len(loads) < 2: continue
-      ld = moving[0]
-      n = by_buffer.get(it.bufs[ld.src[0].arg[0]])
-      if n is None or n in roots or n in picked or not n.dtype.is_float or n.dtype.storage_only: continue
-      dim = _transposed_dim(ld.src[1], n.shape, g, red.src[1:])
-      if dim is not None: picked[n] = tuple(d for d in range(len(n.shape)) if d != dim) + (dim,)
-  return picked
-
-
-def _transposed_dim(idx: UOp, shape: tuple[int, ...], g: UOp, reduced: tuple[UOp, ...]) -> int | None:
-  """The dim of `shape` that range `g` indexes, when `idx` steps by 1 along a reduced range and by a whole row (or
-  more) along `g`; None otherwise."""
-  terms, _ = split_terms(idx)
-  if not any(terms.get(r) == 1 for r in reduced) or any(g in t.toposort() for t in terms if t is not g): return None
-  k = terms.get(g)
-  strides = _strides(shape)
-  last = max((d for d, s in enumerate(shape) if highest(s) > 1), default=None)
-  if k is None or last is None or k < highest(shape[last]): return None
-  dim = min((d for d, s in enumerate(strides) if is_static(s) and s and s <= k), default=None)
-  return dim if dim is not None and dim != last and k == strides[dim] else None
-
-
-def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-  """The (channel, height, width) dims of an image-like shape: three or four dims bigger than 1 ((C, H, W) or
-  (N, C, H, W)); None for anything else."""
-  big = [i for i, s in enumerate(shape) if highest(s) > 1]
-  if len(big) == 3: return (big[0], big[1], big[2])
-  if len(big) == 4: return (big[1], big[2], big[3])
-  return None
-
-
-def _dim_of_step(k: sint, strides: list[sint]) -> int | None:
-  """The dim a flat-index step of `k` moves along: the largest stride <= k, when it divides k (over sizes known
-  only at run time: the largest stride that divides k as a product of sizes)."""
-  if is_static([k, *strides]):
-    if k <= 0: return None
-    d = min((d for d, s in enumerate(strides) if s and s <= k), default=None)
-    return None if d is None or k % strides[d] else d
-  for d, s in enumerate(strides):
-    q = quotient(k, s)
-    if q is not None and is_static(q) and q > 0: return d
-  return None
-
-
-def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> bool:
-  """Whether a load of an image-like buffer at `idx` reduces over its channels, or indexes them by an output axis
-  while a window slides over its height or width (the terms of the flat index sorted into dims by their strides)."""
-  strides = _strides(shape)
-  terms, _ = split_terms(idx)
-  dims: dict[int, list[UOp]] = {}
-  for t, k in terms.items():
-    if t.op is Ops.MUL and t.src[0].op is Ops.RANGE and not any(u.op is Ops.RANGE for u in t.src[1].toposort()):
-      t, k = t.src[0], simplified(t.src[1] * k)     # a step that is a size known only at run time
-    if t.op is not Ops.RANGE: continue
-    d = _dim_of_step(k, strides)
-    if d is not None: dims.setdefault(d, []).append(t)
-  channel = {r.arg.kind for r in dims.get(image[0], [])}
-  # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
-  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])
-  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)

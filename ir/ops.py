@@ -29,6 +29,8 @@ class Ops(Enum):
   RANGE = auto()          # src = (end,), arg = RangeArg (ir.axis)
   LOAD = auto()           # src = (buffer, index[, valid])
   STORE = auto()          # src = (buffer, index, value[, valid])
+  OPEN_INDEX = auto()     # scheduler only: an element of a value whose layout is not chosen yet; src = (row-major
+                          # index, index per dim); keyed as its row-major index
   BARRIER = auto()
   SINK = auto()           # groups the roots of a graph
   # vectors (kernel level): a value of dtype `d.vec(n)` holds n lanes

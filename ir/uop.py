@@ -53,6 +53,8 @@ class UOp:
   def key(self) -> str:
     """A stable content hash (same graph -> same key across processes); usable for disk caches."""
     for n in _uncached(self, "_key"):   # iterative, sources first: deep graphs must not recurse
+      # an OPEN_INDEX stands for its row-major index until the scheduler lays it out: orders by key treat it so
+      if n.op is Ops.OPEN_INDEX: object.__setattr__(n, "_key", n.src[0]._key); continue
       h = hashlib.sha256(f"{n.op.name}|{n.dtype.name}|{_stable_repr(n.arg)}".encode())
       for s in n.src: h.update(s._key.encode())
       object.__setattr__(n, "_key", h.hexdigest())

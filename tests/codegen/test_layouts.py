@@ -1,5 +1,5 @@
 """Layouts chosen at compile time: weights stored in the order their kernel reads them (codegen/relayout.py) and
-convolution activations stored channels-last (codegen/schedule.py `channels_last`), checked on the kernels and on
+convolution activations stored channels-last (codegen/layouts.py `channels_last`), checked on the kernels and on
 the numbers they compute."""
 from __future__ import annotations
 import numpy as np
@@ -7,12 +7,14 @@ import numpy as np
 from tgc.frontend import Tensor, nn
 from tgc.frontend.jit import trace
 from tgc.frontend.realize import _alloc
+from tgc.codegen import schedule as scheduler
 from tgc.codegen.schedule import schedule
+from tgc.codegen.layouts import flat_index, open_index
 from tgc.codegen.compiled import BufferKind, compile_schedule
 from tgc.codegen.opts import Kernel, Opt
 from tgc.codegen.relayout import evaluate, relayout
 from tgc.codegen.kernel_access import stride
-from tgc.ir import Ops, AxisType
+from tgc.ir import Ops, AxisType, RangeArg, UOp, dtypes
 
 RNG = np.random.default_rng(1)
 
@@ -91,6 +93,24 @@ def test_convolution_activations_are_channels_last():
     red = [r for r in Kernel(it.ast).ranges() if r.arg.kind is AxisType.REDUCE]
     channel = red[0] if it is convs[1] else glob[0]       # conv: reduce over input channels; depthwise: the channel
     assert stride(load.src[1], channel) == 1
+
+
+def test_each_kernel_is_built_once_in_its_layout(monkeypatch):
+  built, build = [], scheduler._build
+  monkeypatch.setattr(scheduler, "_build", lambda n, *rest: built.append(n) or build(n, *rest))
+  items, _ = schedule([_conv_net("c")(Tensor(RNG.standard_normal((1, 3, 8, 8)).astype(np.float32))).uop],
+                      _alloc("c"))
+  assert len(built) == len(set(built)) == len(items)
+  assert not any(u.op is Ops.OPEN_INDEX for it in items for u in it.ast.toposort())
+
+
+def test_an_open_index_orders_as_its_row_major_index():
+  """Sums order their terms by key: a kernel simplified before its layouts are chosen orders them as it would with
+  row-major loads."""
+  r = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), RangeArg(i, AxisType.GLOBAL))
+       for i, n in enumerate((4, 8))]
+  index = open_index(tuple(r), (4, 8))
+  assert index.key == flat_index(tuple(r), (4, 8)).key and index is not index.src[0]
 
 
 def test_attention_scores_keep_their_layout():

@@ -1,0 +1,186 @@
+"""Storage orders of intermediates, chosen once their kernels are built. A kernel reaches an element of an open value
+(an intermediate whose order is not chosen yet) through an OPEN_INDEX: its index in row-major order, then its index
+along each dim, both simplified with the kernel. `choose_layouts` judges the row-major indices (image-like values
+that convolutions and window ops read are stored channels-last, a reduction's operand read across the output's
+contiguous axis is stored transposed) and `lay_out` replaces each OPEN_INDEX by the index in the chosen order, a rule
+table run with the symbolic rules: each kernel is built once, and no choice waits for a kernel built again."""
+from __future__ import annotations
+from tgc.ir import Ops, UOp, AxisType, UPat, PatternMatcher, dtypes, graph_rewrite
+from tgc.ir.symbolic import split_terms, symbolic
+from tgc.ir.sint import sint, highest, is_static, quotient, simplified, prod as sym_prod
+from tgc.codegen.knobs import TRANSPOSE_MULTIPLE
+
+INDEX = dtypes.index
+
+
+def strides(shape) -> list[sint]:
+  """Row-major strides of `shape` (0 for dims of size 1)."""
+  st, acc = [], 1
+  for s in reversed(shape):
+    st.append(acc if s != 1 else 0)
+    acc = sym_prod((acc, s))
+  return st[::-1]
+
+
+def flat_index(idx, shape) -> UOp:
+  """Where element `idx` of a row-major array of `shape` sits."""
+  out = UOp.const(INDEX, 0)
+  for x, st in zip(idx, strides(shape)):
+    if isinstance(st, UOp) or st: out = out + x * st
+  return out
+
+
+def open_values(values: list[UOp], roots: set[UOp]) -> set[UOp]:
+  """The realized values whose order is chosen once their kernels are built: the intermediates (outputs keep their
+  order) that `choose_layouts` may store otherwise, image-like values of a type the scheduler may lay out and floats
+  with two or more dims of a size other than 1."""
+  return {n for n in values if n not in roots and _layout_free(n.dtype) and
+          (_image_dims(n.shape) is not None or (n.dtype.is_float and sum(s != 1 for s in n.shape) >= 2))}
+
+
+def open_index(idx: tuple[UOp, ...], shape) -> UOp:
+  """The OPEN_INDEX of element `idx` of an open value of `shape`: its row-major index, then its index along each dim
+  (0 along dims of size 1, which no order steps along)."""
+  dims = tuple(UOp.const(INDEX, 0) if s == 1 else x for x, s in zip(idx, shape))
+  return UOp(Ops.OPEN_INDEX, INDEX, (flat_index(idx, shape),) + dims)
+
+
+def row_major(index: UOp) -> UOp:
+  """The row-major index of an access: an OPEN_INDEX's first source, any other index as it is."""
+  return index.src[0] if index.op is Ops.OPEN_INDEX else index
+
+
+def choose_layouts(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, ...]]:
+  """Per buffer of an open value (`values`: buffer -> lazy node) stored in another order than row-major, the order
+  of its dims, judged from the kernels `items` (ScheduleItems) as they read and write them row-major."""
+  picked = channels_last(items, values)
+  picked.update({n: perm for n, perm in transposed_operands(items, values).items() if n not in picked})
+  return {b: picked[n] for b, n in values.items() if n in picked}
+
+
+def _ordered(ctx: dict[int, tuple], x: UOp, buf: UOp, index: UOp) -> UOp:
+  shape, order = ctx[buf.arg[0]]
+  if order is None: flat = index.src[0]
+  else: flat = flat_index(tuple(index.src[1 + d] for d in order), tuple(shape[d] for d in order))
+  return x.replace(src=(buf, flat) + x.src[2:])
+
+
+laid_out = PatternMatcher([
+  # LOAD/STORE(buf, OPEN_INDEX(row-major, per dim)) -> the index in the order chosen for buf (row-major: the first)
+  (UPat((Ops.LOAD, Ops.STORE), name="x", src=(UPat(Ops.DEFINE_GLOBAL, name="buf"), UPat(Ops.OPEN_INDEX, name="index")),
+        allow_any_len=True), _ordered),
+], name="layouts") + symbolic
+
+
+def lay_out(ast: UOp, bufs: tuple[UOp, ...], orders: dict[UOp, tuple[int, ...]]) -> UOp:
+  """`ast` binding `bufs` with each OPEN_INDEX replaced by the index in the order `orders` gives its buffer (absent:
+  row-major), simplified."""
+  ctx = {i: (b.arg[1], orders.get(b)) for i, b in enumerate(bufs)}
+  return graph_rewrite(ast, laid_out, ctx)
+
+
+def _open_loads(ast: UOp) -> list[UOp]:
+  return [u for u in ast.toposort() if u.op is Ops.LOAD and u.src[1].op is Ops.OPEN_INDEX]
+
+
+def channels_last(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, ...]]:
+  """Intermediates shaped like (N, C, H, W) (dims of size 1 aside: a convolution's reduce keeps its reduced dims)
+  that a convolution reads (a reduction over C) or a window op reads (an output channel indexing C, a window sliding
+  over H or W: depthwise convolutions, pooling) are stored channels last, (N, H, W, C): those kernels then vectorize
+  along contiguous channels."""
+  picked: dict[UOp, tuple[int, ...]] = {}
+  for it in items:
+    for ld in _open_loads(it.ast):
+      n = values[it.bufs[ld.src[0].arg[0]]]
+      if n in picked: continue
+      dims = _image_dims(n.shape)
+      if dims is not None and _channel_access(row_major(ld.src[1]), n.shape, dims):
+        c, w = dims[0], dims[2]
+        picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
+          tuple(d for d in range(len(n.shape)) if d > w)
+  return picked
+
+
+def _layout_free(dtype) -> bool:
+  """Values whose layout the scheduler may choose: floats and integers computed in their own type."""
+  return (dtype.is_float or dtype.is_int) and not dtype.storage_only
+
+
+def transposed_operands(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, ...]]:
+  """Intermediates that a reduction reads along its reduced dim (stride 1) and across the output's contiguous axis
+  (a large stride), beside an operand that does not move along that axis: attention's K in Q·Kᵀ, read as K[j, d]
+  with d reduced and j the scores' contiguous axis. Stored with that axis innermost ((d, j)), the kernel vectorizes
+  along j with contiguous loads of K and one broadcast Q value, as a matmul with weights does, instead of summing
+  vectors along d horizontally for every output. Only where j is a whole number of the widest vectors (16 floats):
+  a padded vector of a transposed operand would read its lanes one by one."""
+  picked: dict[UOp, tuple[int, ...]] = {}
+  for it in items:
+    if len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
+    terms, _ = split_terms(row_major(it.ast.src[0].src[1]))
+    out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
+    if len(out) != 1: continue
+    g = out[0]     # a length known only at run time ends in a masked vector
+    if g.src[0].op is Ops.CONST and g.src[0].arg % TRANSPOSE_MULTIPLE: continue
+    for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
+      loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
+      moving = [ld for ld in loads if g in row_major(ld.src[1]).toposort()]
+      if len(moving) != 1 or len(loads) < 2 or moving[0].src[1].op is not Ops.OPEN_INDEX: continue
+      ld = moving[0]
+      n = values[it.bufs[ld.src[0].arg[0]]]
+      if n in picked or not n.dtype.is_float: continue
+      dim = _transposed_dim(row_major(ld.src[1]), n.shape, g, red.src[1:])
+      if dim is not None: picked[n] = tuple(d for d in range(len(n.shape)) if d != dim) + (dim,)
+  return picked
+
+
+def _transposed_dim(idx: UOp, shape: tuple[int, ...], g: UOp, reduced: tuple[UOp, ...]) -> int | None:
+  """The dim of `shape` that range `g` indexes, when `idx` steps by 1 along a reduced range and by a whole row (or
+  more) along `g`; None otherwise."""
+  terms, _ = split_terms(idx)
+  if not any(terms.get(r) == 1 for r in reduced) or any(g in t.toposort() for t in terms if t is not g): return None
+  k = terms.get(g)
+  st = strides(shape)
+  last = max((d for d, s in enumerate(shape) if highest(s) > 1), default=None)
+  if k is None or last is None or k < highest(shape[last]): return None
+  dim = min((d for d, s in enumerate(st) if is_static(s) and s and s <= k), default=None)
+  return dim if dim is not None and dim != last and k == st[dim] else None
+
+
+def _image_dims(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+  """The (channel, height, width) dims of an image-like shape: three or four dims bigger than 1 ((C, H, W) or
+  (N, C, H, W)); None for anything else."""
+  big = [i for i, s in enumerate(shape) if highest(s) > 1]
+  if len(big) == 3: return (big[0], big[1], big[2])
+  if len(big) == 4: return (big[1], big[2], big[3])
+  return None
+
+
+def _dim_of_step(k: sint, st: list[sint]) -> int | None:
+  """The dim a flat-index step of `k` moves along: the largest stride <= k, when it divides k (over sizes known
+  only at run time: the largest stride that divides k as a product of sizes)."""
+  if is_static([k, *st]):
+    if k <= 0: return None
+    d = min((d for d, s in enumerate(st) if s and s <= k), default=None)
+    return None if d is None or k % st[d] else d
+  for d, s in enumerate(st):
+    q = quotient(k, s)
+    if q is not None and is_static(q) and q > 0: return d
+  return None
+
+
+def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> bool:
+  """Whether a load of an image-like buffer at `idx` reduces over its channels, or indexes them by an output axis
+  while a window slides over its height or width (the terms of the flat index sorted into dims by their strides)."""
+  st = strides(shape)
+  terms, _ = split_terms(idx)
+  dims: dict[int, list[UOp]] = {}
+  for t, k in terms.items():
+    if t.op is Ops.MUL and t.src[0].op is Ops.RANGE and not any(u.op is Ops.RANGE for u in t.src[1].toposort()):
+      t, k = t.src[0], simplified(t.src[1] * k)     # a step that is a size known only at run time
+    if t.op is not Ops.RANGE: continue
+    d = _dim_of_step(k, st)
+    if d is not None: dims.setdefault(d, []).append(t)
+  channel = {r.arg.kind for r in dims.get(image[0], [])}
+  # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
+  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])
+  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)
