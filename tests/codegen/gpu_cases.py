@@ -16,6 +16,7 @@ from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.target import as_target
+from tgc.codegen.render import CStyleRenderer
 from tgc.codegen.opts import Opt
 
 
@@ -177,11 +178,13 @@ CASES = [
 ]
 
 
-def programs(case: Case, target: str):
-  """(schedule items, output BUFFERs, one KernelProgram per item) of the case lowered for `target`."""
+def programs(case: Case, target):
+  """(schedule items, output BUFFERs, one KernelProgram per item) of the case lowered for `target` (a name, a
+  Target or a renderer)."""
+  target = target.target if isinstance(target, CStyleRenderer) else as_target(target)
   items, outs = schedule([case.make().uop], _alloc("numpy"))
   if case.opts is not None: assert len(items) == 1, f"{case.name}: opts need a single kernel, got {len(items)}"
-  progs = [lower(it.ast, as_target(target), list(case.opts) if case.opts is not None else None) for it in items]
+  progs = [lower(it.ast, target, list(case.opts) if case.opts is not None else None) for it in items]
   return items, outs, progs
 
 
