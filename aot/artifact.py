@@ -75,10 +75,12 @@ def run_artifact(folder: str, arrays: dict[str, np.ndarray], threads: int = 1) -
   with artifact_runtime(art, threads) as runtime: return run_values(runtime, arrays)
 
 
-def random_inputs(art: ArtifactFolder, seed: int, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+def random_inputs(art: ArtifactFolder, seed: int, dims: dict[str, int] | None = None,
+                  below: dict[str, int] | None = None) -> dict[str, np.ndarray]:
   """Fresh seeded input values: normal floats (never all zeros), small non-negative integers (for int4/int2 anywhere
-  in their range), random booleans; storage-only types as their values (`io_arrays.value_dtype`). `dims`: the
-  values of the sizes known only at run time (default: each at its largest)."""
+  in their range; under `below[name]` for an input that indexes a table of that many rows), random booleans;
+  storage-only types as their values (`io_arrays.value_dtype`). `dims`: the values of the sizes known only at run
+  time (default: each at its largest)."""
   rng = np.random.default_rng(seed)
   if dims is None: dims = {d["name"]: d["max"] for d in art.manifest.get("dims", ())}
   out = {}
@@ -88,6 +90,8 @@ def random_inputs(art: ArtifactFolder, seed: int, dims: dict[str, int] | None = 
       lo, hi = lowp.INT_RANGES[dt]
       out[i["name"]] = rng.integers(lo, hi + 1, shape).astype(value_dtype(i))
     else: out[i["name"]] = models.example_array(shape, value_dtype(i), rng)
+    limit = (below or {}).get(i["name"])
+    if limit is not None and np.dtype(value_dtype(i)).kind in "iu": out[i["name"]] %= max(limit, 1)
   return out
 
 

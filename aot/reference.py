@@ -59,6 +59,14 @@ def reference_outputs(spec: models.ModelSpec, feeds: dict[str, np.ndarray], opti
   return tensor_reference(spec, feeds), "numpy interpreter"
 
 
+def index_bounds(spec: models.ModelSpec) -> dict[str, int]:
+  """ONNX models: input name -> rows of the smallest table it indexes (`frontend.onnx.index_inputs`); else none."""
+  if spec.kind != "onnx": return {}
+  import onnx
+  from tgc.frontend.onnx.index_inputs import index_bounds as bounds
+  return bounds(onnx.load(spec.path, load_external_data=False))
+
+
 def tensor_reference(spec: models.ModelSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   loaded = models.load_model(spec, name_weights=False)
   names = [n for n, _ in loaded.inputs]

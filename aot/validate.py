@@ -88,19 +88,21 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
   spec, options = reference.spec_from_source(art.source, model)
   quantized = " quantized to int8 as compiled" if (options or {}).get("quantize") else ""
   report = ValidateReport(folder, spec.text + quantized, "", seed)
+  below = reference.index_bounds(spec)      # integer inputs that index a table stay within it
   with artifact_runtime(art) as runtime:
     if art.manifest.get("states"):
-      _validate_states(report, art, runtime, spec, options, seed, rtol, atol)
+      _validate_states(report, art, runtime, spec, options, seed, rtol, atol, below)
       return report
     for dims in sample_sizes(art.manifest):    # an artifact of sizes known at run time: smallest, middle, largest
-      feeds = random_inputs(art, seed, dims)
+      feeds = random_inputs(art, seed, dims, below)
       got = run_values(runtime, feeds)
       ref, report.reference = reference.reference_outputs(spec, feeds, options)
       _check_outputs(report, art, got, ref, dims, rtol, atol)
   return report
 
 
-def _validate_states(report: ValidateReport, art, runtime, spec, options: dict, seed: int, rtol, atol) -> None:
+def _validate_states(report: ValidateReport, art, runtime, spec, options: dict, seed: int, rtol, atol,
+                     below: dict[str, int]) -> None:
   """An artifact keeping states (a KV cache): at each sample size, runs of the sampled sizes from empty states until
   the next would pass the sampled length or the capacity; the reference runs the model with the states passed in
   and returned. The last run's outputs and the states after it are compared."""
@@ -119,7 +121,7 @@ def _validate_states(report: ValidateReport, art, runtime, spec, options: dict, 
              for st in states}
     for r in range(runs):
       sizes = {**free, **{st["length"]: cache[st["name"]].shape[st["axis"]] for st in states}}
-      feeds = random_inputs(art, seed + 1000 * n + r, sizes)
+      feeds = random_inputs(art, seed + 1000 * n + r, sizes, below)
       got = run_values(runtime, feeds)
       ref, report.reference = reference.reference_outputs(spec, {**feeds, **cache}, options)
       cache = {st["name"]: np.asarray(ref[st["output"]]) for st in states}

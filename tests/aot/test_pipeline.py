@@ -271,3 +271,17 @@ def test_onnx_weight_names_follow_the_values(tmp_path):
   names = sorted(t["name"] for t in manifest["weights"]["tensors"])
   assert names == ["bias", "w1", "w2", "weight_0"]
   assert validate.validate_artifact(str(tmp_path / "out")).ok
+
+
+def test_validate_keeps_indices_within_their_table(tmp_path):
+  """An int64 input that selects rows of a 2-row table (BERT's token types): validate's random values stay 0 or 1,
+  so the model is compared where ONNX defines it (values up to 3 would index past the table)."""
+  from onnx import TensorProto, helper, numpy_helper
+  table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "types")
+  graph = helper.make_graph([helper.make_node("Gather", ["types", "tt"], ["y"])], "g",
+                            [helper.make_tensor_value_info("tt", TensorProto.INT64, [1, 16])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 4])], [table])
+  path = tmp_path / "types.onnx"
+  path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+  compile_model(str(path), "c", str(tmp_path / "out"))
+  assert validate.validate_artifact(str(tmp_path / "out")).ok
