@@ -137,7 +137,7 @@ def build_compiled(spec: models.ModelSpec, target: Target | str, name: str | Non
   loaded = models.load_model(spec, input_shapes, consts, const_files, limits=SizeLimits(max_bytes), dims=dims,
                              states=states, max_context=max_context, onnx_model=onnx_model)
   imported = time.perf_counter()
-  with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded)
+  with viz.section("trace and schedule", "schedule"): capture = models.trace_model(loaded, target)
   name = model_name(name or spec.stem)
   weights = models.named_weights(capture)
   searched = time.perf_counter()

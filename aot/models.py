@@ -21,9 +21,11 @@ from typing import Any, Callable
 import numpy as np
 from tgc.ir import Ops, UOp
 from tgc.frontend.tensor import Tensor
-from tgc.frontend.jit import (Capture, JitError, NothingTracedError, TensorSpec, TensorTooLargeError, placeholder,
-                             trace, _flatten_tensors)
+from tgc.frontend.jit import (PORTABLE_MAX_BUFFERS, Capture, JitError, NothingTracedError, TensorSpec,
+                             TensorTooLargeError, placeholder, trace, _flatten_tensors)
 from tgc.frontend.limits import SizeLimits
+from tgc.codegen.knobs import KERNEL_MAX_BUFFERS
+from tgc.codegen.target import Target
 from tgc.frontend.nn import get_state_dict
 from tgc.aot.errors import UserError, describe
 
@@ -230,8 +232,10 @@ def _weight_names(fn) -> dict[UOp, str]:
   return names
 
 
-def trace_model(loaded: LoadedModel) -> Capture:
-  """The target-independent capture of the model on its example inputs, inputs and outputs named."""
+def trace_model(loaded: LoadedModel, target: Target | None = None) -> Capture:
+  """The capture of the model on its example inputs, inputs and outputs named, its kernels binding at most the
+  target's limit of buffers (KERNEL_MAX_BUFFERS where it has none; no target: the smallest limit of all targets)."""
+  max_buffers = PORTABLE_MAX_BUFFERS if target is None else target.max_buffers or KERNEL_MAX_BUFFERS
   returned: list = []
 
   def run(*tensors):
@@ -241,6 +245,7 @@ def trace_model(loaded: LoadedModel) -> Capture:
   input_names = [n for n, _ in loaded.inputs]
   try:
     capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
+                    max_buffers=max_buffers,
                     states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)
   except TensorTooLargeError as error: raise UserError(f"{loaded.spec.text}: {error}") from None
   except NothingTracedError as error: raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error

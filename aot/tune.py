@@ -249,7 +249,7 @@ def tune_model(model: str, target: str, out: str, cpu: str | None = None, beam: 
   search.check(beam)
   spec = models.parse_model_spec(model)
   loaded = models.load_model(spec, input_shapes, consts, const_files)
-  capture = models.trace_model(loaded)
+  capture = models.trace_model(loaded, tgt)
   found, report = tune(capture.items, models.named_weights(capture), tgt, beam, search.budget, search.jobs,
                        search.measurer(tgt))
   text = tuning_of(found, tgt, report.device).to_json()

@@ -148,10 +148,25 @@ def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
   return k
 
 
+def _store_order(k: Kernel) -> Kernel:
+  """A kernel without vectors or a reduction (a copy into another layout: NCHW into a padded channels-last image)
+  gets the output loop its stores step through contiguously innermost: it writes whole cache lines one after
+  another and reads from a few streams at once, instead of writing each line again once per pass of the outer
+  loop. The other loops keep their order."""
+  if any(r.arg.kind is AxisType.VECTOR for r in k.ranges()): return k
+  glob = k.axes(G)
+  stores = [n for n in k.ast.toposort() if n.op is Ops.STORE]
+  inner = [i for i, r in enumerate(glob) if stores and all(stride(s.src[1], r) == 1 for s in stores)]
+  if len(glob) < 2 or not inner or inner[0] == len(glob) - 1: return k
+  for i in range(inner[0], len(glob) - 1): k = try_opt(k, Opt(OptOps.SWAP, i, i + 1))
+  return k
+
+
 def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> list[Opt]:
   has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
   vec = _pick_vector(k, target, constant) if vector else None
   if vec is not None: k = try_opt(k, vec)
+  if not has_reduce: k = _store_order(k)
   if has_reduce:
     k = _register_block(k, target)
     k = _order_loops(k, constant)

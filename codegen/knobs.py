@@ -9,6 +9,8 @@ MATMUL_PACK_MIN = 128       # ... when both the reduced and the panel dimension 
 TRANSPOSE_MULTIPLE = 16     # a reduction's operand is stored transposed only along an axis a multiple of this long
 BATCH_MAX_SPAN = 2          # reductions over slices batched: a group computes at most this many steps per step it uses
 MAX_GATHER_SHARE = 0.2      # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
+KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no limit (C): more fusion recomputes more
+                            # (a recurrence's elementwise state, fused into every later step's kernel)
 
 # ---------------------------------------------------------------- CPUs (heuristics.py, lower.py, relayout.py, dot.py)
 PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes

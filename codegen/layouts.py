@@ -54,6 +54,7 @@ def choose_layouts(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, 
   """Per buffer of an open value (`values`: buffer -> lazy node) stored in another order than row-major, the order
   of its dims, judged from the kernels `items` (ScheduleItems) as they read and write them row-major."""
   picked = channels_last(items, values)
+  _follow_outputs(items, values, picked)
   picked.update({n: perm for n, perm in transposed_operands(items, values).items() if n not in picked})
   return {b: picked[n] for b, n in values.items() if n in picked}
 
@@ -94,11 +95,49 @@ def channels_last(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, .
       n = values[it.bufs[ld.src[0].arg[0]]]
       if n in picked: continue
       dims = _image_dims(n.shape)
-      if dims is not None and _channel_access(row_major(ld.src[1]), n.shape, dims):
-        c, w = dims[0], dims[2]
-        picked[n] = tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
-          tuple(d for d in range(len(n.shape)) if d > w)
+      if dims is not None and _channel_access(row_major(ld.src[1]), n.shape, dims): picked[n] = _channels_last_order(n)
   return picked
+
+
+def _follow_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple[int, ...]]) -> None:
+  """Image-like open values that a kernel without reductions reads across the axis it stores contiguously (a
+  convolution's output squared and stored channels last for an LRN's window sums over channels) are stored channels
+  last when that makes the read contiguous along that axis too: the kernel is then a map, not a transposition, and
+  the convolution writes its output channels last. Repeated back along chains of such kernels."""
+  changed = True
+  while changed:
+    changed = False
+    for it in items:
+      if len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE or \
+          any(u.op is Ops.REDUCE for u in it.ast.toposort()): continue
+      store = it.ast.src[0]
+      idx = _final_index(store.src[1], values.get(it.bufs[store.src[0].arg[0]]), picked)
+      inner = [t for t, k in split_terms(idx)[0].items() if k == 1 and t.op is Ops.RANGE]
+      if len(inner) != 1: continue
+      for ld in _open_loads(it.ast):
+        n = values[it.bufs[ld.src[0].arg[0]]]
+        order = _channels_last_order(n)
+        if n in picked or order is None or split_terms(row_major(ld.src[1]))[0].get(inner[0]) == 1: continue
+        if split_terms(_final_index(ld.src[1], n, {n: order}))[0].get(inner[0]) == 1:
+          picked[n] = order
+          changed = True
+
+
+def _final_index(index: UOp, n: UOp | None, picked: dict[UOp, tuple[int, ...]]) -> UOp:
+  """The flat index of an access in the order `picked` gives value `n` (row-major when it has none)."""
+  if index.op is not Ops.OPEN_INDEX: return index
+  if n not in picked: return index.src[0]
+  order = picked[n]
+  return graph_rewrite(flat_index(tuple(index.src[1 + d] for d in order), tuple(n.shape[d] for d in order)), symbolic)
+
+
+def _channels_last_order(n: UOp) -> tuple[int, ...] | None:
+  """The order of dims of image-like value `n` stored channels last: (N, H, W, C); None when not image-like."""
+  dims = _image_dims(n.shape)
+  if dims is None: return None
+  c, w = dims[0], dims[2]
+  return tuple(d for d in range(len(n.shape)) if d != c and d <= w) + (c,) + \
+    tuple(d for d in range(len(n.shape)) if d > w)
 
 
 def _layout_free(dtype) -> bool:

@@ -13,6 +13,7 @@ from tgc.ir.sint import sint, highest, highest_prod, is_static, same, simplified
 from tgc.codegen.storage import lower_storage_types, pack_store
 from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
+from tgc.codegen.pieces import split_pieces
 from tgc.codegen.layouts import strides, flat_index, open_values, open_index, choose_layouts, lay_out
 
 INDEX = dtypes.index
@@ -98,8 +99,8 @@ def _worth_realizing(n: UOp, loop_size: int, sizes: dict[UOp, int], realize: set
 
 def find_realize_points(roots: list[UOp]) -> set[UOp]:
   """Nodes that must be materialized in a buffer of their own: outputs, reduces that are broadcast (recomputing
-  them per output element would repeat the reduction), used by several nodes, or nested inside another reduce,
-  and computed elementwise values a reduce reads through an expand (see `_worth_realizing`)."""
+  them per output element would repeat the reduction), used by several nodes or kernels, or nested inside another
+  reduce, and computed elementwise values a reduce reads through an expand (see `_worth_realizing`)."""
   users = _consumers(roots)
   sizes = _source_sizes(roots)
   position = _positions(roots)
@@ -116,6 +117,10 @@ def find_realize_points(roots: list[UOp]) -> set[UOp]:
     for root in sorted(realize, key=position.__getitem__, reverse=True):
       for n in _recomputed(root, realize, sizes) + _extra_reductions(root, realize, position):
         if n not in realize: realize.add(n); changed = True
+    if not changed:
+      shared = _shared_reductions(realize) - realize
+      realize |= shared
+      changed = bool(shared)
   return realize
 
 
@@ -166,6 +171,22 @@ def _extra_reductions(root: UOp, realize: set[UOp], position: dict[UOp, int]) ->
   if len({views[r] for r in reduces}) == 1: return []
   keep = max(reduces, key=lambda r: (_numel(r.src[0]), position[r]))
   return sorted((r for r in reduces if r is not keep), key=position.__getitem__)
+
+
+def _shared_reductions(realize: set[UOp]) -> set[UOp]:
+  """Reductions that two kernels would each compute: a convolution whose activation is both squared into a
+  realized window sum and divided by that sum (LRN) would run twice. Realized, it runs once."""
+  kernels: dict[UOp, int] = {}
+  for root in realize:
+    seen, stack = set(), [root]
+    while stack:
+      n = stack.pop()
+      if n in seen: continue
+      seen.add(n)
+      if n is not root and n in realize: continue
+      if n is not root and n.op is Ops.REDUCE_AXIS: kernels[n] = kernels.get(n, 0) + 1
+      stack.extend(n.src)
+  return {n for n, count in kernels.items() if count > 1}
 
 
 def _views(n: UOp, realize: set[UOp]) -> frozenset[UOp]:
@@ -418,7 +439,16 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
   orders = choose_layouts(built, values)
   items = [replace(it, ast=lay_out(it.ast, it.bufs, orders)) if any(b in values for b in it.bufs) else it
            for it in built]
-  return items, [r if r.op is Ops.BUFFER else realized[r] for r in roots]
+  return _pieces_apart(items), [r if r.op is Ops.BUFFER else realized[r] for r in roots]
+
+
+def _pieces_apart(items: list[ScheduleItem]) -> list[ScheduleItem]:
+  """Each kernel storing a concatenation as one kernel per piece (codegen/pieces.py), binding what it reads."""
+  out = []
+  for part in (part for it in items for part in split_pieces(it)):
+    ast, bufs = _drop_unused_buffers(part.ast, list(part.bufs))
+    out.append(replace(part, ast=ast, bufs=bufs))
+  return out
 
 
 def _build(n: UOp, realized: dict[UOp, UOp], opened: set[UOp], first: tuple | None = None) -> ScheduleItem | None:

@@ -22,7 +22,7 @@ from tgc.ir import dtypes
 from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import ops_rnn
-from tgc.frontend.onnx.ops_quantization import _minus_zero_point
+from tgc.frontend.onnx.ops_quantization import integer_matmul, zero_free
 
 DOMAIN = "com.microsoft"
 _EIGHT_BIT = (dtypes.uint8, dtypes.int8)
@@ -41,16 +41,17 @@ def _column_scale(ctx: NodeContext, scale: Tensor, n: int, what: str) -> Tensor:
   return scale
 
 
-def dynamic_quantize(x: Tensor, ranged: Tensor | None = None) -> tuple[Tensor, Tensor]:
-  """x quantized to uint8 over its whole range (onnxruntime's dynamic quantization), as (q - zero point in int32,
-  the float32 scale); the range is that of `ranged` when given (x with entries that do not count set to 0)."""
+def dynamic_quantize(x: Tensor, ranged: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+  """x quantized to uint8 over its whole range (onnxruntime's dynamic quantization), as (q stored in 8 bits, the
+  zero point in int32, the float32 scale); the range is that of `ranged` when given (x with entries that do not
+  count set to 0)."""
   x = x.cast(dtypes.float32)
   r = x if ranged is None else ranged.cast(dtypes.float32)
   hi, lo = r.max().maximum(0.0), r.min().minimum(0.0)
   scale = (hi == lo).where(1.0, (hi - lo) / 255.0)
   zero = (0.0 - lo / scale).clip(0.0, 255.0).round()
   q = ((x / scale).round() + zero).clip(0.0, 255.0)
-  return q.cast(dtypes.int32) - zero.cast(dtypes.int32), scale
+  return q.cast(dtypes.uint8), zero.cast(dtypes.int32), scale
 
 
 def _requantize(ctx: NodeContext, y: Tensor, zero: Tensor) -> Tensor:
@@ -78,8 +79,8 @@ def qgemm(ctx: NodeContext):
   if int(ctx.attr("transA", 0)): a = a.T
   if int(ctx.attr("transB", 0)): b = b.T
   n = b.shape[1]
-  acc = _minus_zero_point(a, a_zp).matmul(_minus_zero_point(b, None if b_zp is None
-                                                            else _column_scale(ctx, b_zp, n, "b_zero_point")))
+  acc = integer_matmul(a, a_zp, b, None if b_zp is None else _column_scale(ctx, b_zp, n, "b_zero_point"),
+                       zero_free(ctx, 5))
   if c is not None: acc = acc + c.cast(dtypes.int32)
   scale = _scalar(a_scale) * float(ctx.attr("alpha", 1.0)) * _column_scale(ctx, b_scale, n, "b_scale")
   if y_scale is None: return acc.cast(dtypes.float32) * scale
@@ -87,36 +88,37 @@ def qgemm(ctx: NodeContext):
 
 
 # ---------------------------------------------------------------- MatMul with a float result
-def _matmul_to_float(ctx: NodeContext, aq: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, b_zp, bias):
-  """(aq @ (b - b_zp)) * (a_scale * b_scale) + bias; aq already int32 minus its zero point."""
+def _matmul_to_float(ctx: NodeContext, aq: Tensor, a_zp: Tensor | None, a_scale: Tensor, b_inputs: tuple, bias):
+  """((aq - a_zp) @ (B - B's zero point)) * (a_scale * B's scale) + bias; `b_inputs`: the input positions of B, its
+  scale and its zero point."""
+  b, b_scale, b_zp = (ctx.input(i) for i in b_inputs)
   if b.dtype not in _EIGHT_BIT: raise ctx.fail(f"input B has type {b.dtype.name}; uint8 or int8 expected")
   n = b.shape[-1]
   zp = None if b_zp is None else _column_scale(ctx, b_zp, n, "b_zero_point")
-  acc = aq.matmul(_minus_zero_point(b, zp))
+  acc = integer_matmul(aq, a_zp, b, zp, zero_free(ctx, b_inputs[2]))
   y = acc.cast(dtypes.float32) * (a_scale * _column_scale(ctx, b_scale, n, "b_scale").cast(dtypes.float32))
   return y if bias is None else y + bias.cast(dtypes.float32)
 
 
 @onnx_op(f"{DOMAIN}:DynamicQuantizeMatMul")
 def dynamic_quantize_matmul(ctx: NodeContext):
-  a, b, b_scale, b_zp, bias = (ctx.input(i) for i in range(5))
-  aq, a_scale = dynamic_quantize(a)
-  return _matmul_to_float(ctx, aq, a_scale, b, b_scale, b_zp, bias)
+  aq, a_zp, a_scale = dynamic_quantize(ctx.input(0))
+  return _matmul_to_float(ctx, aq, a_zp, a_scale, (1, 2, 3), ctx.input(4))
 
 
 @onnx_op(f"{DOMAIN}:MatMulIntegerToFloat")
 def matmul_integer_to_float(ctx: NodeContext):
-  a, b, a_scale, b_scale, a_zp, b_zp, bias = (ctx.input(i) for i in range(7))
+  a, a_scale, a_zp, bias = ctx.input(0), ctx.input(2), ctx.input(4), ctx.input(6)
   _check_eight_bit(ctx, ("A", a))
   if a_scale.numel() != 1 or (a_zp is not None and a_zp.numel() != 1):
     raise ctx.fail("a_scale and a_zero_point must be scalars (per-row quantization of A is not supported)")
-  return _matmul_to_float(ctx, _minus_zero_point(a, a_zp), _scalar(a_scale), b, b_scale, b_zp, bias)
+  return _matmul_to_float(ctx, a, a_zp, _scalar(a_scale), (1, 3, 5), bias)
 
 
 # ---------------------------------------------------------------- DynamicQuantizeLSTM
-def _lstm_weights(ctx: NodeContext, i: int, what: str, dirs: int, cols: int) -> tuple[Tensor, Tensor]:
-  """Quantized W or R (input i, its scale and zero point at 8 + 2k, 9 + 2k) as ([dirs, K, 4h] int32 minus the zero
-  point, [dirs, 1 or 4h] float32 scales)."""
+def _lstm_weights(ctx: NodeContext, i: int, what: str, dirs: int, cols: int) -> tuple:
+  """Quantized W or R (input i, its scale and zero point at 8 + 2k, 9 + 2k) as ([dirs, K, 4h] 8-bit values, their
+  [dirs, 1, 1] int32 zero points, whether those are all zero, [dirs, 1 or 4h] float32 scales)."""
   w = ctx.input(i)
   scale, zp = ctx.input(8 + 2 * (i - 1)), ctx.input(9 + 2 * (i - 1))
   _check_eight_bit(ctx, (what, w))
@@ -131,7 +133,7 @@ def _lstm_weights(ctx: NodeContext, i: int, what: str, dirs: int, cols: int) -> 
     z = np.asarray(ctx.const_value(9 + 2 * (i - 1))).reshape(dirs, -1)
     if np.any(z != z[:, :1]): raise ctx.fail(f"{what}_zero_point differs between columns (not supported)")
   z = zp.reshape(dirs, -1).shrink((None, (0, 1))).reshape(dirs, 1, 1).cast(dtypes.int32)
-  return w.cast(dtypes.int32) - z, scale.reshape(dirs, -1).cast(dtypes.float32)
+  return w, z, zero_free(ctx, 9 + 2 * (i - 1)), scale.reshape(dirs, -1).cast(dtypes.float32)
 
 
 @onnx_op(f"{DOMAIN}:DynamicQuantizeLSTM")
@@ -140,8 +142,8 @@ def dynamic_quantize_lstm(ctx: NodeContext):
   hidden = int(ctx.attr("hidden_size", r.shape[1] if r is not None and r.ndim == 3 else 0))
   p = ops_rnn._rnn_common(ctx, 4, ["Sigmoid", "Tanh", "Tanh"], hidden=hidden)
   dirs, h4 = p["num_dirs"], 4 * hidden
-  wq, w_scale = _lstm_weights(ctx, 1, "W", dirs, h4)
-  rq, r_scale = _lstm_weights(ctx, 2, "R", dirs, h4)
+  wq, w_zero, w_free, w_scale = _lstm_weights(ctx, 1, "W", dirs, h4)
+  rq, r_zero, r_free, r_scale = _lstm_weights(ctx, 2, "R", dirs, h4)
   if rq.shape[1] != hidden: raise ctx.fail(f"R has shape {tuple(r.shape)}; [{dirs}, {hidden}, {h4}] expected")
   b = ctx.input(3)
   bias = None if b is None else b.shrink((None, (0, h4))) + b.shrink((None, (h4, 2 * h4)))
@@ -154,15 +156,15 @@ def dynamic_quantize_lstm(ctx: NodeContext):
     if lens is not None:
       steps = Tensor.arange(xd.shape[0], device=xd.device).reshape(-1, 1, 1)
       live = (steps < lens.cast(dtypes.int32).max()).where(xd, 0.0)
-    xq, sx = dynamic_quantize(xd, live)
-    acc = xq.reshape(-1, xd.shape[-1]).matmul(wq[d])
+    xq, zx, sx = dynamic_quantize(xd, live)
+    acc = integer_matmul(xq.reshape(-1, xd.shape[-1]), zx, wq[d], w_zero[d], w_free)
     return (acc.cast(dtypes.float32) * (sx * w_scale[d])).reshape(xd.shape[0], xd.shape[1], h4)
 
   def pre_gates(d: int, t: int, xp: Tensor, hp: Tensor) -> Tensor:
     # with Y an output, onnxruntime zeroes the hidden state of sequences that ended before step t - 1
     ranged = None if lens is None or t == 0 else (lens.cast(dtypes.int32) >= t).reshape(-1, 1).where(hp, 0.0)
-    hq, sh = dynamic_quantize(hp, ranged)
-    gates = xp + hq.matmul(rq[d]).cast(dtypes.float32) * (sh * r_scale[d])
+    hq, zh, sh = dynamic_quantize(hp, ranged)
+    gates = xp + integer_matmul(hq, zh, rq[d], r_zero[d], r_free).cast(dtypes.float32) * (sh * r_scale[d])
     return gates if bias is None else gates + bias[d]
   p["project"] = project
   return ops_rnn.lstm_recurrence(ctx, p, pre_gates)

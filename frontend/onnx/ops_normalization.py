@@ -97,7 +97,10 @@ def lrn(ctx: NodeContext):
   sq = nn.move_axis(x._float() * x._float(), 1, -1)
   sums = nn.windows(sq, (size,), (1,), (1,), [(before, size - 1 - before)]).sum(-1)
   sums = nn.move_axis(sums, -1, 1)
-  return (x / (bias + (alpha / size) * sums).pow(beta)).cast(x.dtype)
+  base = bias + (alpha / size) * sums
+  if bias > 0 and alpha >= 0 and beta == 0.75: scale = base.sqrt() * base.sqrt().sqrt()   # vector square roots, no pow
+  else: scale = base.pow(beta)
+  return (x / scale).cast(x.dtype)
 
 
 @onnx_op("LpNormalization")

@@ -13,24 +13,43 @@ from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
 from tgc.frontend.onnx.quantized_compute import exact_float_operands, record_dequantized
 
+_EIGHT_BIT = (dtypes.uint8, dtypes.int8)
+
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
 def _minus_zero_point(x: Tensor, zp, axis_shape=None) -> Tensor:
   """x widened to int32 minus its zero point (exact integer arithmetic)."""
   xi = x.cast(dtypes.int32)
-  if zp is None: return xi
+  return xi if zp is None else xi - _zero_point(zp, axis_shape)
+
+
+def _zero_point(zp: Tensor, axis_shape=None) -> Tensor:
+  """A zero point as int32, one value per entry along the axis of `axis_shape` (its other dims 1) or a scalar."""
   z = zp.cast(dtypes.int32)
-  if axis_shape is not None and z.ndim == 1 and z.shape[0] > 1: z = z.reshape(axis_shape)
-  elif z.ndim == 1 and z.shape[0] == 1: z = z.reshape(())
-  return xi - z
+  if axis_shape is not None and z.ndim == 1 and z.shape[0] > 1: return z.reshape(axis_shape)
+  return z.reshape(()) if z.ndim == 1 and z.shape[0] == 1 else z
+
+
+def zero_free(ctx: NodeContext, index: int) -> bool:
+  """Whether the zero point at input `index` is absent or a constant of zeros."""
+  return ctx.input(index) is None or (ctx.is_const(index) and not np.any(np.asarray(ctx.const_value(index))))
+
+
+def integer_matmul(a: Tensor, a_zero: Tensor | None, b: Tensor, b_zero: Tensor | None, b_zero_free: bool) -> Tensor:
+  """(a - a_zero) @ (b - b_zero) in int32 (a's zero point one value or one per row). For 8-bit a and b without a
+  zero point of b (`b_zero_free`): a @ b - a_zero * (column sums of b), so the reduction multiplies the 8-bit values
+  themselves (the CPU's dot-product instructions, codegen/dot.py) and a zero point known only at run time (dynamic
+  quantization) costs one product per output."""
+  if not b_zero_free or a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
+    return _minus_zero_point(a, a_zero, (-1, 1)).matmul(_minus_zero_point(b, b_zero))
+  acc = a.cast(dtypes.int32).matmul(b.cast(dtypes.int32))
+  if a_zero is None: return acc
+  return acc - _zero_point(a_zero, (-1, 1)) * b.cast(dtypes.int32).sum(-2)
 
 
 @onnx_op("MatMulInteger")
 def matmul_integer(ctx: NodeContext):
-  a, b = ctx.input(0), ctx.input(1)
-  ai = _minus_zero_point(a, ctx.input(2), (-1, 1))
-  bi = _minus_zero_point(b, ctx.input(3))
-  return ai.matmul(bi)
+  return integer_matmul(ctx.input(0), ctx.input(2), ctx.input(1), ctx.input(3), zero_free(ctx, 3))
 
 
 @onnx_op("ConvInteger")
@@ -157,5 +176,5 @@ def dynamic_quantize_linear(ctx: NodeContext):
   lo = x.min().minimum(0.0)
   scale = (hi == lo).where(1.0, hi - lo) / 255.0
   zp = (0.0 - lo / scale).clip(0.0, 255.0).round()
-  y = ((x / scale).round() + zp).clip(0.0, 255.0).cast(dtypes.uint8)
+  y = ((x / scale).round() + zp).clip(0.0, 255.0).cast(dtypes.uint8).contiguous()   # stored as 8 bits
   return [y, scale.cast(ctx.input(0).dtype), zp.cast(dtypes.uint8)]

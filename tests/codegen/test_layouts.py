@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tgc.frontend import Tensor, nn
+from tgc.frontend.onnx import compose_nn
 from tgc.frontend.jit import trace
 from tgc.frontend.realize import _alloc
 from tgc.codegen import schedule as scheduler
@@ -148,3 +149,18 @@ def test_weights_behind_a_padded_vector_are_relaid():
          for i, r in enumerate(ranges)}
   old_vals = evaluate(old, env, {pos: old_data})
   np.testing.assert_array_equal(old_vals, np.broadcast_to(evaluate(new, env, {pos: new_data}), old_vals.shape))
+
+
+def test_a_value_mapped_into_a_channels_last_image_is_stored_channels_last():
+  """An LRN's squares go channels last (its window sums run over channels); the conv whose activation is squared
+  follows, so the squaring is a contiguous map, not a transposition, and the conv stores its channels side by side."""
+  x = Tensor(RNG.standard_normal((1, 4, 6, 6)).astype(np.float32))
+  w = Tensor(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+  act = x.conv2d(w, padding=1).relu()
+  window = compose_nn.move_axis(compose_nn.windows(compose_nn.move_axis(act * act, 1, -1), (5,), (1,), (1,),
+                                                  [(2, 2)]).sum(-1), -1, 1)
+  items, _ = schedule([(act / (1 + 1e-4 * window)).uop], _alloc("c"))
+  conv = next(it for it in items if any(n.op is Ops.REDUCE and len(n.src) > 2 for n in it.ast.toposort()))
+  store = conv.ast.src[0]
+  channel = next(r for r in Kernel(conv.ast).ranges() if r.arg.kind is AxisType.GLOBAL and r.src[0].arg == 8)
+  assert stride(store.src[1], channel) == 1

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 from tgc.frontend import Tensor
+from tgc.frontend.onnx import compose_nn
 from tgc.frontend.realize import _alloc
 from tgc.codegen.schedule import schedule
 from tgc.ir import Ops, dtypes
@@ -127,12 +128,14 @@ def test_schedule_is_the_same_for_the_same_graph():
 
 def test_concatenation_read_by_a_convolution_is_computed_once():
   """A Concat of upsampled maps feeding a 3x3 conv (an FPN head): the concatenation is one buffer, not a chain of
-  selects and divisions evaluated for every tap of every output channel."""
+  selects and divisions evaluated for every tap of every output channel; each of its pieces is a kernel of its own
+  writing its part of that buffer."""
   a, b = rnd(1, 4, 8, 8), rnd(1, 4, 4, 4, seed=1)
   up = b.reshape(1, 4, 4, 1, 4, 1).expand(1, 4, 4, 2, 4, 2).reshape(1, 4, 8, 8)
   w = rnd(6, 8, 3, 3, seed=2)
   items = scheduled(Tensor.cat(a, up, dim=1).conv2d(w, padding=1))
-  assert out_shapes(items) == [(1, 8, 8, 8), (1, 6, 8, 8)]
+  assert out_shapes(items) == [(1, 8, 8, 8), (1, 8, 8, 8), (1, 6, 8, 8)]
+  assert items[0].bufs[0] is items[1].bufs[0] and not any(n.op is Ops.WHERE for n in items[0].ast.toposort())
 
 
 def test_unrelated_reductions_get_kernels_of_their_own():
@@ -169,3 +172,14 @@ def test_softmax_input_is_stored_once_when_computed():
   x = rnd(4, 100)
   items = scheduled((x * 0.125).softmax(-1))
   assert (4, 100) in out_shapes(items)[:-1]
+
+
+def test_a_reduction_two_kernels_read_is_computed_once():
+  """An LRN after a conv: the activation is squared into a realized window sum over channels and divided by that
+  sum. The conv is its own kernel, not computed again in both."""
+  x, w = rnd(1, 4, 6, 6), rnd(8, 4, 3, 3, seed=1)
+  act = x.conv2d(w, padding=1).relu()
+  window = compose_nn.move_axis(compose_nn.windows(compose_nn.move_axis(act * act, 1, -1), (5,), (1,), (1,),
+                                                  [(2, 2)]).sum(-1), -1, 1)
+  items = scheduled(act / (1 + 1e-4 * window) ** 0.75)
+  assert evaluations(items, Ops.REDUCE) == evaluations(scheduled(x.conv2d(w, padding=1)), Ops.REDUCE) + 8 * 6 * 6 * 5

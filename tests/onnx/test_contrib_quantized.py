@@ -105,6 +105,33 @@ def test_matmul_integer_to_float():
   compare(model, {"a": a})
 
 
+@pytest.mark.parametrize("a_zp", [np.array(131, np.uint8), np.arange(120, 124).astype(np.uint8)])
+def test_matmul_integer_of_int8_weights(a_zp):
+  """MatMulInteger of uint8 activations (zero point a run-time input: one value or one per row) and int8 weights
+  without a zero point, the form dynamic quantization writes: summed on the 8-bit values, the zero point applied to
+  the weights' column sums. Against numpy's int64 product (onnxruntime and onnx.reference take one zero point only)."""
+  k, n = 36, 20
+  a, b = u8(4, k), i8(k, n)
+  info = helper.make_tensor_value_info
+  node = helper.make_node("MatMulInteger", ["a", "b", "a_zp"], ["y"], name="mmi")
+  graph = helper.make_graph([node], "mmi", [info("a", TensorProto.UINT8, [4, k]),
+                                            info("a_zp", TensorProto.UINT8, list(a_zp.shape))],
+                            [info("y", TensorProto.INT32, [4, n])], [numpy_helper.from_array(b, "b")])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  want = (a.astype(np.int64) - a_zp.astype(np.int64).reshape(-1, 1)) @ b.astype(np.int64)
+  np.testing.assert_array_equal(tgc_run(model, {"a": a, "a_zp": a_zp})[0], want.astype(np.int32))
+
+
+def test_matmul_integer_to_float_of_int8_weights():
+  k, n = 20, 9
+  a = u8(4, k)
+  inits = {"b": i8(k, n), "a_scale": f32(0.03), "b_scale": RNG.uniform(0.002, 0.01, n).astype(np.float32),
+           "a_zp": np.array(128, np.uint8), "b_zp": np.zeros(n, np.int8)}
+  model = one_node("MatMulIntegerToFloat", ["a", "b", "a_scale", "b_scale", "a_zp", "b_zp"], {"a": a}, inits,
+                   [("y", TensorProto.FLOAT, [4, n])])
+  compare(model, {"a": a})
+
+
 # ---------------------------------------------------------------- DynamicQuantizeLSTM
 def quantized_lstm_weights(w: np.ndarray, per_column: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """ONNX LSTM weights [dirs, 4h, K] as DynamicQuantizeLSTM's [dirs, K, 4h] int8 with symmetric scales."""
