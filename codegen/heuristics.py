@@ -19,7 +19,7 @@ from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import run_time_end
-from tgc.codegen.knobs import BLOCK_MAX_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
+from tgc.codegen.knobs import BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
 from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
@@ -112,6 +112,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
+          cost *= _padding_factor({r: (Kernel.size(r), n) for r, n in block.items()})
           opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
                                                               reverse=True) if n > 1)
           scored.setdefault(opts, (cost, -math.prod(block.values()), a, b))
@@ -124,11 +125,18 @@ def _register_block(k: Kernel, target: Target) -> Kernel:
   return k.apply_all(options[0]) if options else k
 
 
+def _padding_factor(blocks: dict) -> float:
+  """How much more a register block computes than its axes hold (axis -> (size, copies)): a padded block's last
+  copies compute outputs that do not exist."""
+  return math.prod(-(-size // n) * n / size for size, n in blocks.values())
+
+
 def _block_sizes(n: int, limit: int) -> list[int]:
   """Register block sizes for an output axis of n: its divisors up to `limit`, and sizes that pad it by at most
-  BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8; the last block's extra copies store nothing)."""
-  return [d for d in range(1, min(n, limit, 32) + 1)
-          if n % d == 0 or (-(-n // d) * d - n) <= BLOCK_MAX_PADDING * n]
+  BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8), or BLOCK_ODD_PADDING when no block of 2 to 8 divides it
+  (13 pixels in blocks of 7); the last block's extra copies store nothing, their cost counted by `_padding_factor`."""
+  most = BLOCK_ODD_PADDING if not any(n % d == 0 for d in range(2, 9)) else BLOCK_MAX_PADDING
+  return [d for d in range(1, min(n, limit, 32) + 1) if n % d == 0 or (-(-n // d) * d - n) <= most * n]
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:

@@ -14,7 +14,8 @@ KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no li
 
 # ---------------------------------------------------------------- CPUs (heuristics.py, lower.py, relayout.py, dot.py)
 PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes
-BLOCK_MAX_PADDING = 0.02    # a register block may pad its axis by this fraction of it
+BLOCK_MAX_PADDING = 0.02    # a register block may pad its axis by this fraction of it ...
+BLOCK_ODD_PADDING = 0.1     # ... or this much when no block of 2 to 8 divides the axis (13 pixels in blocks of 7)
 DOT_MAX_PADDING = 0.15      # a reduce axis may be padded by this fraction to pair its products for a dot instruction
 RELAYOUT_MAX_GROWTH = 1.25  # weights stored in read order may take this many times the bytes they come from
 MIN_TASKS = 16              # outer loops are folded into the task loop until it has this many iterations

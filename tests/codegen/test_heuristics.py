@@ -27,3 +27,17 @@ def test_a_copy_into_another_layout_stores_contiguously():
     loops = [r for r in k.ranges() if r.arg.kind is AxisType.GLOBAL]
     assert not any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
     assert stride(store.src[1], loops[-1]) == 1
+
+
+def test_an_odd_axis_is_blocked_with_padding():
+  """SqueezeNet's last 1x1 conv (512 -> 1000 channels over 13 x 13 pixels, channels last): no block of 2 to 8
+  divides 13, so the register block pads it (7 + 7 pixels, the last copy storing nothing) and shares each weight
+  vector across pixels, instead of a block of output channels alone that loads a weight vector per multiply."""
+  x = Tensor(RNG.standard_normal((1, 64, 13, 13)).astype(np.float32))
+  w0 = Tensor(RNG.standard_normal((512, 64, 3, 3)).astype(np.float32))
+  w = Tensor(RNG.standard_normal((1000, 512, 1, 1)).astype(np.float32))
+  items, _ = schedule([x.conv2d(w0, padding=1).relu().conv2d(w).uop], _alloc("c"))
+  opts = hand_coded_opts(Kernel(items[-1].ast), as_target("c"), frozenset({2}))
+  k = Kernel(items[-1].ast).apply_all(opts)
+  pixels = [r for r in k.ranges() if r.arg.kind is AxisType.UPCAST and r.src[0].arg == 7]
+  assert pixels, opts
