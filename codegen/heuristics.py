@@ -112,7 +112,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
-          cost *= _padding_factor({r: (Kernel.size(r), n) for r, n in block.items()})
+          cost *= _padding_factor(block)
           opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
                                                               reverse=True) if n > 1)
           scored.setdefault(opts, (cost, -math.prod(block.values()), a, b))
@@ -125,10 +125,10 @@ def _register_block(k: Kernel, target: Target) -> Kernel:
   return k.apply_all(options[0]) if options else k
 
 
-def _padding_factor(blocks: dict) -> float:
-  """How much more a register block computes than its axes hold (axis -> (size, copies)): a padded block's last
-  copies compute outputs that do not exist."""
-  return math.prod(-(-size // n) * n / size for size, n in blocks.values())
+def _padding_factor(block: dict[UOp, int]) -> float:
+  """How much more a register block (axis -> copies) computes than its axes hold: a padded block's last copies
+  compute outputs that do not exist."""
+  return math.prod(-(-Kernel.size(r) // n) * n / Kernel.size(r) for r, n in block.items())
 
 
 def _block_sizes(n: int, limit: int) -> list[int]:

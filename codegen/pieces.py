@@ -38,28 +38,35 @@ def _cuts(ast: UOp, phases: set[UOp]) -> dict[UOp, set[int]]:
   `phases` (ranges over the phases of a stack), only along those, where any select counts (a stack of phases is a
   sum of pieces each zero outside its phase)."""
   cuts: dict[UOp, set[int]] = {}
-  for w in ast.toposort():
-    if w.op is not Ops.WHERE or (not phases and (w.src[1].op is Ops.CONST or w.src[2].op is Ops.CONST)): continue
-    for cmp in (u for u in w.src[0].toposort() if u.op is Ops.CMPLT and u.src[1].op is Ops.CONST):
-      terms, k = split_terms(cmp.src[0])
-      if len(terms) != 1: continue
-      (r, coef), = terms.items()
-      if not _splittable(r) or coef != 1 or (phases and r not in phases): continue
-      at = cmp.src[1].arg - k
-      if 0 < at < r.src[0].arg: cuts.setdefault(r, set()).add(at)
+  for cmp in _comparisons(ast, computed_only=not phases):
+    terms, k = split_terms(cmp.src[0])
+    if len(terms) != 1: continue
+    (r, coef), = terms.items()
+    if not _splittable(r) or coef != 1 or (phases and r not in phases): continue
+    at = cmp.src[1].arg - k
+    if 0 < at < r.src[0].arg: cuts.setdefault(r, set()).add(at)
   return cuts
+
+
+def _comparisons(ast: UOp, computed_only: bool) -> list[UOp]:
+  """The `x < constant` comparisons in the conditions of the selects of `ast` (with `computed_only`, of selects
+  between two computed values: a pad selects a constant)."""
+  out = []
+  for w in (u for u in ast.toposort() if u.op is Ops.WHERE):
+    if computed_only and (w.src[1].op is Ops.CONST or w.src[2].op is Ops.CONST): continue
+    out += [u for u in w.src[0].toposort() if u.op is Ops.CMPLT and u.src[1].op is Ops.CONST]
+  return out
 
 
 def _phases_apart(ast: UOp) -> tuple[UOp, set[UOp]]:
   """`ast` with each output range that selects by its remainder modulo P (`x % P < c`) split into x // P and a
   new range over the phases x % P (when P divides its size), and those new ranges."""
   periods: dict[UOp, int] = {}
-  for w in (u for u in ast.toposort() if u.op is Ops.WHERE):
-    for cmp in (u for u in w.src[0].toposort() if u.op is Ops.CMPLT and u.src[1].op is Ops.CONST):
-      m = cmp.src[0]
-      if m.op is not Ops.MOD or m.src[1].op is not Ops.CONST or not _splittable(m.src[0]): continue
-      if m.src[0].src[0].arg % m.src[1].arg == 0 and m.src[1].arg < m.src[0].src[0].arg:
-        periods.setdefault(m.src[0], m.src[1].arg)
+  for cmp in _comparisons(ast, computed_only=False):
+    m = cmp.src[0]
+    if m.op is not Ops.MOD or m.src[1].op is not Ops.CONST or not _splittable(m.src[0]): continue
+    if m.src[0].src[0].arg % m.src[1].arg == 0 and m.src[1].arg < m.src[0].src[0].arg:
+      periods.setdefault(m.src[0], m.src[1].arg)
   if not periods: return ast, set()
   next_id = max(u.arg.id for u in ast.toposort() if u.op is Ops.RANGE) + 1
   sub, phases = {}, set()

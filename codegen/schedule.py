@@ -158,14 +158,7 @@ def _extra_reductions(root: UOp, realize: set[UOp], position: dict[UOp, int]) ->
   work. A loop nest with one reduction is register-blocked along the axes its loads share; two reductions over
   different data share none (the real and imaginary halves of an STFT's convolution read other rows of its
   weights). Reductions that read the very same views (a mean and a mean of squares) stay together."""
-  reduces, seen, stack = [], set(), [root]
-  while stack:
-    n = stack.pop()
-    if n in seen: continue
-    seen.add(n)
-    if n is not root and n in realize: continue
-    if n.op is Ops.REDUCE_AXIS: reduces.append(n); continue    # what it reduces is its own business
-    stack.extend(n.src)
+  reduces = _kernel_reductions(root, realize)
   if len(reduces) < 2: return []
   views = {r: _views(r.src[0], realize) for r in reduces}
   if len({views[r] for r in reduces}) == 1: return []
@@ -173,19 +166,28 @@ def _extra_reductions(root: UOp, realize: set[UOp], position: dict[UOp, int]) ->
   return sorted((r for r in reduces if r is not keep), key=position.__getitem__)
 
 
+def _kernel_reductions(root: UOp, realize: set[UOp]) -> list[UOp]:
+  """The reductions `root`'s kernel computes (itself when it is one): reached from it without passing a realized
+  value; what a reduction reduces is its own business."""
+  reduces, seen, stack = [], set(), [root]
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if n is not root and n in realize: continue
+    if n.op is Ops.REDUCE_AXIS: reduces.append(n); continue
+    stack.extend(n.src)
+  return reduces
+
+
 def _shared_reductions(realize: set[UOp]) -> set[UOp]:
   """Reductions that two kernels would each compute: a convolution whose activation is both squared into a
-  realized window sum and divided by that sum (LRN) would run twice. Realized, it runs once."""
+  realized window sum and divided by that sum (LRN) would run twice. Realized, it runs once. (Called when nothing
+  else is left to realize: a reduction inside another one is realized already.)"""
   kernels: dict[UOp, int] = {}
   for root in realize:
-    seen, stack = set(), [root]
-    while stack:
-      n = stack.pop()
-      if n in seen: continue
-      seen.add(n)
-      if n is not root and n in realize: continue
-      if n is not root and n.op is Ops.REDUCE_AXIS: kernels[n] = kernels.get(n, 0) + 1
-      stack.extend(n.src)
+    for n in _kernel_reductions(root, realize):
+      if n is not root: kernels[n] = kernels.get(n, 0) + 1
   return {n for n, count in kernels.items() if count > 1}
 
 
@@ -445,9 +447,12 @@ def schedule(roots: list[UOp], new_buffer, max_buffers: int | None = None,
 def _pieces_apart(items: list[ScheduleItem]) -> list[ScheduleItem]:
   """Each kernel storing a concatenation as one kernel per piece (codegen/pieces.py), binding what it reads."""
   out = []
-  for part in (part for it in items for part in split_pieces(it)):
-    ast, bufs = _drop_unused_buffers(part.ast, list(part.bufs))
-    out.append(replace(part, ast=ast, bufs=bufs))
+  for it in items:
+    parts = split_pieces(it)
+    if len(parts) == 1: out.append(it); continue
+    for part in parts:
+      ast, bufs = _drop_unused_buffers(part.ast, list(part.bufs))
+      out.append(replace(part, ast=ast, bufs=bufs))
   return out
 
 

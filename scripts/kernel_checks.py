@@ -33,7 +33,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "onnx")):
-  if _path not in sys.path: sys.path.insert(0, _path)
+  if _path in sys.path: sys.path.remove(_path)    # first: scripts/ has a conformance.py too
+  sys.path.insert(0, _path)
 
 import conformance  # noqa: E402  (tests/onnx: the node cases)
 

@@ -23,9 +23,9 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import ops_rnn
 from tgc.frontend.onnx.ops_quantization import integer_matmul, zero_free
+from tgc.frontend.onnx.quantized_compute import EIGHT_BIT
 
 DOMAIN = "com.microsoft"
-_EIGHT_BIT = (dtypes.uint8, dtypes.int8)
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -56,7 +56,7 @@ def dynamic_quantize(x: Tensor, ranged: Tensor | None = None) -> tuple[Tensor, T
 
 def _requantize(ctx: NodeContext, y: Tensor, zero: Tensor) -> Tensor:
   """Round half to even, plus the zero point, saturated to the zero point's type (onnxruntime's requantization)."""
-  if zero.dtype not in _EIGHT_BIT: raise ctx.fail(f"output type {zero.dtype.name} is not supported (uint8 or int8)")
+  if zero.dtype not in EIGHT_BIT: raise ctx.fail(f"output type {zero.dtype.name} is not supported (uint8 or int8)")
   info = np.iinfo(zero.dtype.numpy)
   q = y.round() + zero.reshape(()).cast(dtypes.float32)
   return q.clip(float(info.min), float(info.max)).cast(zero.dtype)
@@ -64,7 +64,7 @@ def _requantize(ctx: NodeContext, y: Tensor, zero: Tensor) -> Tensor:
 
 def _check_eight_bit(ctx: NodeContext, *named: tuple[str, Tensor | None]) -> None:
   for name, t in named:
-    if t is not None and t.dtype not in _EIGHT_BIT:
+    if t is not None and t.dtype not in EIGHT_BIT:
       raise ctx.fail(f"input {name} has type {t.dtype.name}; uint8 or int8 expected")
 
 
@@ -92,7 +92,7 @@ def _matmul_to_float(ctx: NodeContext, aq: Tensor, a_zp: Tensor | None, a_scale:
   """((aq - a_zp) @ (B - B's zero point)) * (a_scale * B's scale) + bias; `b_inputs`: the input positions of B, its
   scale and its zero point."""
   b, b_scale, b_zp = (ctx.input(i) for i in b_inputs)
-  if b.dtype not in _EIGHT_BIT: raise ctx.fail(f"input B has type {b.dtype.name}; uint8 or int8 expected")
+  if b.dtype not in EIGHT_BIT: raise ctx.fail(f"input B has type {b.dtype.name}; uint8 or int8 expected")
   n = b.shape[-1]
   zp = None if b_zp is None else _column_scale(ctx, b_zp, n, "b_zero_point")
   acc = integer_matmul(aq, a_zp, b, zp, zero_free(ctx, b_inputs[2]))

@@ -11,9 +11,7 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
-from tgc.frontend.onnx.quantized_compute import exact_float_operands, record_dequantized
-
-_EIGHT_BIT = (dtypes.uint8, dtypes.int8)
+from tgc.frontend.onnx.quantized_compute import EIGHT_BIT, exact_float_operands, record_dequantized
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -40,7 +38,7 @@ def integer_matmul(a: Tensor, a_zero: Tensor | None, b: Tensor, b_zero: Tensor |
   zero point of b (`b_zero_free`): a @ b - a_zero * (column sums of b), so the reduction multiplies the 8-bit values
   themselves (the CPU's dot-product instructions, codegen/dot.py) and a zero point known only at run time (dynamic
   quantization) costs one product per output."""
-  if not b_zero_free or a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
+  if not b_zero_free or a.dtype not in EIGHT_BIT or b.dtype not in EIGHT_BIT:
     return _minus_zero_point(a, a_zero, (-1, 1)).matmul(_minus_zero_point(b, b_zero))
   acc = a.cast(dtypes.int32).matmul(b.cast(dtypes.int32))
   if a_zero is None: return acc

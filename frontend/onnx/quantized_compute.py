@@ -22,7 +22,7 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext
 
-_EIGHT_BIT = (dtypes.int8, dtypes.uint8)
+EIGHT_BIT = (dtypes.int8, dtypes.uint8)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def record_dequantized(ctx: NodeContext, out: Tensor, axis: int, block: int) -> 
   are constants and it is no blocked quantization)."""
   x = ctx.input(0)
   graph = ctx.extra.get("graph")
-  if graph is None or block or x.dtype not in _EIGHT_BIT or out.dtype != dtypes.float32: return
+  if graph is None or block or x.dtype not in EIGHT_BIT or out.dtype != dtypes.float32: return
   if not ctx.is_const(1) or (ctx.input(2) is not None and not ctx.is_const(2)): return
   scale = np.asarray(ctx.const_value(1), np.float32)
   zero = np.asarray(ctx.const_value(2), np.int64) if ctx.input(2) is not None else np.zeros_like(scale, np.int64)
@@ -124,7 +124,7 @@ def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_ze
   `reduce_axes` of the weights) + |bias| below 2**24 (a bound from the weights' values). Then the float32
   accumulation gives the int32 accumulator bit for bit, and the product reads the 8-bit tensors converted on load
   (SIMD) instead of int32 copies. None otherwise (the int32 arithmetic stays)."""
-  if x.dtype not in _EIGHT_BIT or not ctx.is_const(w_index): return None
+  if x.dtype not in EIGHT_BIT or not ctx.is_const(w_index): return None
   if any(z is not None and not ctx.is_const(i) for i, z in ((2, x_zero), (w_index + 2, w_zero))): return None
   w = np.asarray(ctx.const_value(w_index))
   if w.dtype not in (np.int8, np.uint8): return None
