@@ -101,7 +101,10 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
     shape = tuple(int(d) if d.lstrip("-").isdigit() else d for d in parts)
     for d in shape:
       if isinstance(d, str) and not SIZE_NAME.fullmatch(d):
-        raise UserError(f"--input-shape {value!r}: a dimension is an integer or the name of a --dim, not {d!r}")
+        from tgc.frontend.onnx.run_time_sizes import size_multiple
+        if size_multiple(d)[1]: continue
+        raise UserError(f"--input-shape {value!r}: a dimension is an integer, the name of a --dim or a multiple of "
+                        f"one (32*h), not {d!r}")
     if any(isinstance(d, int) and d < 0 for d in shape):
       raise UserError(f"--input-shape {value!r}: dimensions must not be negative")
     out[name] = shape
@@ -244,7 +247,7 @@ def quantize_options(fn):
               help="Split the weights into files of at most MIB MiB (webgpu: hosts with a file-size limit).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...",
               help="Fix the shape of an ONNX input with dynamic dimensions (repeatable); a dim may be the name of a "
-                   "--dim (x=1,3,48,W).")
+                   "--dim (x=1,3,48,W) or a multiple of one (x=1,3,32*h,32*w: sizes in steps of 32).")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=LO..HI",
               help="Keep an ONNX input dim (a dim_param, or a name in --input-shape) as a size known only at run "
                    "time, from LO to HI (repeatable; targets c, opencl, webgpu).")

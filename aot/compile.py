@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
-from tgc.ir import Ops, viz
-from tgc.ir.sint import dims_text, is_static, variables
+from tgc.ir import viz
+from tgc.ir.sint import dims_text, is_static, scaled_variable, variables
 from tgc.ir.config import config
 from tgc.codegen.compiled import CompiledModel, compile_schedule
 from tgc.codegen.names import symbol
@@ -175,12 +175,12 @@ def _check_sizes(spec: models.ModelSpec, target: Target, capture) -> None:
     if ts.dtype.storage_only and not is_static(ts.shape):
       raise UserError(f"{spec.text}: {ts.name!r} is {ts.dtype.name} with sizes known only at run time; tensors of "
                       f"packed types need fixed shapes")
-  given = {s.arg[0] for ts, _ in capture.inputs for s in ts.shape if not is_static(s) and s.op is Ops.DEFINE_VAR}
+  given = {scaled[0].arg[0] for ts, _ in capture.inputs for scaled in map(scaled_variable, ts.shape) if scaled}
   given |= {st.length.arg[0] for st, _ in capture.states}       # a state's length: tracked by the artifact
   for name in dims:
     if name not in given:
-      raise UserError(f"{spec.text}: size {name} is no dim of any input on its own (an input's shape must name it, "
-                      f"so that a run can tell its value)")
+      raise UserError(f"{spec.text}: size {name} is no dim of any input on its own (an input's shape must name it "
+                      f"or a multiple of it, so that a run can tell its value)")
 
 
 def _check_emit_options(target: str, options: dict) -> None:

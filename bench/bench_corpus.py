@@ -50,7 +50,8 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
   row: dict = {"model": e["name"], "source": e["source"]}
   start = time.perf_counter()
   dims = {name: tuple(rng) for name, rng in e.get("dims", {}).items()} or None    # open dims stay open
-  report = compile_model(path, "c", os.path.join(work, e["name"]), force=True, cpu=cpu, dims=dims)
+  report = compile_model(path, "c", os.path.join(work, e["name"]), force=True, cpu=cpu, dims=dims,
+                         input_shapes=e.get("input_shapes"))
   row.update(compile_s=time.perf_counter() - start, kernels=report.kernels, calls=report.calls)
   ort1 = ort_session(path, 1)
   libs = os.path.join(work, "libs")

@@ -69,10 +69,13 @@ def encoder(args) -> None:
 
 def _sized_entry(e: dict, values: dict[str, int]) -> dict:
   """The corpus entry with its open dims set to `values` (inputs' shapes as the model gets them)."""
+  from tgc.runtimes.dims import evaluate_size
   specs = []
   for spec in e["inputs"]:
     shape = list(spec["shape"])
-    for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values[name]
+    for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values.get(name)
+    given = e.get("input_shapes", {}).get(spec["name"])     # sizes as multiples: 32*h
+    if given: shape = [evaluate_size(d, values) for d in given]
     specs.append({**spec, "shape": shape})
   return {**e, "inputs": specs}
 
@@ -90,16 +93,18 @@ def corpus_models(args) -> None:
   import corpus
   from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
-  entries = [e for e in corpus.entries(corpus.DEFAULT_OUT) if e.get("dims")]
+  folder = args.corpus or corpus.DEFAULT_OUT
+  entries = [e for e in corpus.entries(folder) if e.get("dims") and (not args.only or e["name"] in args.only)]
   print("| model | sizes | one artifact (ms) | compiled for the size alone (ms) | ratio | error vs onnxruntime "
         "(one / alone) |")
   print("|---|---|---|---|---|---|")
   ratios = []
   for e in entries:
-    path = corpus.model_path(corpus.DEFAULT_OUT, e)
+    path = corpus.model_path(folder, e)
     dims = {name: tuple(rng) for name, rng in e["dims"].items()}
     with tempfile.TemporaryDirectory() as tmp:
-      compile_model(path, "c", os.path.join(tmp, "dynamic"), cpu="native", dims=dims)
+      compile_model(path, "c", os.path.join(tmp, "dynamic"), cpu="native", dims=dims,
+                    input_shapes=e.get("input_shapes"))
       dynamic = CArtifact(os.path.join(tmp, "dynamic"))
       picks = [np.linspace(lo, hi, 3).round().astype(int).tolist() for lo, hi in dims.values()]
       for values in [dict(zip(dims, vals)) for vals in zip(*picks)]:
@@ -127,6 +132,8 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("parts", nargs="*", choices=["encoder", "corpus"], default=["encoder", "corpus"])
   ap.add_argument("--sizes", type=int, nargs="+", default=[16, 128, 256], help="encoder lengths")
+  ap.add_argument("--only", nargs="+", metavar="NAME", help="corpus models to run (default: every open-dim one)")
+  ap.add_argument("--corpus", default=None, help="corpus folder (default: bench/corpus.py's)")
   ap.add_argument("--runs", type=int, default=100)
   ap.add_argument("--rounds", type=int, default=3)
   args = ap.parse_args()

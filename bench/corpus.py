@@ -136,7 +136,8 @@ def fill(name: str, shape, value, dtype: str) -> dict:
 
 def open_dims(spec: dict, **axes: int) -> dict:
   """`spec` with some axes left open in the model file: a dim_param `name` at `axis` (`name=axis`); the entry's
-  `dims` gives each name's range, and `shape` the size the benchmark runs at."""
+  `dims` gives each name's range, and `shape` the size the benchmark runs at. An entry whose sizes are multiples
+  (`32*h`) says so in its `input_shapes` (as `--input-shape`), with `dims` the ranges of the multiples."""
   return {**spec, "open": {str(axis): name for name, axis in axes.items()}}
 
 
@@ -1207,6 +1208,11 @@ register("ppocr_det", "paddle2onnx", "PP-OCRv4 mobile text detector (trained, pa
          "with ConvTranspose upsampling and Sigmoid; dims pinned")(
   _wheel_model(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                [uniform("x", (1, 3, 640, 640), -2.0, 2.0)]))
+register("ppocr_det_dyn", "paddle2onnx", "The PP-OCRv4 detector (as ppocr_det) for pages of any size: height and "
+         "width multiples of 32 (its FPN adds upsampled maps to earlier ones), 32..960 each; timed at 640x640")(
+  _wheel_model(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+               [open_dims(uniform("x", (1, 3, 640, 640), -2.0, 2.0), H=2, W=3)],
+               {"dims": {"h": [1, 30], "w": [1, 30]}, "input_shapes": {"x": [1, 3, "32*h", "32*w"]}}))
 register("ppocr_rec", "paddle2onnx", "PP-OCRv4 mobile text recognizer (trained, paddle2onnx, rapidocr-onnxruntime "
          "wheel), 1x3x48x320: PP-LCNetV3 backbone, SVTR mixer (attention, LayerNorm), per-step Softmax over 6625 "
          "characters; dims pinned")(

@@ -107,8 +107,8 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
-      for na in _block_sizes(Kernel.size(ra), budget):
-        for nb in (_block_sizes(Kernel.size(rb), budget // na) if b != a else [1]):
+      for na in _block_sizes(ra, budget):
+        for nb in (_block_sizes(rb, budget // na) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
           cost = block_cost(hot, block, loop, cache, vec)
           if cost is None or math.prod(block.values()) < 2: continue
@@ -128,15 +128,33 @@ def _register_block(k: Kernel, target: Target) -> Kernel:
 def _padding_factor(block: dict[UOp, int]) -> float:
   """How much more a register block (axis -> copies) computes than its axes hold: a padded block's last copies
   compute outputs that do not exist."""
-  return math.prod(-(-Kernel.size(r) // n) * n / Kernel.size(r) for r, n in block.items())
+  return math.prod(_padded_length(r, n) / Kernel.size(r) for r, n in block.items())
 
 
-def _block_sizes(n: int, limit: int) -> list[int]:
-  """Register block sizes for an output axis of n: its divisors up to `limit`, and sizes that pad it by at most
-  BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8), or BLOCK_ODD_PADDING when no block of 2 to 8 divides it
-  (13 pixels in blocks of 7); the last block's extra copies store nothing, their cost counted by `_padding_factor`."""
-  most = BLOCK_ODD_PADDING if not any(n % d == 0 for d in range(2, 9)) else BLOCK_MAX_PADDING
-  return [d for d in range(1, min(n, limit, 32) + 1) if n % d == 0 or (-(-n // d) * d - n) <= most * n]
+def _padded_length(r: UOp, n: int) -> float:
+  """The length of loop `r` blocked by n: a multiple of n. Over a size known at run time in steps (`Kernel.multiple`
+  > 1: the blocks that divide the step never pad), half a block's missing copies on average; over one without, as
+  if it were the length planned for."""
+  size, step = Kernel.size(r), _step(r)
+  if step % n == 0: return size
+  return size + (n - math.gcd(n, step)) / 2 if step != size else -(-size // n) * n
+
+
+def _step(r: UOp) -> int:
+  """What every length of loop `r` is a multiple of, for blocking: its length when fixed or when the run-time size
+  comes in no steps (planned for as if fixed), else the step."""
+  step = Kernel.multiple(r)
+  return Kernel.size(r) if step == 1 else step
+
+
+def _block_sizes(r: UOp, limit: int) -> list[int]:
+  """Register block sizes for output loop `r`: the divisors of its length up to `limit`, and sizes that pad it by at
+  most BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8), or BLOCK_ODD_PADDING when no block of 2 to 8
+  divides it (13 pixels in blocks of 7); the last block's extra copies store nothing, their cost counted by
+  `_padding_factor`."""
+  n, step = Kernel.size(r), _step(r)
+  most = BLOCK_ODD_PADDING if not any(step % d == 0 for d in range(2, 9)) else BLOCK_MAX_PADDING
+  return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0 or _padded_length(r, d) - n <= most * n]
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:

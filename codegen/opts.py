@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from tgc.ir.words import WordEnum
 from tgc.ir import Ops, UOp, UPat, PatternMatcher, AxisType, RangeArg, dtypes, graph_rewrite, substitute
-from tgc.ir.symbolic import simplify
+from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.linearize import reduce_identity
 
 INDEX = dtypes.index
@@ -146,9 +146,19 @@ class Kernel:
   @staticmethod
   def size(r: UOp) -> int:
     """The length of a loop; over a size known only at run time, the length heuristics plan for: the geometric mean
-    of its lowest and highest value (opts that suit the middle of the range, not only its largest sizes)."""
+    of its lowest and highest value (opts that suit the middle of the range, not only its largest sizes), a multiple
+    of what divides every length it takes (`multiple`)."""
     if r.src[0].op is Ops.CONST: return r.src[0].arg
-    return max(1, round(math.sqrt(max(r.src[0].vmin, 1) * r.src[0].vmax)))
+    step = Kernel.multiple(r)
+    return max(step, round(math.sqrt(max(r.src[0].vmin, 1) * r.src[0].vmax) / step) * step)
+
+  @staticmethod
+  def multiple(r: UOp) -> int:
+    """What divides the loop's length whatever sizes a run has: the length itself when fixed; over sizes known at
+    run time, the common factor of its terms (16 for `h*16`, a map of a height given in steps of 32)."""
+    if r.src[0].op is Ops.CONST: return r.src[0].arg
+    terms, const = split_terms(r.src[0])
+    return math.gcd(const, *terms.values())
 
   def next_id(self) -> int: return max((r.arg.id for r in self.ranges()), default=-1) + 1
 
@@ -166,7 +176,7 @@ class Kernel:
     n = r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
     if opt.amount <= 1: raise OptError(f"{opt}: splits by {opt.amount}")
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
-    padded = not isinstance(n, int) or n % opt.amount != 0
+    padded = Kernel.multiple(r) % opt.amount != 0
     if padded and not (opt.op is OptOps.LOCAL or opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is G or
                        opt.op is OptOps.UNROLL and _sums_only(self.ast, r) or
                        opt.op in (OptOps.VECTOR, OptOps.UNROLL) and not isinstance(n, int)):

@@ -6,8 +6,7 @@ Field names come from the buffers' sanitized symbols (`codegen.names.symbol`), a
 keywords (model.h is included from C++), the lower-case macros C libraries and compilers define (`errno`, `stdin`,
 `linux`, ...), the `tg_` prefix, and names equal but for case (each field's macros are its name in upper case)."""
 from __future__ import annotations
-from tgc.ir import Ops
-from tgc.ir.sint import dims_text, highest, is_static, prod, render
+from tgc.ir.sint import dims_text, highest, is_static, prod, render, scaled_variable
 from tgc.codegen.compiled import BufferInfo, CompiledModel
 from tgc.codegen.names import comment_safe, symbol
 from tgc.emit.common import numpy_name
@@ -91,7 +90,7 @@ def run_io_body(cm: CompiledModel, sym: str) -> str:
 def shape_functions(cm: CompiledModel, sym: str) -> str:
   """`<name>_input_shape_at` / `<name>_output_shape_at(ctx, i, shape)`: tensor i's shape for the context's sizes
   known at run time (fixed dims as they are), and its bytes; and `<name>_input_dim_size(i, k)`: the size that dim k of
-  input i is (its number in set_dims), or -1."""
+  input i is (its number in set_dims) or a multiple of, or -1; `<name>_input_dim_factor(i, k)`: that multiple."""
   names = list(cm.dims)
   spell = lambda n: f"(size_t)ctx->dims[{names.index(n)}]"     # noqa: E731
   out = []
@@ -105,13 +104,18 @@ def shape_functions(cm: CompiledModel, sym: str) -> str:
     out.append(f"size_t {sym}_{kind}_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape) {{\n"
                f"  if (ctx == NULL || shape == NULL) return 0;\n"
                "  switch (i) {\n" + "".join(c + "\n" for c in cases) + "    default: return 0;\n  }\n}\n")
-  table = [names.index(d.arg[0]) if not is_static(d) and d.op is Ops.DEFINE_VAR else -1
-           for b in cm.inputs for d in b.shape]
+  scaled = [scaled_variable(d) for b in cm.inputs for d in b.shape]
+  table = [names.index(v.arg[0]) if v is not None else -1 for v, _ in (sc or (None, 1) for sc in scaled)]
+  factors = [sc[1] if sc else 1 for sc in scaled]
   offsets = [0]
   for b in cm.inputs: offsets.append(offsets[-1] + len(b.shape))
   out.append(f"static const int tg_input_dim_sizes[] = {{{', '.join(str(t) for t in table + [-1])}}};\n"
+             f"static const int tg_input_dim_factors[] = {{{', '.join(str(t) for t in factors + [1])}}};\n"
              f"static const size_t tg_input_dims_at[] = {{{', '.join(str(o) for o in offsets)}}};\n"
              f"int {sym}_input_dim_size(size_t i, size_t k) {{\n"
              f"  if (i >= tg_num_inputs || k >= tg_input_dims_at[i + 1] - tg_input_dims_at[i]) return -1;\n"
-             f"  return tg_input_dim_sizes[tg_input_dims_at[i] + k];\n}}\n")
+             f"  return tg_input_dim_sizes[tg_input_dims_at[i] + k];\n}}\n"
+             f"int {sym}_input_dim_factor(size_t i, size_t k) {{\n"
+             f"  if (i >= tg_num_inputs || k >= tg_input_dims_at[i + 1] - tg_input_dims_at[i]) return 1;\n"
+             f"  return tg_input_dim_factors[tg_input_dims_at[i] + k];\n}}\n")
   return "\n".join(out)

@@ -38,8 +38,10 @@ int32_t {sym}_dim_highest(size_t i);
    and its size in bytes; 0 for an i out of range. */
 size_t {sym}_input_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape);
 size_t {sym}_output_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape);
-/* Which size known at run time dim k of input i is (its index in set_dims' array), or -1 (a fixed dim). */
-int {sym}_input_dim_size(size_t i, size_t k);"""
+/* Which size known at run time dim k of input i is (its index in set_dims' array), or -1 (a fixed dim); the dim is
+   that size times {sym}_input_dim_factor(i, k) (1, or the multiple of an input shape such as 1,3,32*h,32*w). */
+int {sym}_input_dim_size(size_t i, size_t k);
+int {sym}_input_dim_factor(size_t i, size_t k);"""
 
 
 def _apply(cm: CompiledModel, sym: str, params: dict[str, list[Param]]) -> str:

@@ -156,6 +156,16 @@ def _values(x: sint, env: dict):
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}
 
 
+def scaled_variable(x: sint) -> tuple[UOp, int] | None:
+  """`x` as (variable, factor) when it is a variable or a variable times a positive integer (a size that only takes
+  multiples of the factor: `32*h`), else None. A run reads such a variable's value off a dim that is `x`."""
+  if not isinstance(x, UOp): return None
+  if x.op is Ops.DEFINE_VAR: return x, 1
+  if x.op is Ops.MUL and x.src[0].op is Ops.DEFINE_VAR and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+    return x.src[0], int(x.src[1].arg)
+  return None
+
+
 def render(x: sint, name=lambda v: v) -> str:
   """A size as C-like text over its variables (`T`, `((T+-1)/2)`; `name(variable name)` spells a variable): what
   manifests store, what loaders evaluate (integer division of non-negative values) and C code computes."""

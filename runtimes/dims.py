@@ -1,7 +1,7 @@
 """Sizes known only at run time, as an artifact's runner sees them: the manifest's `dims` (name and range) and
 shapes whose entries are ints or size text (`T`, `((T+(-1))/2)`). `bind_dims` reads each size's value off the
-inputs' shapes (a dim that is a size's name gives its value; every other dim is checked against it), `shape_at`
-evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers, + - * / % and brackets."""
+inputs' shapes (a dim that is a size's name, or a multiple of one, gives its value; every other dim is checked
+against it), `shape_at` evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers, + - * / % and brackets."""
 from __future__ import annotations
 import ast
 import functools
@@ -40,6 +40,19 @@ def _value(node, values: dict[str, int], text) -> int:
   raise DimsError(f"size {text!r} is not integer arithmetic over sizes")
 
 
+def scaled_size(text, ranges: dict) -> tuple[str | None, int]:
+  """A shape entry that gives a size's value: a size's name ("T": (T, 1)) or a multiple of one ("(h*32)": (h, 32));
+  (None, 1) for any other entry."""
+  if not isinstance(text, str): return None, 1
+  if text in ranges: return text, 1
+  node = _parsed(text)
+  if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.left, ast.Name) and \
+     isinstance(node.right, ast.Constant) and node.left.id in ranges and isinstance(node.right.value, int) and \
+     node.right.value > 0:
+    return node.left.id, node.right.value
+  return None, 1
+
+
 def dim_ranges(manifest: dict) -> dict[str, tuple[int, int]]:
   return {d["name"]: (int(d["min"]), int(d["max"])) for d in manifest.get("dims", ())}
 
@@ -56,12 +69,15 @@ def bind_dims(manifest: dict, shapes: dict[str, tuple[int, ...]], held: dict[str
     if len(got) != len(want):
       raise DimsError(f"input {name!r}: shape {got}, expected {len(want)} dims {_text(want)}")
     for axis, (w, g) in enumerate(zip(want, got)):
-      if isinstance(w, str) and w in ranges and w not in values:
-        lo, hi = ranges[w]
-        if not lo <= g <= hi:
-          raise DimsError(f"input {name!r}: dimension {axis} ({w}) is {g}, outside the range {lo}..{hi} the "
-                          f"artifact was compiled for")
-        values[w] = g
+      size, factor = scaled_size(w, ranges)
+      if size is None or size in values: continue
+      lo, hi = ranges[size]
+      if g % factor:
+        raise DimsError(f"input {name!r}: dimension {axis} ({w}) is {g}, not a multiple of {factor}")
+      if not lo <= g // factor <= hi:
+        raise DimsError(f"input {name!r}: dimension {axis} ({w}) is {g}, outside the range {lo * factor}..{hi * factor}"
+                        f"{f' in steps of {factor}' if factor > 1 else ''} the artifact was compiled for")
+      values[size] = g // factor
   missing = [n for n in ranges if n not in values]
   if missing: raise DimsError(f"the inputs' shapes do not give the size of {', '.join(missing)}")
   for spec in manifest["inputs"]:

@@ -4,6 +4,7 @@ checked against the spec by `node_helpers.window_ints`."""
 from __future__ import annotations
 import numpy as np
 from tgc.ir import dtypes
+from tgc.ir.sint import simplified
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
@@ -49,8 +50,9 @@ def conv_transpose(ctx: NodeContext):
     pads = nn.resolve_pads("NOTSET", pads_attr, ins, kernel, strides, dilations)
     begins = [b_ for b_, _ in pads]
     targets = out_shape or [n - b_ - e for n, (b_, e) in zip(natural, pads)]
-  # the end pad that gives the target size; output_padding and a larger output_shape extend the end
-  pads = [(b_, n - op - b_ - t) for n, op, b_, t in zip(natural, out_pad, begins, targets)]
+  # the end pad that gives the target size; output_padding and a larger output_shape extend the end (a number also
+  # over sizes known at run time: the target is the natural size less the pads)
+  pads = [(b_, simplified(n - op - b_ - t)) for n, op, b_, t in zip(natural, out_pad, begins, targets)]
   return functional.conv_transpose_cropped(x, w, b, strides, pads, dilations, group).cast(x.dtype)
 
 

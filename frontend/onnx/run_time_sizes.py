@@ -25,6 +25,16 @@ def dim_text(d) -> str:
   return str(d)
 
 
+_MULTIPLE = re.compile(r"\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.:/-]*?)\s*(?:\*\s*(\d+)\s*)?")
+
+
+def size_multiple(text: str) -> tuple[int, str | None]:
+  """`text` as (factor, size name): "h" is (1, "h"), "32*h" and "h*32" are (32, "h"); (0, None) for other text."""
+  m = _MULTIPLE.fullmatch(text)
+  if m is None or (m.group(1) and m.group(3)): return 0, None
+  return int(m.group(1) or m.group(3) or 1), m.group(2)
+
+
 class SizeNames:
   """The ranges the user gave, by dim name; the Variable of each name, made once; which names were used."""
 
@@ -69,12 +79,17 @@ class SizeNames:
     return simplified(out)
 
   def given_dim(self, d, input_name: str):
-    """A dim of a shape the user gave: an int, or the name of a size with a range."""
+    """A dim of a shape the user gave: an int, the name of a size with a range, or a multiple of one (`32*h`: a
+    size that only takes multiples of 32)."""
     if isinstance(d, str) and not d.lstrip("-").isdigit():
-      if d not in self.ranges:
-        raise OnnxError(f"input_shapes: input {input_name!r} names a size {d!r} without a range; give it "
-                        f"(dims, --dim {d}=LOWEST..HIGHEST)")
-      return self.variable(d)
+      factor, name = (1, d) if d in self.ranges else size_multiple(d)
+      if name is None:
+        raise OnnxError(f"input_shapes: input {input_name!r} has a dim {d!r} that is neither a number, a size's "
+                        f"name nor a multiple of one (32*h)")
+      if name not in self.ranges:
+        raise OnnxError(f"input_shapes: input {input_name!r} names a size {name!r} without a range; give it "
+                        f"(dims, --dim {name}=LOWEST..HIGHEST)")
+      return simplified(self.variable(name) * factor) if factor != 1 else self.variable(name)
     return int(d)
 
   def declared_dim(self, d, input_name: str, axis: int):

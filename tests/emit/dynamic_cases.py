@@ -1,5 +1,6 @@
 """What the tests of artifacts with sizes known only at run time share (C, OpenCL, WebGPU): the models (the encoder
-example over any length; a model of two sizes with reductions over one and sizes as expressions), random inputs,
+example over any length; a model of two sizes with reductions over one and sizes as expressions; one whose input
+takes rows in steps of 8), random inputs,
 the numpy reference, one artifact checked at several sizes, and the example program reading sizes off .npy files."""
 import subprocess
 import textwrap
@@ -26,6 +27,11 @@ MODELS = textwrap.dedent("""
       flat = h.pad(((0, 0), (0, 0), (1, 1))).reshape(h.shape[0], -1)            # (B, T*8): sizes as expressions
       return {"pooled": pooled, "flat": flat, "probs": h.softmax(1), "T": Tensor.size_value(h.shape[1])}
     return fn, {"x": Tensor.empty(B, T, 8), "mask": Tensor.empty(B, T)}
+
+  def steps():
+    H = Variable("h", 1, 6)                                                      # rows in steps of 8
+    def fn(x): return {"pooled": x.reshape(x.shape[0], x.shape[1] // 8, 8, 4).mean(2), "twice": x * 2}
+    return fn, {"x": Tensor.empty(2, 8 * H, 4)}
 
   def hidden_size():
     def fn(x): return x + Tensor.full((1, T), 1.0).sum()

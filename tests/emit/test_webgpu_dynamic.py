@@ -34,10 +34,11 @@ window.tgcFails = async (feeds) => {
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-  """The encoder and the two-size model of test_c_dynamic, compiled for webgpu."""
+  """The encoder, the two-size model and the model of sizes in steps, compiled for webgpu."""
   root = tmp_path_factory.mktemp("wgdyn")
   (root / "dynamic_models.py").write_text(MODELS)
-  out = {"enc": (ENCODER, root / "enc"), "two": (f"{root / 'dynamic_models.py'}:two_sizes", root / "two")}
+  out = {"enc": (ENCODER, root / "enc"), "two": (f"{root / 'dynamic_models.py'}:two_sizes", root / "two"),
+         "steps": (f"{root / 'dynamic_models.py'}:steps", root / "steps")}
   for spec, folder in out.values():
     compile_model(spec, "webgpu", str(folder))
     (folder / "test.html").write_text(PAGE)
@@ -102,6 +103,19 @@ def test_browser_model_js_runs_every_size(folders, page):
   feeds = two_feeds(rng, 3, 11)
   got, ref = _browser_run(tab, url, "two", feeds), reference(spec, feeds)
   for name in ref: np.testing.assert_allclose(got[name], ref[name].astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_browser_sizes_in_steps(folders, page):
+  """An input dim that is a multiple of a size (8*h): model.js reads h off the shape, refuses a non-multiple."""
+  tab, url = page
+  feeds = {"x": np.random.default_rng(4).standard_normal((2, 24, 4)).astype(np.float32)}
+  got, ref = _browser_run(tab, url, "steps", feeds), reference(folders["steps"][0], feeds)
+  assert got["pooled"].shape == (2, 3, 4)
+  for name in ref: np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, atol=1e-5)
+  fails = tab.evaluate("() => window.tgcFails({x: {data: new Float32Array(2 * 20 * 4), shape: [2, 20, 4]}})")
+  assert "dimension 1 ((h*8)) is 20, not a multiple of 8" in fails
+  fails = tab.evaluate("() => window.tgcFails({x: {data: new Float32Array(2 * 56 * 4), shape: [2, 56, 4]}})")
+  assert "dimension 1 ((h*8)) is 56, outside the range 8..48 in steps of 8" in fails
 
 
 def test_browser_errors_name_the_input_and_dimension(page):

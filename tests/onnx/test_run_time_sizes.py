@@ -4,6 +4,7 @@ to a length) folds on size expressions, convolutions and pools slide over a run-
 matches onnx.reference at the smallest, a middle and the largest size. Dims without a range, ranges for no dim and
 what cannot be done over a run-time size are one-line errors."""
 import json
+import subprocess
 import numpy as np
 import onnx
 import pytest
@@ -17,6 +18,7 @@ from tgc.frontend.onnx import shape_values
 from tgc.ir import dtypes
 from tgc.ir.sint import Variable
 from tgc.aot.artifact import run_artifact
+from tests.emit.dynamic_cases import run_main
 from tests.aot.aot_helpers import ROOT
 
 RNG = np.random.default_rng(3)
@@ -91,6 +93,25 @@ def conv_model(tmp_path) -> str:
   return _save(tmp_path, "convs", nodes, [x], [y], inits)
 
 
+def fpn_model(tmp_path) -> str:
+  """A detector's feature pyramid over x (1, 3, H, W): two stride-2 convs down, a stride-2 ConvTranspose up added
+  to the first conv's map (sizes agree only when H and W are multiples of 4), nearest Resize x2, sigmoid."""
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "H", "W"])
+  nodes = [
+    helper.make_node("Conv", ["x", "w1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    helper.make_node("Relu", ["c1"], ["r1"]),
+    helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    helper.make_node("ConvTranspose", ["c2", "wt", "bt"], ["up"], strides=[2, 2]),
+    helper.make_node("Add", ["up", "r1"], ["merged"]),
+    helper.make_node("Resize", ["merged", "", "scales"], ["big"], mode="nearest"),
+    helper.make_node("Sigmoid", ["big"], ["y"]),
+  ]
+  inits = [_floats("w1", (4, 3, 3, 3)), _floats("w2", (6, 4, 3, 3)), _floats("wt", (6, 4, 2, 2)), _floats("bt", (4,)),
+           numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+  return _save(tmp_path, "fpn", nodes, [x], [y], inits)
+
+
 def _check_at_sizes(out: str, model: str, name: str, shapes) -> None:
   reference = ReferenceEvaluator(model)
   for shape in shapes:
@@ -123,6 +144,35 @@ def test_convolutions_and_pools_over_a_run_time_width(tmp_path, target):
   _check_at_sizes(out, model, "x", [(1, 3, 16, 9), (1, 3, 16, 64), (1, 3, 16, 120), (1, 3, 16, 31)])
 
 
+@pytest.mark.parametrize("target", ["c", "opencl", pytest.param("webgpu", marks=pytest.mark.webgpu)])
+def test_sizes_in_steps_of_a_multiple(tmp_path, target):
+  """Sizes given as multiples (x=1,3,4*h,4*w): the pyramid's skip connection adds up at every size, the runners
+  read h and w off the input's shape, and a height that is no multiple of 4 is an error naming the input."""
+  model = fpn_model(tmp_path)
+  out = str(tmp_path / f"fpn_{target}")
+  report = compile_model(model, target, out, input_shapes={"x": (1, 3, "4*h", "w*4")}, dims={"h": (1, 12), "w": (2, 9)})
+  assert report.inputs == [("x", (1, 3, "(h*4)", "(w*4)"), "float32")]
+  _check_at_sizes(out, model, "x", [(1, 3, 4, 8), (1, 3, 20, 36), (1, 3, 48, 12), (1, 3, 48, 36)])
+  with pytest.raises(UserError, match=r"input 'x': dimension 2 \(\(h\*4\)\) is 18, not a multiple of 4"):
+    run_artifact(out, {"x": np.zeros((1, 3, 18, 12), np.float32)})
+  with pytest.raises(UserError, match=r"dimension 3 \(\(w\*4\)\) is 4, outside the range 8..36 in steps of 4"):
+    run_artifact(out, {"x": np.zeros((1, 3, 16, 4), np.float32)})
+
+
+def test_main_c_reads_sizes_in_steps(tmp_path):
+  model = fpn_model(tmp_path)
+  out = tmp_path / "fpn_main"
+  compile_model(model, "c", str(out), input_shapes={"x": (1, 3, "4*h", "4*w")}, dims={"h": (1, 12), "w": (2, 9)})
+  subprocess.run(["make", "-s", "main"], cwd=out, check=True, capture_output=True)
+  x = RNG.standard_normal((1, 3, 12, 20)).astype(np.float32)
+  done = run_main(out, tmp_path, {"x": x})
+  assert done.returncode == 0, done.stderr
+  want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+  np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4)
+  bad = run_main(out, tmp_path, {"x": np.ones((1, 3, 12, 22), np.float32)})
+  assert bad.returncode == 2 and "dimension 3 is 22, not a multiple of 4 (4*w)" in bad.stderr
+
+
 def test_cli_dim_and_named_input_shape(tmp_path):
   model = conv_model(tmp_path)
   runner = CliRunner()
@@ -138,6 +188,12 @@ def test_cli_dim_and_named_input_shape(tmp_path):
   bad = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "bad"), "--dim", "W=16-48"])
   assert bad.exit_code != 0 and "expected NAME=LOWEST..HIGHEST" in bad.output
   assert not (tmp_path / "bad").exists()
+  steps = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "steps"), "--input-shape", "x=1,3,16,8*W",
+                              "--dim", "W=2..6"])
+  assert steps.exit_code == 0 and "x (1, 3, 16, (W*8)) float32" in steps.output, steps.output
+  bad = runner.invoke(cli, ["compile", model, "-o", str(tmp_path / "bad"), "--input-shape", "x=1,3,16,8*W*2",
+                            "--dim", "W=2..6"])
+  assert bad.exit_code != 0 and "or a multiple of one (32*h), not '8*W*2'" in bad.output
 
 
 def test_open_dims_without_a_range_and_ranges_for_no_dim_are_errors(tmp_path):

@@ -26,6 +26,19 @@ def test_bind_dims_reads_and_checks():
     bind_dims(MANIFEST, {"x": (3, 10), "mask": (3, 5)})
 
 
+def test_bind_dims_reads_sizes_in_steps():
+  """A dim that is a multiple of a size ("(h*32)") gives the size's value; a later dim of the size is checked."""
+  steps = {"dims": [{"name": "h", "min": 1, "max": 30}],
+           "inputs": [{"name": "x", "shape": [1, 3, "(h*32)"]}, {"name": "y", "shape": ["h"]}]}
+  assert bind_dims(steps, {"x": (1, 3, 640), "y": (20,)}) == {"h": 20}
+  with pytest.raises(DimsError, match=r"dimension 2 \(\(h\*32\)\) is 650, not a multiple of 32"):
+    bind_dims(steps, {"x": (1, 3, 650), "y": (20,)})
+  with pytest.raises(DimsError, match=r"is 992, outside the range 32..960 in steps of 32"):
+    bind_dims(steps, {"x": (1, 3, 992), "y": (31,)})
+  with pytest.raises(DimsError, match=r"input 'y': shape \(21,\), expected \(20,\)"):
+    bind_dims(steps, {"x": (1, 3, 640), "y": (21,)})
+
+
 def test_sample_sizes_cover_the_range():
   assert sample_sizes(MANIFEST) == [{"B": 1, "T": 2}, {"B": 2, "T": 33}, {"B": 4, "T": 64}]
   assert sample_sizes({"inputs": []}) == [{}]
