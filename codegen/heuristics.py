@@ -18,7 +18,7 @@ from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
-from tgc.codegen.vectorize import run_time_end
+from tgc.codegen.vectorize import loop_end
 from tgc.codegen.knobs import BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
 from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
@@ -54,7 +54,7 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
     weight = loop if n in hot else 1
     total += weight
     if any(depends(g, r) for g in gates) and \
-        not (masked and len(gates) == 1 and stride(idx, r) == 1 and run_time_end(gates[0])): bad += weight
+        not (masked and len(gates) == 1 and stride(idx, r) == 1 and loop_end(gates[0], r)): bad += weight
     elif not (n.op is Ops.LOAD and buf.arg[0] in constant) and stride(idx, r) not in (0, 1): bad += weight
   return bad / max(total, 1)
 
@@ -70,8 +70,11 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
       n, w = Kernel.size(r), lanes
       while w >= 4 and n % w: w //= 2
       widths = [w] if w >= 4 else []
-      # an output axis of many vectors but no multiple of them: padded, its last vector stores only what exists
-      if kind == "global" and w < lanes and n >= PADDED_VECTORS * lanes: widths.append(lanes)
+      # an axis of many vectors but no multiple of them: padded, its last vector stores only what exists (an
+      # output axis); a reduce axis no width of 4 or more divides reads only what exists (masked loads), the
+      # reduction taking its identity past the end
+      if w < lanes and n >= PADDED_VECTORS * lanes and (kind == "global" or masked and not widths):
+        widths.append(lanes)
       for w in widths:
         opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only

@@ -177,9 +177,8 @@ class Kernel:
     if opt.amount <= 1: raise OptError(f"{opt}: splits by {opt.amount}")
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
     padded = Kernel.multiple(r) % opt.amount != 0
-    if padded and not (opt.op is OptOps.LOCAL or opt.op in (OptOps.VECTOR, OptOps.UPCAST) and r.arg.kind is G or
-                       opt.op is OptOps.UNROLL and _sums_only(self.ast, r) or
-                       opt.op in (OptOps.VECTOR, OptOps.UNROLL) and not isinstance(n, int)):
+    if padded and not (opt.op in (OptOps.LOCAL, OptOps.VECTOR) or opt.op is OptOps.UPCAST and r.arg.kind is G or
+                       opt.op is OptOps.UNROLL and (_sums_only(self.ast, r) or not isinstance(n, int))):
       raise OptError(f"{opt}: {opt.amount} does not divide {n}")
     groups = -(-n // opt.amount) if isinstance(n, int) else simplify((n + (opt.amount - 1)) // opt.amount)
     outer = UOp(Ops.RANGE, INDEX, (_end(groups),), RangeArg(r.arg.id, r.arg.kind)) \
@@ -188,7 +187,9 @@ class Kernel:
     flat = outer * opt.amount + inner
     clamped = flat.lt(n).where(flat, n - 1)
     if not padded: new_ast = simplify(substitute(self.ast, {r: flat}))
-    elif isinstance(n, UOp):    # a size known at run time: past its end loads are gated off, reductions and stores too
+    elif isinstance(n, UOp) or opt.op is OptOps.VECTOR and r.arg.kind is R:
+      # a size known at run time, or vectors over a fixed reduce axis they do not divide: past the end loads are
+      # gated off (masked vector loads), reductions take their identity, stores are gated
       inside = flat.lt(n)
       gated = _gate_loads(substitute(self.ast, {r: flat}), inside, inner)
       new_ast = simplify(_mask_reduces(gated, inside, inner) if r.arg.kind is R else _gate_stores(gated, inside))

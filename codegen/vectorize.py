@@ -109,16 +109,22 @@ def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
 
 
 def _masked(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> bool:
-  """A contiguous access of 32-bit elements whose one gate differs per lane (the end of a loop over a size known at
-  run time): one masked vector load or store, where the renderer has them."""
+  """A contiguous access of 32-bit elements whose one gate differs per lane (the end of a padded loop, `loop_end`):
+  one masked vector load or store, where the renderer has them."""
   return ctx.masked and len(gate) == 1 and gate[0].dtype.count == 1 and ctx.on_v(gate[0]) and \
-    ctx.vector_access(buf, base) and dtype.itemsize == 4 and run_time_end(gate[0])
+    ctx.vector_access(buf, base) and dtype.itemsize == 4 and loop_end(gate[0], ctx.v)
 
 
-def run_time_end(gate: UOp) -> bool:
-  """Whether a gate compares with a size known only at run time (the end of a loop over one): the gates masked
-  vector accesses are used for (other gates, a convolution's padding, keep their lane-by-lane accesses)."""
-  return any(n.op is Ops.DEFINE_VAR for n in gate.toposort())
+def loop_end(gate: UOp, v: UOp) -> bool:
+  """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
+  time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys). The
+  gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses."""
+  if any(n.op is Ops.DEFINE_VAR for n in gate.toposort()): return True
+  for n in gate.toposort():
+    if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
+      terms, const = split_terms(n.src[0])
+      if const == 0 and terms.get(v) == 1 and len(terms) == 2 and all(t.op is Ops.RANGE for t in terms): return True
+  return False
 
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:

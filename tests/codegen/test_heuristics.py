@@ -41,3 +41,22 @@ def test_an_odd_axis_is_blocked_with_padding():
   k = Kernel(items[-1].ast).apply_all(opts)
   pixels = [r for r in k.ranges() if r.arg.kind is AxisType.UPCAST and r.src[0].arg == 7]
   assert pixels, opts
+
+
+def test_a_reduce_axis_no_vector_divides_is_vectorized_with_masked_loads():
+  """Softmax over rows of 750 keys (Whisper's attention): no width of 4 or more divides 750, so the max and the
+  sum of exponentials take 16-lane vectors along the keys, padded: the last vector's loads masked, the reductions
+  taking their identity past the end. The C artifact matches numpy."""
+  x = RNG.standard_normal((2, 3, 750)).astype(np.float32) * 4
+  items, _ = schedule([Tensor(x).softmax(-1).uop], _alloc("c"))
+  reduces = [it for it in items if any(n.op is Ops.REDUCE for n in it.ast.toposort())]
+  assert reduces
+  for it in reduces:
+    k = Kernel(it.ast).apply_all(hand_coded_opts(Kernel(it.ast), as_target("c")))
+    vector = [r for r in k.ranges() if r.arg.kind is AxisType.VECTOR]
+    assert vector and vector[0].src[0].arg == 16
+    assert not any(r.arg.kind is AxisType.GLOBAL and r.src[0].op is Ops.CONST and r.src[0].arg == 750
+                   for r in k.ranges())
+  got = Tensor(x, device="c").softmax(-1).numpy()
+  want = np.exp(x - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
