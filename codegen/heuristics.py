@@ -18,7 +18,7 @@ from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
-from tgc.codegen.vectorize import loop_end
+from tgc.codegen.vectorize import loop_end, unclamped_access
 from tgc.codegen.knobs import BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
 from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
@@ -53,6 +53,7 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
     buf, idx, gates = n.src[0], n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
     weight = loop if n in hot else 1
     total += weight
+    if masked and (found := unclamped_access(n, r)) is not None: idx, gates = found
     if any(depends(g, r) for g in gates) and \
         not (masked and len(gates) == 1 and stride(idx, r) == 1 and loop_end(gates[0], r)): bad += weight
     elif not (n.op is Ops.LOAD and buf.arg[0] in constant) and stride(idx, r) not in (0, 1): bad += weight

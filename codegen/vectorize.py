@@ -94,9 +94,31 @@ def _per_lane(ctx: VectorCtx, s: UOp) -> bool:
   return s.dtype.count > 1 or ctx.on_v(s)
 
 
+def unclamped(idx: UOp, v: UOp) -> tuple[UOp, UOp] | None:
+  """An index along a padded output axis (`flat < n ? flat : n-1`: the last vector's extra lanes at the last element)
+  as (the index without the clamp, `flat < n`), else None. A store gated by that compare writes those lanes nowhere
+  either way; a float load of them may read 0 instead (one masked load): they feed only gated-off stores."""
+  for w in idx.toposort():
+    if w.op is Ops.WHERE and w.src[0].op is Ops.CMPLT and w.src[0].src[0] is w.src[1] and w.src[2].op is Ops.CONST \
+       and loop_end(w.src[0], v):
+      return simplify(substitute(idx, {w: w.src[1]})), w.src[0]
+  return None
+
+
+def unclamped_access(access: UOp, v: UOp) -> tuple[UOp, tuple] | None:
+  """A load or store's (index, gates) with `unclamped`'s clamp taken out where that is the same access: a float load
+  without gates (then gated by the compare), a store gated by exactly that compare."""
+  found = unclamped(access.src[1], v)
+  if found is None: return None
+  if access.op is Ops.LOAD:
+    return (found[0], (found[1],)) if len(access.src) == 2 and access.dtype.is_float else None
+  return (found[0], access.src[3:]) if access.src[3:] == (found[1],) else None
+
+
 def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   if ld.dtype.count > 1 or not any(_per_lane(ctx, s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
+  if ctx.masked and ld.dtype.itemsize == 4 and (found := unclamped_access(ld, ctx.v)) is not None: idx, gate = found
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(_per_lane(ctx, g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
@@ -129,6 +151,7 @@ def loop_end(gate: UOp, v: UOp) -> bool:
 
 def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   buf, idx, val, gate = st.src[0], st.src[1], st.src[2], st.src[3:]
+  if ctx.masked and val.dtype.itemsize == 4 and (found := unclamped_access(st, ctx.v)) is not None: idx = found[0]
   if val.dtype.count == 1 and not ctx.on_v(st): return None
   # a vector store (every output index depends on the output's VECTOR axis: one without it is already rewritten)
   if val.dtype.count > 1 and not ctx.on_v(idx) and not any(ctx.on_v(g) for g in gate): return None

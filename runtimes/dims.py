@@ -1,7 +1,8 @@
 """Sizes known only at run time, as an artifact's runner sees them: the manifest's `dims` (name and range) and
 shapes whose entries are ints or size text (`T`, `((T+(-1))/2)`). `bind_dims` reads each size's value off the
 inputs' shapes (a dim that is a size's name, or a multiple of one, gives its value; every other dim is checked
-against it), `shape_at` evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers, + - * / % and brackets."""
+against it), `shape_at` evaluates a shape for those values. Size text is parsed, never `eval`ed: names, integers,
++ - * / % and brackets."""
 from __future__ import annotations
 import ast
 import functools
