@@ -53,7 +53,8 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
     buf, idx, gates = n.src[0], n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
     weight = loop if n in hot else 1
     total += weight
-    if masked and (found := unclamped_access(n, r)) is not None: idx, gates = found
+    # a clamped access outside the reduction's body as one masked access (inside it, one per multiply costs more)
+    if masked and n not in hot and (found := unclamped_access(n, r)) is not None: idx, gates = found
     if any(depends(g, r) for g in gates) and \
         not (masked and len(gates) == 1 and stride(idx, r) == 1 and loop_end(gates[0], r)): bad += weight
     elif not (n.op is Ops.LOAD and buf.arg[0] in constant) and stride(idx, r) not in (0, 1): bad += weight

@@ -145,7 +145,9 @@ def loop_end(gate: UOp, v: UOp) -> bool:
   for n in gate.toposort():
     if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
       terms, const = split_terms(n.src[0])
-      if const == 0 and terms.get(v) == 1 and len(terms) == 2 and all(t.op is Ops.RANGE for t in terms): return True
+      outer = [(t, c) for t, c in terms.items() if t is not v]
+      if const == 0 and terms.get(v) == 1 and len(outer) == 1 and outer[0][0].op is Ops.RANGE and \
+         outer[0][1] == v.src[0].arg: return True
   return False
 
 
