@@ -72,10 +72,10 @@ def _sized_entry(e: dict, values: dict[str, int]) -> dict:
   from tgc.runtimes.dims import evaluate_size
   specs = []
   for spec in e["inputs"]:
-    shape = list(spec["shape"])
-    for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values.get(name)
     given = e.get("input_shapes", {}).get(spec["name"])     # sizes as multiples: 32*h
-    if given: shape = [evaluate_size(d, values) for d in given]
+    shape = [evaluate_size(d, values) for d in given] if given else list(spec["shape"])
+    if not given:
+      for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values[name]
     specs.append({**spec, "shape": shape})
   return {**e, "inputs": specs}
 

@@ -142,7 +142,8 @@ def _padded_length(r: UOp, n: int) -> float:
   if it were the length planned for."""
   size, step = Kernel.size(r), _step(r)
   if step % n == 0: return size
-  return size + (n - math.gcd(n, step)) / 2 if step != size else -(-size // n) * n
+  if step == size: return -(-size // n) * n      # a fixed length, or one planned for as if it were fixed
+  return size + (n - math.gcd(n, step)) / 2
 
 
 def _step(r: UOp) -> int:

@@ -141,8 +141,9 @@ def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
   time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys). The
   gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses."""
-  if any(n.op is Ops.DEFINE_VAR for n in gate.toposort()): return True
-  for n in gate.toposort():
+  nodes = gate.toposort()
+  if any(n.op is Ops.DEFINE_VAR for n in nodes): return True
+  for n in nodes:
     if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
       terms, const = split_terms(n.src[0])
       outer = [(t, c) for t, c in terms.items() if t is not v]
