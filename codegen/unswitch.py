@@ -5,32 +5,49 @@ with them. An innermost loop whose gated loads all have gates computed before it
     if (all gates hold) { the loop with plain loads } else { the loop as it was }
 
 The first copy is the interior of the image (almost every iteration): one basic block of loads and FMAs, nothing
-for the compiler to keep apart. The second handles the borders as before. Works on linearized programs."""
+for the compiler to keep apart. The second handles the borders as before.
+
+A gate may be a mask per lane (a vector access past the end of a size known at run time): the copy runs when every
+lane holds, a condition read off the mask's form (`r*16 + lane < T` for all 16 lanes is `r*16 + 15 < T`). When such
+a mask changes with the loop itself (the vector loop over a softmax row of run-time length), each iteration is
+versioned instead: the mask's test is one scalar comparison, true in every iteration but the last. Works on
+linearized programs."""
 from __future__ import annotations
 from tgc.ir import Ops, UOp, dtypes
 
 
 def unswitch_gated_loops(program: list[UOp]) -> list[UOp]:
-  """`program` with each innermost loop that reads through loop-invariant gates versioned on them."""
+  """`program` with each innermost loop that reads through gates versioned on them (see the module docstring)."""
   out: list[UOp] = []
   position = {u: i for i, u in enumerate(program)}
   i = 0
   while i < len(program):
-    u = program[i]
-    end = _innermost_end(program, i) if u.op is Ops.RANGE else None
-    gates = _invariant_gates(program[i + 1:end], position, i) if end is not None else []
-    if not gates:
-      out.append(u)
+    end = _innermost_end(program, i) if program[i].op is Ops.RANGE else None
+    if end is None:
+      out.append(program[i])
       i += 1
       continue
-    cond = gates[0]
-    for g in gates[1:]:
-      cond = UOp(Ops.AND, dtypes.bool, (cond, g))
-      out.append(cond)
-    out += [UOp(Ops.IF, dtypes.bool, (cond,)), *_ungated(program[i:end + 1], set(gates)),
-            UOp(Ops.ELSE, dtypes.bool, ()), *program[i:end + 1], UOp(Ops.ENDIF, dtypes.bool, ())]
+    out += _versioned(program[i:end + 1], position, i)
     i = end + 1
   return out
+
+
+def _versioned(loop: list[UOp], position: dict[UOp, int], start: int) -> list[UOp]:
+  """The loop `RANGE ... ENDRANGE` (at `start` in the program) versioned on its gates, or as it was."""
+  gates = _gates(loop[1:-1])
+  if not gates: return loop
+  if all(position.get(g, len(position)) < start for g in gates):      # all computed before it: version the loop
+    test = _every_lane_of(gates, strict=False)
+    return [*_new_nodes(test, set(), position, start), UOp(Ops.IF, dtypes.bool, (test,)),
+            *_ungated(loop, set(gates)), UOp(Ops.ELSE, dtypes.bool, ()), *loop, UOp(Ops.ENDIF, dtypes.bool, ())]
+  if all(g.dtype.count == 1 for g in gates): return loop   # a select per scalar gate costs no more than a branch
+  hoisted = _ancestors_inside(gates, loop[1:-1])
+  test = _every_lane_of(gates, strict=True)
+  if hoisted is None or test is None: return loop
+  rest = [u for u in loop[1:-1] if u not in hoisted]
+  return [loop[0], *hoisted, *_new_nodes(test, {loop[0], *hoisted}, position, start),
+          UOp(Ops.IF, dtypes.bool, (test,)), *_ungated(rest, set(gates)), UOp(Ops.ELSE, dtypes.bool, ()), *rest,
+          UOp(Ops.ENDIF, dtypes.bool, ()), loop[-1]]
 
 
 def _innermost_end(program: list[UOp], start: int) -> int | None:
@@ -41,25 +58,92 @@ def _innermost_end(program: list[UOp], start: int) -> int | None:
   return None
 
 
-def _invariant_gates(body: list[UOp], position: dict[UOp, int], start: int) -> list[UOp]:
-  """The distinct gates of the body's loads, if every one of them is computed before the loop (else none)."""
+def _gate(u: UOp) -> UOp | None:
+  """The gate of a gated load or store."""
+  if u.op is Ops.LOAD and len(u.src) > 2: return u.src[2]
+  if u.op is Ops.STORE and len(u.src) > 3: return u.src[3]
+  return None
+
+
+def _gates(body: list[UOp]) -> list[UOp]:
+  """The distinct gates of the body's loads and stores; none when one of them is a constant or a barrier."""
   gates: list[UOp] = []
   for u in body:
-    if u.op is Ops.LOAD and len(u.src) > 2:
-      gate = u.src[2]
-      # a mask per lane (a masked vector load) is no condition an if can test
-      if gate.op is Ops.CONST or gate.dtype.count > 1 or position.get(gate, len(position)) > start: return []
-      if gate not in gates: gates.append(gate)
+    gate = _gate(u)
+    if gate is None: continue
+    if gate.op in (Ops.CONST, Ops.BARRIER): return []
+    if gate not in gates: gates.append(gate)
   return gates
 
 
+def _ancestors_inside(gates: list[UOp], body: list[UOp]) -> list[UOp] | None:
+  """The body's ops the gates are computed from, in program order; None when one is a load (it stays in place)."""
+  inside = set(body)
+  needed = {a for g in gates for a in g.toposort() if a in inside}
+  if any(a.op is Ops.LOAD for a in needed): return None
+  return [u for u in body if u in needed]
+
+
+def _every_lane_of(gates: list[UOp], strict: bool) -> UOp | None:
+  """A scalar that holds when every gate holds in every lane; `strict`: None unless it is read off the gates' form
+  (no test lane by lane)."""
+  parts = [_every_lane(g, strict) for g in gates]
+  if any(p is None for p in parts): return None
+  test = parts[0]
+  for p in parts[1:]: test = UOp(Ops.AND, dtypes.bool, (test, p))
+  return test
+
+
+def _every_lane(gate: UOp, strict: bool) -> UOp | None:
+  """A scalar that holds when every lane of the bool vector `gate` does."""
+  if gate.dtype.count == 1: return gate
+  # VECTORIZE(g) -> g: a broadcast scalar
+  if gate.op is Ops.VECTORIZE and len(set(gate.src)) == 1: return gate.src[0]
+  # a & b -> every(a) & every(b)
+  if gate.op is Ops.AND:
+    a, b = (_every_lane(s, strict) for s in gate.src)
+    return None if a is None or b is None else UOp(Ops.AND, dtypes.bool, (a, b))
+  # x < y in every lane -> the largest lane of x < the smallest lane of y
+  if gate.op is Ops.CMPLT and gate.src[0].dtype.scalar.is_int:
+    hi, lo = _lane_bound(gate.src[0], largest=True), _lane_bound(gate.src[1], largest=False)
+    if hi is not None and lo is not None: return UOp(Ops.CMPLT, dtypes.bool, (hi, lo))
+  if strict: return None
+  lanes = [UOp(Ops.GEP, dtypes.bool, (gate,), i) for i in range(gate.dtype.count)]
+  test = lanes[0]
+  for lane in lanes[1:]: test = UOp(Ops.AND, dtypes.bool, (test, lane))
+  return test
+
+
+def _lane_bound(x: UOp, largest: bool) -> UOp | None:
+  """The largest (or smallest) lane of an integer vector, as a scalar, when its form tells (else None)."""
+  if x.op is Ops.VECTORIZE:
+    if len(set(x.src)) == 1: return x.src[0]                      # a broadcast
+    if all(s.op is Ops.CONST for s in x.src):                      # lane offsets such as 0, 1, ..., 15
+      return UOp.const(x.dtype.scalar, (max if largest else min)(s.arg for s in x.src))
+  if x.op is Ops.ADD:
+    a, b = (_lane_bound(s, largest) for s in x.src)
+    if a is not None and b is not None: return UOp(Ops.ADD, x.dtype.scalar, (a, b))
+  return None
+
+
+def _new_nodes(test: UOp, ready: set[UOp], position: dict[UOp, int], start: int) -> list[UOp]:
+  """The ops of `test` not computed where it goes (before `start`, or in `ready`), in order; constants are spelled
+  where used. Ops are shared (the same op is the same node): one the program computes later is computed here too."""
+  return [u for u in test.toposort()
+          if u.op is not Ops.CONST and u not in ready and position.get(u, len(position)) >= start]
+
+
 def _ungated(segment: list[UOp], gates: set[UOp]) -> list[UOp]:
-  """The loop with the gates taken as true: gated loads become plain loads, their users are rebuilt."""
+  """The segment with the gates taken as true: gated loads and stores become plain ones, a select on a gate takes
+  its first choice, their users are rebuilt."""
   new: dict[UOp, UOp] = {}
   out = []
   for u in segment:
+    if u.op is Ops.WHERE and u.src[0] in gates:          # where(gate, a, b) -> a
+      new[u] = new.get(u.src[1], u.src[1])
+      continue
     src = tuple(new.get(s, s) for s in u.src)
-    if u.op is Ops.LOAD and len(src) > 2 and u.src[2] in gates: src = src[:2]
+    if _gate(u) in gates: src = src[:2] if u.op is Ops.LOAD else src[:3]
     nu = u if src == u.src else u.replace(src=src)
     new[u] = nu
     out.append(nu)

@@ -54,3 +54,60 @@ def test_only_loops_with_gates_computed_outside_are_versioned():
   assert all(len(u.src) == 2 for u in first if u.op is Ops.LOAD)          # the interior copy loads plainly
   assert any(len(u.src) == 3 for u in second if u.op is Ops.LOAD)         # the border copy keeps its gates
   assert unswitch_gated_loops(_gated_loop_program(gate_inside=True)) == _gated_loop_program(gate_inside=True)
+
+
+def _vector_mask_program(mask_inside: bool) -> list[UOp]:
+  """A loop of masked 4-lane loads: the mask `base + lane < n` over a size `n` known at run time, with `base` the
+  outer index (the mask computed before the loop) or the loop's own (computed inside it, as at a row's end); the
+  loaded vector is selected on the mask and stored through it."""
+  idx = lambda n, k: UOp(Ops.RANGE, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),),
+                         RangeArg(k, AxisType.REDUCE))
+  n = UOp(Ops.DEFINE_VAR, dtypes.index, (), ("n", 1, 64))
+  outer, r = idx(3, 0), idx(n, 1)
+  src, dst = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (i, i == 0)) for i in (1, 0))
+  base = r * 4 if mask_inside else outer * 4
+  lanes = UOp(Ops.VECTORIZE, dtypes.index.vec(4), tuple(UOp.const(dtypes.index, i) for i in range(4)))
+  at = UOp(Ops.ADD, dtypes.index.vec(4), (UOp(Ops.VECTORIZE, dtypes.index.vec(4), (base,)), lanes))
+  mask = UOp(Ops.CMPLT, dtypes.bool.vec(4), (at, UOp(Ops.VECTORIZE, dtypes.index.vec(4), (n,))))
+  load = UOp(Ops.LOAD, dtypes.float32.vec(4), (src, base, mask))
+  zero = UOp(Ops.VECTORIZE, dtypes.float32.vec(4), (UOp.const(dtypes.float32, 0.0),))
+  picked = UOp(Ops.WHERE, dtypes.float32.vec(4), (mask, load, zero))
+  store = UOp(Ops.STORE, dtypes.bool, (dst, base + r, picked, mask))
+  mask_ops = [base, lanes, at, mask]
+  head, body = ([], mask_ops) if mask_inside else (mask_ops, [])
+  return [n, src, dst, outer, *head, zero, r, *body, load, picked, store,
+          UOp(Ops.ENDRANGE, dtypes.bool, (r,)), UOp(Ops.ENDRANGE, dtypes.bool, (outer,))]
+
+
+def _copies(out: list[UOp]) -> tuple[list[UOp], list[UOp]]:
+  ops = [u.op for u in out]
+  return out[ops.index(Ops.IF):ops.index(Ops.ELSE)], out[ops.index(Ops.ELSE):ops.index(Ops.ENDIF)]
+
+
+def test_a_lane_mask_computed_before_the_loop_versions_the_loop_on_one_comparison():
+  out = unswitch_gated_loops(_vector_mask_program(mask_inside=False))
+  ops = [u.op for u in out]
+  assert ops.count(Ops.IF) == 1 and ops.index(Ops.IF) < ops.index(Ops.RANGE, ops.index(Ops.IF))   # before the loop
+  test = out[ops.index(Ops.IF)].src[0]
+  # every lane of outer*4 + (0..3) < n: the last lane's index outer*4 + 3 < n, no lane read one by one
+  assert test.op is Ops.CMPLT and test.src[0].op is Ops.ADD and test.src[0].src[1].arg == 3
+  assert not any(u.op is Ops.GEP for u in test.toposort())
+  fast, slow = _copies(out)
+  assert not any(u.op is Ops.WHERE for u in fast)                  # where(mask, x, 0) -> x
+  assert all(len(u.src) == 2 for u in fast if u.op is Ops.LOAD) and all(len(u.src) == 3 for u in fast
+                                                                      if u.op is Ops.STORE)
+  assert any(len(u.src) == 3 for u in slow if u.op is Ops.LOAD)
+
+
+def test_a_lane_mask_that_changes_with_the_loop_versions_each_iteration():
+  out = unswitch_gated_loops(_vector_mask_program(mask_inside=True))
+  ops = [u.op for u in out]
+  assert ops.count(Ops.IF) == 1 and ops.count(Ops.RANGE) == 2      # no loop emitted twice
+  r = [u for u in out if u.op is Ops.RANGE][1]
+  assert out.index(r) < ops.index(Ops.IF) < ops.index(Ops.ENDIF) < out.index(next(
+    u for u in out if u.op is Ops.ENDRANGE and u.src[0] is r))     # the test is inside the loop
+  mask = next(u for u in out if u.op is Ops.CMPLT and u.dtype.count == 4)
+  assert out.index(mask) < ops.index(Ops.IF)                       # the mask is computed once, before both copies
+  fast, slow = _copies(out)
+  assert all(len(u.src) == 2 for u in fast if u.op is Ops.LOAD) and not any(u.op is Ops.WHERE for u in fast)
+  assert any(u.op is Ops.WHERE for u in slow)
