@@ -21,6 +21,7 @@ RELAYOUT_MAX_GROWTH = 1.25  # weights stored in read order may take this many ti
 MIN_TASKS = 16              # outer loops are folded into the task loop until it has this many iterations
 PARALLEL_MIN_OPS = 1 << 20  # a C kernel goes to the thread pool at this much arithmetic per launch ...
 PARALLEL_MIN_BYTES = 1 << 20  # ... or this much memory traffic (about ten microseconds of work)
+POOL_RUNS_PER_THREAD = 4    # the thread pool hands out a job's task indices in about this many runs per thread
 
 # ---------------------------------------------------------------- GPUs (gpu_heuristics.py, gpu_tiles.py)
 GPU_LANES = 4               # vector lanes (float4, vec4<f32>)

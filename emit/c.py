@@ -10,7 +10,7 @@ Generated text comes from the templates in templates/c; model names reach it onl
 reports (`KernelProgram.params`; a parameter the renderer dropped is not passed)."""
 from __future__ import annotations
 from tgc.codegen.compiled import BufferInfo, BufferKind, CompiledModel
-from tgc.codegen.knobs import PARALLEL_MIN_BYTES, PARALLEL_MIN_OPS
+from tgc.codegen.knobs import PARALLEL_MIN_BYTES, PARALLEL_MIN_OPS, POOL_RUNS_PER_THREAD
 from tgc.ir.sint import is_static, render
 from tgc.codegen.lower import KernelProgram
 from tgc.codegen.render.cstyle import variable_name
@@ -162,7 +162,7 @@ def c_sources(cm: CompiledModel, embed_weights: bool = False) -> tuple[dict[str,
                  "kernels": kernels, "kernels_end": SIMD_POSTLUDE + "\n" if SIMD_PRELUDE in kernel_prefix else "",
                  "weights_sha256": c_bytes(bytes.fromhex(sha256(weights.data))),
                  "embedded": "1" if embed_weights else "0", "parallel_min_ops": f"{float(PARALLEL_MIN_OPS)}",
-                 "parallel_min_bytes": f"{float(PARALLEL_MIN_BYTES)}",
+                 "parallel_min_bytes": f"{float(PARALLEL_MIN_BYTES)}", "pool_runs": str(POOL_RUNS_PER_THREAD),
                  "objects": "model.o weights.o" if embed_weights else "model.o",
                  "weights_rule": WEIGHTS_RULE if embed_weights else "", "launch_glue": _glue(cm, params),
                  "num_calls": str(len(cm.calls)), "num_calls_len": str(max(len(cm.calls), 1)),
