@@ -51,7 +51,7 @@ def dynamic_quantize(x: Tensor, ranged: Tensor | None = None) -> tuple[Tensor, T
   scale = (hi == lo).where(1.0, (hi - lo) / 255.0)
   zero = (0.0 - lo / scale).clip(0.0, 255.0).round()
   q = ((x / scale).round() + zero).clip(0.0, 255.0)
-  return q.cast(dtypes.uint8), zero.cast(dtypes.int32), scale
+  return q.cast(dtypes.uint8).contiguous(), zero.cast(dtypes.int32), scale     # stored as 8 bits: dot products
 
 
 def _requantize(ctx: NodeContext, y: Tensor, zero: Tensor) -> Tensor:

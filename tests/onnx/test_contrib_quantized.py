@@ -4,6 +4,7 @@ thread, graph optimizations off) on random non-zero data: integer outputs equal 
 apart), float outputs to a tight tolerance. Also an LSTM
 model quantized by onnxruntime.quantization.quantize_dynamic, which writes DynamicQuantizeLSTM."""
 from __future__ import annotations
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tgc.aot.compile import compile_model
 from tgc.aot.onnx_backend import TgcBackend
 
 MS = "com.microsoft"
@@ -158,6 +160,26 @@ def test_dynamic_quantize_lstm(direction, per_column):
   model = one_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "h0", "c0", "", "ws", "wz", "rs", "rz"], {"x": x},
                    inits, outputs, hidden_size=h, direction=direction)
   compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_quantize_lstm_reads_the_hidden_state_in_8_bits(tmp_path: Path):
+  """The hidden state quantized at each step is stored as uint8, so the recurrent product multiplies 8-bit values
+  (the CPU's dot-product instructions) rather than int32 copies of them."""
+  seq, batch, k, h = 4, 1, 16, 32
+  w, ws, wz = quantized_lstm_weights(RNG.standard_normal((1, 4 * h, k)).astype(np.float32) * 0.4, True)
+  r, rs, rz = quantized_lstm_weights(RNG.standard_normal((1, 4 * h, h)).astype(np.float32) * 0.4, True)
+  model = one_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"],
+                   {"x": RNG.standard_normal((seq, batch, k)).astype(np.float32)},
+                   {"w": w, "r": r, "ws": ws, "wz": wz, "rs": rs, "rz": rz},
+                   [("yh", TensorProto.FLOAT, [1, batch, h])], hidden_size=h)
+  onnx.save(model, str(tmp_path / "lstm.onnx"))
+  report = compile_model(str(tmp_path / "lstm.onnx"), "c", str(tmp_path / "out"))
+  manifest = json.loads((Path(report.out_dir) / "manifest.json").read_text())
+  arena = manifest["arena_buffers"]
+  step_reads = [a for c in manifest["calls"] for a in c["args"][1:] if a["kind"] == "arena"]
+  assert any(arena[a["index"]]["dtype"] == "uint8" and arena[a["index"]]["shape"] == [batch, h] for a in step_reads)
+  assert not any(arena[a["index"]]["dtype"] == "int32" and arena[a["index"]]["shape"] == [batch, h]
+                 for a in step_reads)
 
 
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
