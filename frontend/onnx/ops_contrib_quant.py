@@ -12,8 +12,9 @@ empty; `zero = round(-min / scale)` saturated to 0..255; `q = saturate(round(x /
 is the ONNX LSTM with W and R stored transposed ([dirs, input, 4h] and [dirs, h, 4h]) as int8/uint8 with a scale per
 direction or per direction and gate column: the input projection of all steps is one such product (X quantized once
 per direction, over the steps up to the longest sequence), the recurrence quantizes the previous hidden state at
-every step. (onnxruntime splits the batch between threads for large batches and quantizes each slice on its own;
-one slice is the single-threaded result.) Results equal onnxruntime's up to float rounding, except where a value
+every step (stored as 8 bits: the recurrent product multiplies 8-bit values, codegen/dot.py). (onnxruntime splits
+the batch between threads for large batches and quantizes each slice on its own; one slice is the single-threaded
+result.) Results equal onnxruntime's up to float rounding, except where a value
 lands on a rounding boundary of a dynamic quantization and the last bits of onnxruntime's approximate sigmoid/tanh
 decide it: one quantization step apart, which a long recurrence carries on."""
 from __future__ import annotations
