@@ -74,8 +74,9 @@ def _sized_entry(e: dict, values: dict[str, int]) -> dict:
   specs = []
   for spec in e["inputs"]:
     given = e.get("input_shapes", {}).get(spec["name"])     # sizes as multiples: 32*h
-    shape = [evaluate_size(d, values) for d in given] if given else list(spec["shape"])
-    if not given:
+    if given: shape = [evaluate_size(d, values) for d in given]
+    else:
+      shape = list(spec["shape"])
       for axis, name in spec.get("open", {}).items(): shape[int(axis)] = values[name]
     specs.append({**spec, "shape": shape})
   return {**e, "inputs": specs}

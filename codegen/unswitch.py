@@ -88,10 +88,7 @@ def _every_lane_of(gates: list[UOp], strict: bool) -> UOp | None:
   """A scalar that holds when every gate holds in every lane; `strict`: None unless it is read off the gates' form
   (no test lane by lane)."""
   parts = [_every_lane(g, strict) for g in gates]
-  if any(p is None for p in parts): return None
-  test = parts[0]
-  for p in parts[1:]: test = UOp(Ops.AND, dtypes.bool, (test, p))
-  return test
+  return None if any(p is None for p in parts) else _all(parts)
 
 
 def _every_lane(gate: UOp, strict: bool) -> UOp | None:
@@ -108,9 +105,13 @@ def _every_lane(gate: UOp, strict: bool) -> UOp | None:
     hi, lo = _lane_bound(gate.src[0], largest=True), _lane_bound(gate.src[1], largest=False)
     if hi is not None and lo is not None: return UOp(Ops.CMPLT, dtypes.bool, (hi, lo))
   if strict: return None
-  lanes = [UOp(Ops.GEP, dtypes.bool, (gate,), i) for i in range(gate.dtype.count)]
-  test = lanes[0]
-  for lane in lanes[1:]: test = UOp(Ops.AND, dtypes.bool, (test, lane))
+  return _all([UOp(Ops.GEP, dtypes.bool, (gate,), i) for i in range(gate.dtype.count)])
+
+
+def _all(conditions: list[UOp]) -> UOp:
+  """The AND of scalar conditions, in order."""
+  test = conditions[0]
+  for c in conditions[1:]: test = UOp(Ops.AND, dtypes.bool, (test, c))
   return test
 
 

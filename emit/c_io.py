@@ -104,9 +104,9 @@ def shape_functions(cm: CompiledModel, sym: str) -> str:
     out.append(f"size_t {sym}_{kind}_shape_at(const {sym}_ctx *ctx, size_t i, size_t *shape) {{\n"
                f"  if (ctx == NULL || shape == NULL) return 0;\n"
                "  switch (i) {\n" + "".join(c + "\n" for c in cases) + "    default: return 0;\n  }\n}\n")
-  scaled = [scaled_variable(d) for b in cm.inputs for d in b.shape]
-  table = [names.index(v.arg[0]) if v is not None else -1 for v, _ in (sc or (None, 1) for sc in scaled)]
-  factors = [sc[1] if sc else 1 for sc in scaled]
+  scaled = [scaled_variable(d) or (None, 1) for b in cm.inputs for d in b.shape]
+  table = [names.index(v.arg[0]) if v is not None else -1 for v, _ in scaled]
+  factors = [factor for _, factor in scaled]
   offsets = [0]
   for b in cm.inputs: offsets.append(offsets[-1] + len(b.shape))
   out.append(f"static const int tg_input_dim_sizes[] = {{{', '.join(str(t) for t in table + [-1])}}};\n"
