@@ -14,7 +14,9 @@ stage of lowering:
    output lane's g weights side by side, the layout the instruction reads.
 3. `dot_products` (a rule table, after vectorization): a vector reduction whose body adds g products of a broadcast
    integer and weight lanes read at base + g*lane + j (product j) becomes a DOT of the g integers packed into one
-   32-bit word and broadcast, and the g*lanes weights loaded as one vector; it sums into an int32 accumulator that
+   32-bit word and broadcast (one 32-bit load where they are consecutive elements of one buffer, the channels of a
+   channels-last activation: their bytes are the word already; else bytes shifted into place), and the g*lanes
+   weights loaded as one vector; it sums into an int32 accumulator that
    is converted after the reduction when the sum was a float one. The linearizer lets the DOT add into the
    accumulator itself; the C renderer spells it per CPU level. Integers whose range is as wide as the instruction's
    operand but elsewhere (uint8 minus a zero point for an unsigned or signed 8-bit operand) are shifted into it by a
@@ -192,11 +194,49 @@ def _groups(terms: list, group: int) -> list[tuple[list[UOp], UOp]] | None:
   return out
 
 
+def _plus_const(u: UOp) -> tuple[UOp, int]:
+  return (u.src[0], u.src[1].arg) if u.op is Ops.ADD and u.src[1].op is Ops.CONST else (u, 0)
+
+
+def _element_read(a: UOp, bits: int) -> tuple[UOp | None, UOp, int, int] | None:
+  """`a` as (gate, load, add, fill): `load + add` where `gate` holds (always where it is None), `fill` elsewhere,
+  for a load of `bits`-bit integers converted to int32: `x + k`, `where(gate, x + k1, 0) + k2`; else None."""
+  a, outer = _plus_const(a)
+  gate = None
+  if a.op is Ops.WHERE and a.src[2].op is Ops.CONST and a.src[2].arg == 0: gate, a = a.src[0], a.src[1]
+  a, inner = _plus_const(a)
+  if gate is None and inner: return None
+  if a.op is not Ops.CAST or a.src[0].op is not Ops.LOAD or 8 * a.src[0].dtype.itemsize != bits: return None
+  return gate, a.src[0], inner + outer, outer
+
+
+def _loaded_word(acts: list[UOp], act) -> UOp | None:
+  """The integers `acts` as one 32-bit load when they are consecutive elements of one buffer (the bytes the
+  instruction takes are side by side in memory), read under one gate, each plus one constant that changes its bytes
+  alone (0, or 128 for 8 bits: the top bit flipped); else None."""
+  bits = 8 * act.itemsize
+  reads = [_element_read(a, bits) for a in acts]
+  if any(r is None for r in reads) or len({(r[0], r[2], r[3]) for r in reads}) != 1: return None
+  gate, first, add, fill = reads[0]
+  flip = add % (1 << bits)
+  if flip not in (0, 1 << (bits - 1)): return None
+  if any(_offset(ld, first) != j or ld.src[2:] != first.src[2:] for j, (_, ld, _, _) in enumerate(reads)): return None
+  word = UOp(Ops.BITCAST, U32, (UOp(Ops.LOAD, first.dtype.vec(len(acts)), first.src),))
+  if flip: word = UOp(Ops.XOR, U32, (word, _repeated(flip, bits, len(acts))))
+  if gate is None: return word
+  return UOp(Ops.WHERE, U32, (gate, word, _repeated(fill & ((1 << bits) - 1), bits, len(acts))))
+
+
+def _repeated(element: int, bits: int, count: int) -> UOp:
+  """The 32-bit word of `count` copies of the `bits`-bit `element`."""
+  return UOp.const(U32, sum(element << (bits * j) for j in range(count)))
+
+
 def _dot(acts: list[UOp], base: UOp, lanes: int, act, wt) -> UOp:
   """DOT of the integers `acts` packed into one 32-bit word (broadcast) and the weights at `base` as one vector."""
   group, bits = len(acts), 8 * act.itemsize
-  word = None
-  for j, a in enumerate(acts):
+  word = _loaded_word(acts, act)
+  for j, a in enumerate(acts if word is None else []):
     part = UOp(Ops.AND, U32, (a.cast(U32), UOp.const(U32, (1 << bits) - 1))) if a.op is not Ops.CONST else \
       UOp.const(U32, a.arg & ((1 << bits) - 1))
     if j: part = UOp(Ops.SHL, U32, (part, UOp.const(U32, bits * j)))

@@ -200,7 +200,7 @@ class CRenderer(CStyleRenderer):
     if u.op is Ops.EXP2: return f"tg_exp2_f32x{d.count}({s[0]})"
     if u.op is Ops.NEG: return f"(-{s[0]})" if not d.scalar.is_bool else f"(~{s[0]})"
     if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
-    if u.op is Ops.BITCAST: return f"(({vector_type(d)})({s[0]}))"
+    if u.op is Ops.BITCAST: return f"(({vector_type(d) if d.count > 1 else self.type_name(d)})({s[0]}))"
     if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
     if u.op is Ops.DOT: return self._dot(d, *s[:2], s[2] if len(s) > 2 else self.render_vector(["0"] * d.count, d))
     return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import numpy as np
 import onnx
-from tgc.ir import DType, Ops, UOp, lowp, provenance
+from tgc.ir import DType, Ops, UOp, dtypes, lowp, provenance
 from tgc.ir.config import config
 from tgc.ir.sint import is_static
 from tgc.frontend import buffers
@@ -35,11 +35,15 @@ def _nbytes(v: tuple) -> int:
   return lowp.storage_nbytes(v[1], v[0].size)
 
 
-def _grows_weights(vals: list, outs: list) -> bool:
+def _grows_weights(op: str, vals: list, outs: list) -> bool:
   """Whether a folded node turns its constant inputs into bigger data (int8 weights dequantized to float32, float16
   weights cast up, a fill): the node then stays a computation in the model, so the weights stay small. Small values
-  (shape arithmetic) are always folded."""
+  (shape arithmetic) are always folded, except 8-bit weight matrices and kernels dequantized: the convolution or
+  matrix product they feed reads their 8-bit values, however few (dot-product instructions)."""
   outs = [o for o in outs if o is not None]
+  if op == "DequantizeLinear" and isinstance(vals[0], tuple) and vals[0][1] in (dtypes.int8, dtypes.uint8) \
+     and vals[0][0].ndim >= 2:
+    return True
   if not outs or max(o[0].size for o in outs) < GROWN_FOLD_MIN: return False
   return sum(_nbytes(o) for o in outs) > sum(_nbytes(v) for v in vals if isinstance(v, tuple))
 
@@ -310,7 +314,7 @@ class OnnxGraph:
         outs = [(t.numpy(), t.dtype) if t is not None else None for t in res]
         if cache_key is not None: self._folded[cache_key] = outs
       self._pass_names(vals, outs)
-      if not _grows_weights(vals, outs) or node.op_type in ("Shape", "Size"):
+      if not _grows_weights(node.op_type, vals, outs) or node.op_type in ("Shape", "Size"):
         _store(scope, node, label, outs)
         return
     tins = [None if v is None else scope.as_tensor(n, v) for n, v in zip(names, vals)]

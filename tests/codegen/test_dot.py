@@ -123,6 +123,36 @@ def test_odd_reductions_stay_exact(level, k, paired):
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
+def conv_case(level: str, zero: int, signed: bool):
+  """A padded 3x3 convolution of channels-last 8-bit activations minus `zero` with int8 weights, summed in float32:
+  (the kernel lowered for `level`, its buffers, numpy's result)."""
+  x = RNG.integers(-128, 128, (1, 9, 11, 32)).astype(np.int8) if signed else \
+    RNG.integers(0, 256, (1, 9, 11, 32)).astype(np.uint8)
+  w = RNG.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
+  a = Tensor(x, device="c").cast(dtypes.float32)
+  t = (a - zero if zero else a).permute(0, 3, 1, 2).conv2d(Tensor(w, device="c").cast(dtypes.float32), padding=1)
+  items, _ = schedule([t.uop], _alloc("c"))
+  assert len(items) == 1
+  prg = lower(items[0].ast, Target.make("c", cpu=level), weights={W_POS: w.size})
+  padded = np.pad(x.astype(np.int64) - zero, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  want = sum(np.einsum("hwc,oc->ohw", padded[0, i:i + 9, j:j + 11], w[:, :, i, j].astype(np.int64))
+             for i in range(3) for j in range(3))[None]
+  data = {0: np.zeros(want.shape, np.float32), 1: x, W_POS: w}
+  for pos, how in prg.relayouts.items(): data[pos] = how.apply({p: data[p] for p in how.positions})
+  return prg, [np.ascontiguousarray(data[p]) for p in prg.args], want
+
+
+@pytest.mark.parametrize("zero, signed", [(0, False), (128, False), (3, True)], ids=["uint8", "uint8-128", "int8"])
+def test_padded_conv_reads_each_group_of_channels_in_one_load(zero, signed):
+  """A tap's four channels are side by side in a channels-last activation: the instruction's 32-bit operand is one
+  load (its top bits flipped for int8 activations, the zero point's bytes where the tap is padding), not four byte
+  loads shifted together; exact."""
+  prg, bufs, want = conv_case("x86-64-v4+vnni", zero, signed)
+  assert ("tg_i8x4" if signed else "tg_u8x4") in prg.src and "<<" not in prg.src
+  if not runs_here("x86-64-v4+vnni"): pytest.skip("this machine does not run x86-64-v4+vnni code")
+  np.testing.assert_array_equal(run_here(prg, bufs), want)
+
+
 # ---------------------------------------------------------------- sdot under qemu-aarch64
 MAIN = """#include <stdio.h>
 #include <stdlib.h>
