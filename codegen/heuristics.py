@@ -9,6 +9,8 @@ with accumulators. The loop over the reduce axis that every gate (padding) ignor
 are computed once per tap; the output loop that indexes the weights goes outermost, so a panel of weights stays in
 cache while the rest of the output streams past it. Where the CPU has an integer dot-product instruction and the
 reductions sum 8-bit products, a reduce axis is unrolled by the products one instruction sums (codegen/dot.py).
+A reduction over a few taps only, every load moving with the vector lanes (a depthwise convolution, a pooling
+window), is unrolled: the block's overlapping windows then share their input loads.
 
 GPU targets get work-group shapes for any extent, register blocks and work-group reductions: see
 codegen/gpu_heuristics.py."""
@@ -19,7 +21,8 @@ from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import loop_end, unclamped_access
-from tgc.codegen.knobs import BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS
+from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS, SHORT_TAPS,
+                               UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
@@ -194,6 +197,28 @@ def _store_order(k: Kernel) -> Kernel:
   return k
 
 
+def _unroll_taps(k: Kernel) -> Kernel:
+  """A reduction over a few taps only (a depthwise convolution's or a pooling window's: every reduce axis fixed and
+  at most SHORT_TAPS long) unrolled from its innermost axis, up to UNROLLED_TAPS copies. The register block's
+  neighbouring outputs read overlapping windows: unrolled, each input pixel is loaded (and converted) once for all
+  the taps that read it instead of once per tap. Only where every load of the sum moves with the vector lanes (a
+  channel each, as in a depthwise conv): a convolution over a few input channels (an RGB stem) shares broadcast
+  pixels across its block already, and its unrolled weights would crowd out the accumulators."""
+  red = k.axes(R)
+  vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
+  if not red or vec is None or any(r.src[0].op is not Ops.CONST or r.src[0].arg > SHORT_TAPS for r in red) or \
+     any(o.op is OptOps.UNROLL for o in k.opts) or not all(depends(ld.src[1], vec) for ld in reduce_body_loads(k)):
+    return k
+  copies = 1
+  for i in reversed(range(len(red))):
+    n = Kernel.size(red[i])
+    if copies * n > UNROLLED_TAPS: break
+    unrolled = try_opt(k, Opt(OptOps.UNROLL, i, n))
+    if unrolled is k: break
+    k, copies = unrolled, copies * n
+  return k
+
+
 def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> list[Opt]:
   has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
   vec = _pick_vector(k, target, constant) if vector else None
@@ -203,4 +228,5 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> l
     k = _register_block(k, target)
     k = _order_loops(k, constant)
     k = dot_unroll(k, target.dot, constant)
+    k = _unroll_taps(k)
   return k.opts

@@ -7,7 +7,7 @@ from tgc.codegen.schedule import schedule
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.lower import lower
 from tgc.codegen.kernel_access import stride
-from tgc.codegen.opts import Kernel
+from tgc.codegen.opts import Kernel, OptOps
 from tgc.codegen.target import as_target
 from tgc.ir import Ops, AxisType
 
@@ -64,3 +64,32 @@ def test_an_axis_no_vector_divides_is_vectorized_with_masked_accesses():
   got = Tensor(x, device="c").softmax(-1).numpy()
   want = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def _taps_case(groups: int, cin: int):
+  """A padded 3x3 convolution of 32 output channels over 14 x 14 channels-last pixels, `groups` groups of `cin`
+  input channels: its kernel's heuristic opts and lowered program."""
+  x = Tensor(RNG.standard_normal((1, 14, 14, groups * cin)).astype(np.float32)).permute(0, 3, 1, 2)
+  w = Tensor(RNG.standard_normal((32, cin, 3, 3)).astype(np.float32))
+  items, _ = schedule([x.conv2d(w, padding=1, groups=groups).uop], _alloc("c"))
+  opts = hand_coded_opts(Kernel(items[-1].ast), as_target("c"), frozenset({2}))
+  return opts, lower(items[-1].ast, as_target("c"), opts, weights={2: w.numel()})
+
+
+def test_a_depthwise_convolution_unrolls_its_taps():
+  """A depthwise 3x3 convolution sums 9 taps and nothing else: both tap loops are unrolled, so the register block's
+  neighbouring output pixels, whose windows overlap, share their input loads (fewer loads than copies times taps).
+  A convolution that also sums 16 input channels keeps its loops."""
+  opts, prg = _taps_case(32, 1)
+  unrolled = [o.amount for o in opts if o.op is OptOps.UNROLL]
+  assert unrolled == [3, 3], opts
+  copies = np.prod([o.amount for o in opts if o.op is OptOps.UPCAST])
+  loads = prg.src.count("*(const tg_f32x")
+  assert 0 < loads < copies * 9, (loads, copies)
+  opts, _ = _taps_case(2, 16)
+  assert not any(o.op is OptOps.UNROLL for o in opts), opts
+  x, w = RNG.standard_normal((1, 14, 14, 32)).astype(np.float32), RNG.standard_normal((32, 1, 3, 3)).astype(np.float32)
+  got = Tensor(x, device="c").permute(0, 3, 1, 2).conv2d(Tensor(w, device="c"), padding=1, groups=32).numpy()
+  padded = np.pad(x[0], ((1, 1), (1, 1), (0, 0)))
+  want = sum(padded[i:i + 14, j:j + 14] * w[:, 0, i, j] for i in range(3) for j in range(3)).transpose(2, 0, 1)
+  np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
