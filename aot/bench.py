@@ -104,7 +104,7 @@ def _call_bytes(manifest: dict, call: dict) -> int:
 def machine_roofline(manifest: dict) -> Roofline | None:
   """This machine's roofline at the vector width a C artifact's kernels were generated for (None: not C)."""
   cpu = manifest.get("target_info", {}).get("cpu")
-  return roofline.measure(int(cpu["vector_bytes"])) if cpu else None
+  return roofline.measure(int(cpu["vector_bytes"]), tuple(cpu.get("cflags", ()))) if cpu else None
 
 
 def kernel_profile(manifest: dict, per_call: list[float], runs: int, machine: Roofline | None = None

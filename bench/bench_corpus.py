@@ -173,7 +173,7 @@ def main(argv=None) -> int:
   from tgc.codegen.target import cpu_level
   from tgc.runtimes import roofline
   level = cpu_level(args.cpu or "native")
-  peak = roofline.measure(level.vector_bytes)
+  peak = roofline.measure(level.vector_bytes, level.cc_flags)
   info = dict(machine(), kernel_level=level.level, peak_gflops=peak.gflops, copy_gbs=peak.gbytes,
               wall_s=time.perf_counter() - start)
   s = summary(rows)

@@ -106,19 +106,21 @@ class CRuntime(Runtime):
   def synchronize(self) -> None:
     """Kernels run synchronously on the calling thread: nothing to wait for."""
 
-  def cache_key(self, src: str) -> str:
+  def cache_key(self, src: str, flags: tuple[str, ...] = ()) -> str:
     """sha256 of everything that determines the shared object: source, flags, compiler identity."""
-    material = "\0".join([src, " ".join(C_FLAGS), self.compiler, self.compiler_version])
+    material = "\0".join([src, " ".join(C_FLAGS + flags), self.compiler, self.compiler_version])
     return hashlib.sha256(material.encode()).hexdigest()
 
-  def compile(self, src: str, name: str) -> CProgram:
+  def compile(self, src: str, name: str, flags: tuple[str, ...] = ()) -> CProgram:
+    """`src` built as a shared object (cached by content); `flags`: compiler flags after the usual ones (a CPU
+    level's, such as -mprefer-vector-width=512)."""
     if not IDENTIFIER.fullmatch(name):
       raise ValueError(f"c: kernel name '{name}' is not a C identifier")
-    key = self.cache_key(src)
+    key = self.cache_key(src, flags)
     if (key, name) not in self.programs:
       path = os.path.join(self.cache_dir, f"{key}.so")
       if not os.path.exists(path):
-        self._build(src, name, path)
+        self._build(src, name, path, flags)
       self.programs[(key, name)] = CProgram(self, name, ctypes.CDLL(path), path)
     return self.programs[(key, name)]
 
@@ -130,14 +132,14 @@ class CRuntime(Runtime):
     first = self.compile(src, programs[0].name)
     return [first] + [CProgram(self, p.name, first.library, first.path) for p in programs[1:]]
 
-  def _build(self, src: str, name: str, path: str) -> None:
+  def _build(self, src: str, name: str, path: str, flags: tuple[str, ...] = ()) -> None:
     """Compile `src` to a temporary file next to `path`, then atomically move it into place, so concurrent
     compilers of the same source never expose a half-written shared object."""
     os.makedirs(self.cache_dir, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(dir=self.cache_dir, prefix=f".{name}.", suffix=".so.tmp")
     os.close(fd)
     try:
-      command = [self.compiler, "-x", "c", "-", "-x", "none", *C_FLAGS, "-o", tmp_path]
+      command = [self.compiler, "-x", "c", "-", "-x", "none", *C_FLAGS, *flags, "-o", tmp_path]
       result = subprocess.run(command, input=src, capture_output=True, text=True)
       if result.returncode != 0:
         raise CompileError(self.name, name, result.stderr or result.stdout or f"exit status {result.returncode}")

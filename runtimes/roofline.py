@@ -52,11 +52,13 @@ def _peak_source(vector_bytes: int) -> str:
     total=" ".join(f"s += {a};" for a in names))
 
 
-def peak_gflops(vector_bytes: int, runtime=None, seconds: float = 0.05) -> float:
-  """GFLOP/s of independent vector FMA chains of `vector_bytes` on the calling thread (best of five)."""
+def peak_gflops(vector_bytes: int, flags: tuple[str, ...] = (), runtime=None, seconds: float = 0.05) -> float:
+  """GFLOP/s of independent vector FMA chains of `vector_bytes` on the calling thread (best of five), built with the
+  compiler `flags` of the kernels it is compared with: without -mprefer-vector-width=512, clang splits 64-byte
+  vectors into two 32-byte halves, and an AVX-512 core with two FMA ports then measures half its peak."""
   from tgc.runtimes.c import CRuntime
   runtime = runtime or CRuntime()
-  program = runtime.compile(_peak_source(vector_bytes), "tg_peak")
+  program = runtime.compile(_peak_source(vector_bytes), "tg_peak", flags)
   out = np.array([1.0000001, 1e-7, 0.0], dtype=np.float32)
   fn = program.function
   fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -80,9 +82,10 @@ def copy_gbytes(nbytes: int = 64 << 20) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def measure(vector_bytes: int) -> Roofline:
-  """The roofline of this machine's core at `vector_bytes` (measured once per process)."""
-  return Roofline(peak_gflops(vector_bytes), copy_gbytes())
+def measure(vector_bytes: int, flags: tuple[str, ...] = ()) -> Roofline:
+  """The roofline of this machine's core at `vector_bytes` for code built with `flags` (measured once per
+  process)."""
+  return Roofline(peak_gflops(vector_bytes, flags), copy_gbytes())
 
 
 def _timed(fn) -> float:

@@ -21,3 +21,20 @@ def test_measured_rates_are_plausible():
   except RuntimeUnavailable as error: pytest.skip(f"no C compiler: {error}")
   assert 1.0 < peak < 5_000
   assert 0.1 < roofline.copy_gbytes(8 << 20) < 1_000
+
+
+def test_the_peak_is_measured_with_the_kernels_flags(monkeypatch):
+  """A C artifact's roofline is measured with its CPU level's compiler flags (x86-64-v4: -mprefer-vector-width=512,
+  without which clang splits 64-byte vectors in two and a core with two 512-bit FMA ports reports half its peak),
+  and the flags are part of what a built program is cached by."""
+  from tgc.aot.bench import machine_roofline
+  from tgc.codegen.target import CPU_LEVELS
+  from tgc.runtimes.c import CRuntime
+  seen = []
+  monkeypatch.setattr(roofline, "measure", lambda vector_bytes, flags=(): seen.append((vector_bytes, flags)))
+  machine_roofline({"target_info": {"cpu": CPU_LEVELS["x86-64-v4"].describe()}})
+  assert seen == [(64, ("-march=x86-64-v4", "-mprefer-vector-width=512"))]
+  try: runtime = CRuntime()
+  except RuntimeUnavailable as error: pytest.skip(f"no C compiler: {error}")
+  source = roofline._peak_source(64)
+  assert runtime.cache_key(source, ("-mprefer-vector-width=512",)) != runtime.cache_key(source)
