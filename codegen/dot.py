@@ -8,7 +8,8 @@ stage of lowering:
 
 1. `dot_unroll` (heuristics): a reduce axis is unrolled by g, when every reduction of the kernel is such a sum:
    (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane). An axis g divides, else one
-   padded by a few percent (the copies past its end add zero: a convolution's 7 taps in 4 pairs).
+   padded by up to a third (the copies past its end add zero: a convolution's 7 taps in 4 pairs, an
+   image's 3 channels as 4).
 2. `dot_prepare` (lowering, before relayout): the gate of padded copies moves from the product onto the shared
    integer, and the UNROLL range is what the weights' relayout stores innermost, inside the VECTOR lanes: each
    output lane's g weights side by side, the layout the instruction reads.

@@ -110,11 +110,12 @@ def test_matches_numpy_integers(level, shape, float_sum, signed):
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
-@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4+vnni"])
-@pytest.mark.parametrize("k, paired", [(37, True), (7, True), (3, False)])
+@pytest.mark.parametrize("level, k, paired", [("x86-64-v3", 37, True), ("x86-64-v3", 3, True),
+                                               ("x86-64-v4+vnni", 37, True), ("x86-64-v4+vnni", 7, True),
+                                               ("x86-64-v4+vnni", 5, False)])
 def test_odd_reductions_stay_exact(level, k, paired):
-  """A reduction the group does not divide is padded when that costs little (37 -> 38, 7 -> 8: the last pair adds
-  zero), else summed lane by lane (3); exact either way."""
+  """A reduction the group does not divide is padded when that costs at most a third more products (37 -> 38 or 40,
+  7 -> 8, 3 -> 4: the last copies add zero), else summed lane by lane (5 -> 8); exact either way."""
   if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
   x, w, zero = case(3, k, 24, signed=False)
   prg = program(x, w, zero, level, float_sum=True)
@@ -123,12 +124,12 @@ def test_odd_reductions_stay_exact(level, k, paired):
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
-def conv_case(level: str, zero: int, signed: bool):
-  """A padded 3x3 convolution of channels-last 8-bit activations minus `zero` with int8 weights, summed in float32:
-  (the kernel lowered for `level`, its buffers, numpy's result)."""
-  x = RNG.integers(-128, 128, (1, 9, 11, 32)).astype(np.int8) if signed else \
-    RNG.integers(0, 256, (1, 9, 11, 32)).astype(np.uint8)
-  w = RNG.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
+def conv_case(level: str, zero: int, signed: bool, cin: int = 32):
+  """A padded 3x3 convolution of channels-last 8-bit activations (`cin` channels) minus `zero` with int8 weights,
+  summed in float32: (the kernel lowered for `level`, its buffers, numpy's result)."""
+  x = RNG.integers(-128, 128, (1, 9, 11, cin)).astype(np.int8) if signed else \
+    RNG.integers(0, 256, (1, 9, 11, cin)).astype(np.uint8)
+  w = RNG.integers(-128, 128, (24, cin, 3, 3)).astype(np.int8)
   a = Tensor(x, device="c").cast(dtypes.float32)
   t = (a - zero if zero else a).permute(0, 3, 1, 2).conv2d(Tensor(w, device="c").cast(dtypes.float32), padding=1)
   items, _ = schedule([t.uop], _alloc("c"))
@@ -149,6 +150,14 @@ def test_padded_conv_reads_each_group_of_channels_in_one_load(zero, signed):
   loads shifted together; exact."""
   prg, bufs, want = conv_case("x86-64-v4+vnni", zero, signed)
   assert ("tg_i8x4" if signed else "tg_u8x4") in prg.src and "<<" not in prg.src
+  if not runs_here("x86-64-v4+vnni"): pytest.skip("this machine does not run x86-64-v4+vnni code")
+  np.testing.assert_array_equal(run_here(prg, bufs), want)
+
+
+def test_an_rgb_convolution_pads_its_three_channels_to_four():
+  """An image's 3 channels (a network's first convolution) are padded to 4 for the instruction: exact."""
+  prg, bufs, want = conv_case("x86-64-v4+vnni", 128, False, cin=3)
+  assert "_dpbusd_epi32" in prg.src
   if not runs_here("x86-64-v4+vnni"): pytest.skip("this machine does not run x86-64-v4+vnni code")
   np.testing.assert_array_equal(run_here(prg, bufs), want)
 
