@@ -8,8 +8,8 @@ stage of lowering:
 
 1. `dot_unroll` (heuristics): a reduce axis is unrolled by g, when every reduction of the kernel is such a sum:
    (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane). An axis g divides, else one
-   padded by up to a third (the copies past its end add zero: a convolution's 7 taps in 4 pairs, an
-   image's 3 channels as 4).
+   padded by up to a third (the copies past its end add zero: a convolution's 7 taps in 4 pairs, an image's 3
+   channels as 4).
 2. `dot_prepare` (lowering, before relayout): the gate of padded copies moves from the product onto the shared
    integer, and the UNROLL range is what the weights' relayout stores innermost, inside the VECTOR lanes: each
    output lane's g weights side by side, the layout the instruction reads.
@@ -17,12 +17,12 @@ stage of lowering:
    integer and weight lanes read at base + g*lane + j (product j) becomes a DOT of the g integers packed into one
    32-bit word and broadcast (one 32-bit load where they are consecutive elements of one buffer, the channels of a
    channels-last activation: their bytes are the word already; else bytes shifted into place), and the g*lanes
-   weights loaded as one vector; it sums into an int32 accumulator that
-   is converted after the reduction when the sum was a float one. The linearizer lets the DOT add into the
-   accumulator itself; the C renderer spells it per CPU level. Integers whose range is as wide as the instruction's
-   operand but elsewhere (uint8 minus a zero point for an unsigned or signed 8-bit operand) are shifted into it by a
-   constant c: sum(a*w) = sum((a - c)*w) + c*sum(w), and sum(w) per output lane is one more DOT (of ones) in one
-   more accumulator, which every register-block copy reading the same weights shares.
+   weights loaded as one vector; it sums into an int32 accumulator that is converted after the reduction when the
+   sum was a float one. The linearizer lets the DOT add into the accumulator itself; the C renderer spells it per
+   CPU level. Integers whose range is as wide as the instruction's operand but elsewhere (uint8 minus a zero point
+   for an unsigned or signed 8-bit operand) are shifted into it by a constant c: sum(a*w) = sum((a - c)*w) +
+   c*sum(w), and sum(w) per output lane is one more DOT (of ones) in one more accumulator, which every
+   register-block copy reading the same weights shares.
 
 The integer sums are exact. The float32 sums they replace are the same numbers wherever those are exact (every
 partial sum below 2**24: the 8-bit kernels' float sums are exact integer sums there); the rule fires only when every

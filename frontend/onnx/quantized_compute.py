@@ -9,8 +9,8 @@ kept as float between kernels. With compile-time scales and zero points the same
 so the reduction reads the 8-bit tensors themselves (a cast on load; the weights stay 8-bit in the weights file
 and can be laid out at compile time like any constant) and the scales are applied once per output element. Weights
 that are float already give conv(xq - zx, w) * sx the same way (8-bit weights are never folded to float at
-compile time, however small: the importer keeps their DequantizeLinear). The
-integer products summed in float32 are exact up to 2**24, then rounded as the float reference rounds; outputs
+compile time, however small: the importer keeps their DequantizeLinear). The integer products summed in float32
+are exact up to 2**24, then rounded as the float reference rounds; outputs
 equal the QDQ reference within its tolerance. `DequantizeLinear` records what it dequantized (`record_dequantized`)
 and the Conv, MatMul and Gemm handlers ask for it (`quantized_conv`, `quantized_matmul`); anything else (blocked or
 non-constant scales, per-axis activations, float8 inputs) keeps the literal form; dequantized weights with zero
