@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 from tgc.aot.compile import compile_model
 from tgc.aot.artifact import runner_class
-from tgc.codegen.target import cpu_level
+from tgc.codegen.target import cpu_level, host_cpu
 
 RNG = np.random.default_rng(21)
 OUT_SCALE = 0.05
@@ -85,9 +85,16 @@ def model_path(tmp_path_factory):
   return path
 
 
-@pytest.mark.parametrize("target", ["c", "opencl", "webgpu"])
-def test_qdq_network_matches_reference(model_path, tmp_path, target):
-  report = compile_model(str(model_path), target, str(tmp_path / target), force=True)
+@pytest.mark.parametrize("target, cpu", [("c", None), ("c", "x86-64-v4+vnni"), ("opencl", None), ("webgpu", None)],
+                         ids=["c", "c-vnni", "opencl", "webgpu"])
+def test_qdq_network_matches_reference(model_path, tmp_path, target, cpu):
+  """c-vnni: the convolutions as VNNI dot products whose activation words are single loads (zero points 128, 0,
+  100; padded taps read as the zero point)."""
+  if cpu is not None and host_cpu().dot != "vnni": pytest.skip(f"this machine does not run {cpu} code")
+  report = compile_model(str(model_path), target, str(tmp_path / target), force=True, cpu=cpu)
+  if cpu is not None:
+    with open(f"{report.out_dir}/model.c") as f: source = f.read()
+    assert "_mm512_dpbusd_epi32" in source and "tg_u8x4u *" in source
   ref = ReferenceEvaluator(str(model_path))
   with runner_class(target)(report.out_dir) as runner:
     for seed in range(3):
