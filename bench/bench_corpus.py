@@ -128,8 +128,9 @@ def markdown(rows: list[dict], s: dict, info: dict) -> str:
                  f"{ratio2} | {r['rel_err']:.1e} | {top['kernel']}: {top['share']:.0%}, {top['roofline']:.0%} | "
                  f"{slow} |")
   lines.append("")
+  two = "" if math.isnan(s["geomean2"]) else f", {s['geomean2']:.2f}x with two"     # --threads 1: not measured
   lines.append(f"**{s['measured']} of {s['models']} models measured; geometric mean tgc / onnxruntime "
-               f"{s['geomean1']:.2f}x with one thread, {s['geomean2']:.2f}x with two; worst {s['worst']} "
+               f"{s['geomean1']:.2f}x with one thread{two}; worst {s['worst']} "
                f"{s['worst_ratio']:.2f}x; {s['within_1_5']} within 1.5x, {s['at_or_under_1']} at or under 1.0x; "
                f"{s['slow_kernels']} kernels under 10% of the roofline taking 5% of a run or more.**")
   lines.append(f"\n{info['date']}; {info['cpu']}; kernels for {info['kernel_level']}; {info['cores']} cores, "
