@@ -52,12 +52,15 @@ def program(x: np.ndarray, w: np.ndarray, zero: int, level: str, float_sum: bool
   return lower(items[0].ast, Target.make("c", cpu=level), weights={W_POS: w.size})
 
 
-def arguments(prg, x: np.ndarray, w: np.ndarray, out_dtype) -> list[np.ndarray]:
-  """The kernel's buffers: the output, the activations, the weights as the kernel reads them."""
-  m, n = x.shape[0], w.shape[1]
-  data = {0: np.zeros((m, n), out_dtype), 1: x, W_POS: w}
+def arguments(prg, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> list[np.ndarray]:
+  """The kernel's buffers: the output `out`, the activations, the weights as the kernel reads them."""
+  data = {0: out, 1: x, W_POS: w}
   for pos, how in prg.relayouts.items(): data[pos] = how.apply({p: data[p] for p in how.positions})
   return [np.ascontiguousarray(data[p]) for p in prg.args]
+
+
+def matmul_arguments(prg, x: np.ndarray, w: np.ndarray, out_dtype) -> list[np.ndarray]:
+  return arguments(prg, x, w, np.zeros((x.shape[0], w.shape[1]), out_dtype))
 
 
 def run_here(prg, bufs: list[np.ndarray]) -> np.ndarray:
@@ -106,7 +109,7 @@ def test_matches_numpy_integers(level, shape, float_sum, signed):
   x, w, zero = case(*shape, signed=signed)
   prg = program(x, w, zero, level, float_sum)
   assert INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src
-  got = run_here(prg, arguments(prg, x, w, np.float32 if float_sum else np.int32))
+  got = run_here(prg, matmul_arguments(prg, x, w, np.float32 if float_sum else np.int32))
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
@@ -120,7 +123,7 @@ def test_odd_reductions_stay_exact(level, k, paired):
   x, w, zero = case(3, k, 24, signed=False)
   prg = program(x, w, zero, level, float_sum=True)
   assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src) == paired
-  got = run_here(prg, arguments(prg, x, w, np.float32))
+  got = run_here(prg, matmul_arguments(prg, x, w, np.float32))
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
@@ -138,9 +141,7 @@ def conv_case(level: str, zero: int, signed: bool, cin: int = 32):
   padded = np.pad(x.astype(np.int64) - zero, ((0, 0), (1, 1), (1, 1), (0, 0)))
   want = sum(np.einsum("hwc,oc->ohw", padded[0, i:i + 9, j:j + 11], w[:, :, i, j].astype(np.int64))
              for i in range(3) for j in range(3))[None]
-  data = {0: np.zeros(want.shape, np.float32), 1: x, W_POS: w}
-  for pos, how in prg.relayouts.items(): data[pos] = how.apply({p: data[p] for p in how.positions})
-  return prg, [np.ascontiguousarray(data[p]) for p in prg.args], want
+  return prg, arguments(prg, x, w, np.zeros(want.shape, np.float32)), want
 
 
 @pytest.mark.parametrize("zero, signed", [(0, False), (128, False), (3, True)], ids=["uint8", "uint8-128", "int8"])
@@ -217,5 +218,5 @@ def test_sdot_under_qemu_matches_numpy(tmp_path, float_sum, signed):
   x, w, zero = case(5, 43, 24, signed=signed)
   prg = program(x, w, zero, "armv8.2-a+dotprod", float_sum)
   assert "vdotq_s32" in prg.src
-  got = run_under_qemu(prg, arguments(prg, x, w, np.float32 if float_sum else np.int32), str(tmp_path))
+  got = run_under_qemu(prg, matmul_arguments(prg, x, w, np.float32 if float_sum else np.int32), str(tmp_path))
   np.testing.assert_array_equal(got, reference(x, w, zero))
