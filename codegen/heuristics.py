@@ -17,6 +17,7 @@ codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
+from tgc.ir.symbolic import split_terms
 from tgc.codegen.opts import Kernel, Opt, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
@@ -56,11 +57,12 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
     buf, idx, gates = n.src[0], n.src[1], n.src[3:] if n.op is Ops.STORE else n.src[2:]
     weight = loop if n in hot else 1
     total += weight
-    # a clamped access outside the reduction's body as one masked access (inside it, one per multiply costs more)
-    if masked and n not in hot and (found := unclamped_access(n, r)) is not None: idx, gates = found
+    weights = n.op is Ops.LOAD and buf.arg[0] in constant     # laid out at compile time in the order read
+    # a clamped access as one masked access (own weights in the reduction's body: their clamped copies are stored)
+    if masked and not (weights and n in hot) and (found := unclamped_access(n, r)) is not None: idx, gates = found
     if any(depends(g, r) for g in gates) and \
         not (masked and len(gates) == 1 and stride(idx, r) == 1 and loop_end(gates[0], r)): bad += weight
-    elif not (n.op is Ops.LOAD and buf.arg[0] in constant) and stride(idx, r) not in (0, 1): bad += weight
+    elif not weights and stride(idx, r) not in (0, 1): bad += weight
   return bad / max(total, 1)
 
 
@@ -99,26 +101,29 @@ def _reuse_axes(k: Kernel) -> list[tuple[int, UOp]]:
   return [(i, r) for i, r in enumerate(k.axes(G)) if any(not depends(ld.src[1], r) for ld in hot)]
 
 
-def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list[Opt]]:
+def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
+                        constant: frozenset = frozenset()) -> list[list[Opt]]:
   """Register blocks of kernel `k` (its VECTOR split applied) by loads per accumulation, best first: UPCASTs of up
   to two output axes that reduction loads are shared along (`_reuse_axes`), with at most about the target's vector
   registers of accumulators, reading per block what fits in L2. Each is a list of opts to apply in order (the later
-  axis first, so the earlier one's number is unchanged when it is applied)."""
+  axis first, so the earlier one's number is unchanged when it is applied). `constant`: as for `hand_coded_opts`."""
   vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
   budget = max(4, target.registers - 6) if vector else 12
   hot = reduce_body_loads(k)
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
   cache = target.cpu.l2_bytes if target.cpu is not None else 1 << 20
+  l1 = target.cpu.l1d_bytes if target.cpu is not None else None
   cands = [(i, r) for i, r in _reuse_axes(k) if Kernel.size(r) > 1][:4]
   scored: dict[tuple, tuple] = {}
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
-      for na in _block_sizes(ra, budget):
-        for nb in (_block_sizes(rb, budget // na) if b != a else [1]):
+      for na in _block_sizes(ra, budget, _vector_padded(k, ra, vec, hot, constant)):
+        for nb in (_block_sizes(rb, budget // na, _vector_padded(k, rb, vec, hot, constant)) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
-          cost = block_cost(hot, block, loop, cache, vec)
+          if vector and not _fits_registers(block, hot, target.registers): continue
+          cost = block_cost(hot, block, loop, cache, vec, l1)
           if cost is None or math.prod(block.values()) < 2: continue
           cost *= _padding_factor(block)
           opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
@@ -127,9 +132,21 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12) -> list[list
   return [list(o) for o in sorted(scored, key=scored.__getitem__)[:limit]]
 
 
-def _register_block(k: Kernel, target: Target) -> Kernel:
+def _fits_registers(block: dict[UOp, int], hot: list[UOp], registers: int) -> bool:
+  """Whether a register block's accumulators, the copies of the reduction load held while the other copies stream
+  past (a load some block axis does not move: the compiler keeps all its copies, the larger such set counted) and
+  two streamed vectors fit in the vector registers. A matmul block of 3 weight vectors x 8 tokens (24 accumulators,
+  the 8 broadcast tokens held across the weight vectors) spilled and shuffled registers at every step: 2x slower
+  than 6 x 4. A convolution's block of 3 x 8 pixels holds its one weight vector."""
+  accumulators = math.prod(block.values())
+  copies = [math.prod(n for r, n in block.items() if depends(ld.src[1], r)) for ld in hot]
+  held = max([c for c in copies if c < accumulators], default=1)
+  return accumulators + held + 2 <= registers
+
+
+def _register_block(k: Kernel, target: Target, constant: frozenset) -> Kernel:
   """The best register block of `reuse_block_options` applied."""
-  options = reuse_block_options(k, target, limit=1)
+  options = reuse_block_options(k, target, limit=1, constant=constant)
   return k.apply_all(options[0]) if options else k
 
 
@@ -156,12 +173,25 @@ def _step(r: UOp) -> int:
   return Kernel.size(r) if step == 1 else step
 
 
-def _block_sizes(r: UOp, limit: int) -> list[int]:
+def _vector_padded(k: Kernel, r: UOp, vec: UOp | None, hot: list[UOp], constant: frozenset) -> bool:
+  """Whether output loop `r` holds the vectors of a padded VECTOR split (750 keys in 47 vectors of 16: the split
+  clamps `r*16 + lane < 750`) that a reduction load other than own weights (`constant`: laid out with their padding
+  at compile time) reads with each lane clamped: the keys of a transposed K, read by masked vector loads."""
+  if vec is None or vec.arg.parent != r.arg.id: return False
+  lanes = Kernel.size(vec)
+  def clamped(n: UOp) -> bool:
+    return n.op is Ops.WHERE and n.src[0].op is Ops.CMPLT and split_terms(n.src[0].src[0])[0] == {r: lanes, vec: 1}
+  return any(ld.src[0].arg[0] not in constant and any(clamped(n) for n in ld.src[1].toposort()) for ld in hot)
+
+
+def _block_sizes(r: UOp, limit: int, padded: bool = False) -> list[int]:
   """Register block sizes for output loop `r`: the divisors of its length up to `limit`, and sizes that pad it by at
   most BLOCK_MAX_PADDING (ViT's 197 tokens: blocks of 4, 6 or 8), or BLOCK_ODD_PADDING when no block of 2 to 8
   divides it (13 pixels in blocks of 7); the last block's extra copies store nothing, their cost counted by
-  `_padding_factor`."""
+  `_padding_factor`. A loop of `padded` vectors is not padded again: its last vector's lanes would be clamped twice
+  and read one by one."""
   n, step = Kernel.size(r), _step(r)
+  if padded: return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0]
   most = BLOCK_ODD_PADDING if not any(step % d == 0 for d in range(2, 9)) else BLOCK_MAX_PADDING
   return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0 or _padded_length(r, d) - n <= most * n]
 
@@ -225,7 +255,7 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> l
   if vec is not None: k = try_opt(k, vec)
   if not has_reduce: k = _store_order(k)
   if has_reduce:
-    k = _register_block(k, target)
+    k = _register_block(k, target, constant)
     k = _order_loops(k, constant)
     k = dot_unroll(k, target.dot, constant)
     k = _unroll_taps(k)

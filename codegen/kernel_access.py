@@ -5,7 +5,9 @@ import math
 from tgc.ir import Ops, UOp
 from tgc.ir.symbolic import split_terms
 from tgc.codegen.opts import Kernel, Opt, OptError
+from tgc.codegen.knobs import L2_LINE_COST
 
+LINE_BYTES = 64     # a cache line (x86 and most Arm cores)
 
 
 def depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())
@@ -58,12 +60,16 @@ def lanes_are_32bit(k: Kernel, narrow: bool = False) -> bool:
              for n in nodes)
 
 
-def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None) -> float | None:
+def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None,
+               l1: int | None = None) -> float | None:
   """Loads per accumulation of a register block (axis -> copies): each reduction load is loaded once per distinct
   copy of its index. None when a load would read more than 8 rows a power-of-two stride apart (the rows share one
   set of the L1 cache), or when what one block reads over its reduction loop (`loop` iterations) does not fit in
-  `cache` bytes (it is read again for the next block)."""
-  loads = 0
+  `cache` bytes (it is read again for the next block). With `l1` (the L1 data cache's bytes), a load whose values
+  over the loop take half of it or more also comes from L2 at each block: its cache lines per accumulation count
+  L2_LINE_COST loads each (a 1x1 conv's weight panel of 8 vectors, read again for each pair of pixels, moves 3.5
+  times the L2 bytes per multiply of a panel of 2 vectors read for 7 pixels)."""
+  loads = lines = 0.0
   footprint = 0
   for ld in hot:
     copies = 1
@@ -74,6 +80,8 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
       if n > 8 and s is not None and (s * ld.dtype.itemsize) % 1024 == 0 and s: return None
     loads += copies
     lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
-    footprint += copies * loop * ld.dtype.itemsize * lanes
+    values = copies * loop * ld.dtype.itemsize * lanes
+    footprint += values
+    if l1 is not None and values >= l1 // 2: lines += copies * ld.dtype.itemsize * lanes / LINE_BYTES
   if footprint > cache: return None
-  return loads / math.prod(block.values())
+  return (loads + L2_LINE_COST * lines) / math.prod(block.values())

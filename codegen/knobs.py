@@ -6,6 +6,7 @@ from __future__ import annotations
 # ---------------------------------------------------------------- graph and schedule (every target)
 MATMUL_PANEL = 16           # matmul repacks large right-hand operands into panels this many columns wide ...
 MATMUL_PACK_MIN = 128       # ... when both the reduced and the panel dimension are at least this big
+RESIZE_TAP_RATIO = 4        # a Resize without a period reads its taps by index when taps times this < input length
 TRANSPOSE_MULTIPLE = 16     # a reduction's operand is stored transposed only along an axis a multiple of this long
 BATCH_MAX_SPAN = 2          # reductions over slices batched: a group computes at most this many steps per step it uses
 MAX_GATHER_SHARE = 0.2      # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
@@ -16,6 +17,7 @@ KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no li
 PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes
 BLOCK_MAX_PADDING = 0.02    # a register block may pad its axis by this fraction of it ...
 BLOCK_ODD_PADDING = 0.1     # ... or this much when no block of 2 to 8 divides the axis (13 pixels in blocks of 7)
+L2_LINE_COST = 1.0          # a cache line a register block reads from L2 costs this many loads from L1
 DOT_MAX_PADDING = 0.34      # a reduce axis may be padded by this fraction for a dot instruction (RGB: 3 -> 4)
 SHORT_TAPS = 7              # a reduction whose every axis is at most this long (a depthwise conv's, a pooling's) ...
 UNROLLED_TAPS = 9           # ... is unrolled from its innermost axis up to this many copies (overlapping windows)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tgc.ir import Ops, UOp, AxisType, UPat, PatternMatcher, dtypes, graph_rewrite
 from tgc.ir.symbolic import split_terms, symbolic
 from tgc.ir.sint import sint, highest, is_static, quotient, simplified, prod as sym_prod
-from tgc.codegen.knobs import TRANSPOSE_MULTIPLE
+from tgc.codegen.knobs import PADDED_VECTORS, TRANSPOSE_MULTIPLE
 
 INDEX = dtypes.index
 
@@ -150,16 +150,18 @@ def transposed_operands(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[
   (a large stride), beside an operand that does not move along that axis: attention's K in Q·Kᵀ, read as K[j, d]
   with d reduced and j the scores' contiguous axis. Stored with that axis innermost ((d, j)), the kernel vectorizes
   along j with contiguous loads of K and one broadcast Q value, as a matmul with weights does, instead of summing
-  vectors along d horizontally for every output. Only where j is a whole number of the widest vectors (16 floats):
-  a padded vector of a transposed operand would read its lanes one by one."""
+  vectors along d horizontally for every output. Only where j is a whole number of the widest vectors (16 floats)
+  or long enough to be padded to one (PADDED_VECTORS of them: Whisper's 750 keys, the last vector's loads masked):
+  a short padded axis would be vectorized otherwise, and read the transposed operand lane by lane."""
   picked: dict[UOp, tuple[int, ...]] = {}
   for it in items:
     if len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
     terms, _ = split_terms(row_major(it.ast.src[0].src[1]))
     out = [t for t, k in terms.items() if k == 1 and t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL]
     if len(out) != 1: continue
-    g = out[0]     # a length known only at run time ends in a masked vector
-    if g.src[0].op is Ops.CONST and g.src[0].arg % TRANSPOSE_MULTIPLE: continue
+    g = out[0]     # a length known only at run time ends in a masked vector, a long one in a padded vector
+    length = g.src[0].arg if g.src[0].op is Ops.CONST else None
+    if length is not None and length % TRANSPOSE_MULTIPLE and length < PADDED_VECTORS * TRANSPOSE_MULTIPLE: continue
     for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
       loads = [u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
       moving = [ld for ld in loads if g in row_major(ld.src[1]).toposort()]

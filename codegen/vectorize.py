@@ -139,15 +139,16 @@ def _masked(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> b
 
 def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
-  time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys). The
-  gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses."""
+  time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys; `outer`
+  a loop, or its part of a task loop it was folded into: `gidx0 % 47`). The gates masked vector accesses are used
+  for; other gates (a convolution's padding) keep lane-by-lane accesses."""
   nodes = gate.toposort()
   if any(n.op is Ops.DEFINE_VAR for n in nodes): return True
   for n in nodes:
     if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
       terms, const = split_terms(n.src[0])
       outer = [(t, c) for t, c in terms.items() if t is not v]
-      if const == 0 and terms.get(v) == 1 and len(outer) == 1 and outer[0][0].op is Ops.RANGE and \
+      if const == 0 and terms.get(v) == 1 and len(outer) == 1 and v not in outer[0][0].toposort() and \
          outer[0][1] == v.src[0].arg: return True
   return False
 

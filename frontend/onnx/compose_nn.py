@@ -11,6 +11,7 @@ import numpy as np
 from tgc.ir import dtypes, promote
 from tgc.ir.sint import is_static, lowest as lowest_size
 from tgc.frontend.tensor import Tensor
+from tgc.codegen.knobs import RESIZE_TAP_RATIO
 from tgc.frontend import functional
 from tgc.frontend.shapes import lowest, prod
 from tgc.frontend.onnx.compose import arange, move_axis
@@ -235,16 +236,32 @@ def resize_taps(in_n: int, out_n: int, scale: float, mode: str, coord_mode: str,
 def resize_axis(x: Tensor, axis: int, idx: np.ndarray, coeffs: np.ndarray, extrap, extrap_value: float) -> Tensor:
   """Apply resize taps along `axis`. Taps that repeat with a period (integer and simple rational scales: output
   position P*q + r reads input Q*q + base[r]) become shifted, strided views of the edge-padded input, O(taps)
-  work per output; anything else multiplies by the dense (out, in) weight table."""
+  work per output; float taps without a period (align_corners: 20 -> 80 positions) that are few beside the input's
+  length become indexed reads of it; anything else multiplies by the dense (out, in) weight table."""
   in_n, out_n = x.shape[axis], idx.shape[0]
   if extrap is None:
     y = _resize_periodic(move_axis(x, axis, -1), idx, coeffs)
+    if y is None and x.dtype.is_float and idx.shape[1] * RESIZE_TAP_RATIO < in_n:
+      y = _resize_gathered(move_axis(x, axis, -1), idx, coeffs)
     if y is not None: return move_axis(y, -1, axis)
   table = np.zeros((out_n, in_n), dtype=np.float64)
   rows = np.repeat(np.arange(out_n), idx.shape[1])
   np.add.at(table, (rows, np.clip(idx, 0, in_n - 1).reshape(-1)), coeffs.reshape(-1))
   if extrap is not None: table[extrap] = 0.0
   return apply_axis_table(x, axis, table, extrap, extrap_value)
+
+
+def _resize_gathered(xt: Tensor, idx: np.ndarray, coeffs: np.ndarray) -> Tensor | None:
+  """(..., in_n) -> (..., out_n) of a float tensor: each output the sum of its taps, each tap an indexed read of the
+  input (clamped to the edge) times its weight; taps whose weights are all zero are left out (None: all are)."""
+  in_n, xf = xt.shape[-1], xt._float()
+  y = None
+  for t in range(idx.shape[1]):
+    if not coeffs[:, t].any(): continue
+    index = Tensor(np.clip(idx[:, t], 0, in_n - 1).astype(np.int32), device=xt.device)
+    term = gather_last(xf, index) * Tensor(coeffs[:, t].astype(np.float32), device=xt.device)
+    y = term if y is None else y + term
+  return None if y is None else y.cast(xt.dtype)
 
 
 def _resize_periodic(xt: Tensor, idx: np.ndarray, coeffs: np.ndarray):

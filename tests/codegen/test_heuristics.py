@@ -1,5 +1,6 @@
 """The CPU heuristics' loop order (codegen/heuristics.py), judged on the opts they choose for scheduled kernels."""
 from __future__ import annotations
+import math
 import numpy as np
 from tgc.frontend import Tensor
 from tgc.frontend.realize import _alloc
@@ -8,7 +9,7 @@ from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.lower import lower
 from tgc.codegen.kernel_access import stride
 from tgc.codegen.opts import Kernel, OptOps
-from tgc.codegen.target import as_target
+from tgc.codegen.target import Target, as_target
 from tgc.ir import Ops, AxisType
 
 RNG = np.random.default_rng(0)
@@ -93,3 +94,58 @@ def test_a_depthwise_convolution_unrolls_its_taps():
   padded = np.pad(x[0], ((1, 1), (1, 1), (0, 0)))
   want = sum(padded[i:i + 14, j:j + 14] * w[:, 0, i, j] for i in range(3) for j in range(3)).transpose(2, 0, 1)
   np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def _v4():
+  return Target.make("c", cpu="x86-64-v4")
+
+
+def test_attention_over_keys_no_vector_divides_is_vectorized_along_the_keys():
+  """Whisper's encoder attention: 750 keys (no multiple of 16), K computed by a matmul. K is stored transposed (keys
+  innermost), so Q·Kᵀ vectorizes along the keys: per step of the reduction one broadcast query value and a vector
+  of 16 keys, the last vector's loads masked. Its 47 vectors of keys are not padded again by the register block
+  (the block's last copies would clamp each lane on its own and read it alone): the block is over the queries.
+  Before, K kept its layout and each score summed a vector of head dims horizontally. The result matches numpy."""
+  x, wk = RNG.standard_normal((750, 32)).astype(np.float32), RNG.standard_normal((32, 64)).astype(np.float32)
+  q = RNG.standard_normal((40, 64)).astype(np.float32)
+  items, _ = schedule([(Tensor(q) @ (Tensor(x) @ Tensor(wk)).transpose(0, 1)).uop], _alloc("c"))
+  scores = items[-1]
+  opts = hand_coded_opts(Kernel(scores.ast), _v4())
+  k = Kernel(scores.ast).apply_all(opts)
+  vector = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
+  keys = next(r for r in k.ranges() if r.arg.id == vector.arg.parent)
+  assert vector.src[0].arg == 16 and keys.arg.kind is AxisType.GLOBAL and keys.src[0].arg == 47, opts
+  assert not any(r.arg.kind is AxisType.UPCAST and r.arg.parent == keys.arg.id for r in k.ranges()), opts
+  assert any(r.arg.kind is AxisType.UPCAST for r in k.ranges()), opts
+  assert "tg_mload_f32x16(" in lower(scores.ast, _v4(), opts).src
+  got = (Tensor(q, device="c") @ (Tensor(x, device="c") @ Tensor(wk, device="c")).transpose(0, 1)).numpy()
+  np.testing.assert_allclose(got, q @ (x @ wk).T, rtol=1e-4, atol=1e-3)
+
+
+def test_a_pointwise_convolution_block_reads_few_weight_vectors_per_pixel():
+  """A 1x1 conv of 512 to 512 channels over 14 x 14 channels-last pixels (MobileNet's middle layers): a block of 8
+  weight vectors for 2 pixels reads its 256 KiB weight panel from L2 again for every pair of pixels; the register
+  block counts those cache lines, so it takes at most 4 weight vectors, each shared by at least 4 pixels."""
+  x = Tensor(RNG.standard_normal((1, 14, 14, 512)).astype(np.float32)).permute(0, 3, 1, 2)
+  w = Tensor(RNG.standard_normal((512, 512, 1, 1)).astype(np.float32))
+  items, _ = schedule([x.conv2d(w).uop], _alloc("c"))
+  opts = hand_coded_opts(Kernel(items[-1].ast), _v4(), frozenset({2}))
+  k = Kernel(items[-1].ast).apply_all(opts)
+  vector = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
+  upcast = {r.arg.parent: r.src[0].arg for r in k.ranges() if r.arg.kind is AxisType.UPCAST}
+  channels = upcast.get(vector.arg.parent, 1)
+  pixels = math.prod(n for parent, n in upcast.items() if parent != vector.arg.parent)
+  assert channels <= 4 and pixels >= 4, opts
+
+
+def test_a_matmul_block_leaves_registers_for_the_operand_it_holds():
+  """A language model's head (128 tokens x 288 -> 2048 logits here): a block of 3 weight vectors x 8 tokens has 24
+  accumulators and holds 8 broadcast tokens across the weight vectors: 34 of AVX-512's 32 registers, and clang
+  spilled and shuffled registers at every step (2x slower than 6 x 4). The block's accumulators, the larger
+  axis's copies and two streamed vectors fit in the registers."""
+  x = Tensor(RNG.standard_normal((128, 288)).astype(np.float32))
+  w = Tensor(RNG.standard_normal((288, 2048)).astype(np.float32))
+  items, _ = schedule([(x @ w).uop], _alloc("c"))
+  opts = hand_coded_opts(Kernel(items[-1].ast), _v4(), frozenset({2}))
+  copies = [o.amount for o in opts if o.op is OptOps.UPCAST]
+  assert len(copies) == 2 and math.prod(copies) + max(copies) + 2 <= 32, opts

@@ -203,6 +203,21 @@ def test_resize_periodic_taps(mode, coord, scales):
     _compare(_single("Resize", q, opset=19, mode=mode, coordinate_transformation_mode=coord), q, ("roi", "scales"))
 
 
+@pytest.mark.parametrize("device", ["numpy", "c"])
+def test_resize_without_a_period_reads_its_taps_by_index(device, monkeypatch):
+  """align_corners upsampling of 20 to 77 positions (DeepLabV3+'s decoder) has no short period: each output reads
+  its 2 taps by index instead of multiplying by a dense (77, 20) table (10x the work). Equal to the reference."""
+  from tgc.frontend.onnx import compose_nn
+
+  def no_table(*args, **kw): raise AssertionError("dense resize table")
+
+  monkeypatch.setattr(compose_nn, "apply_axis_table", no_table)
+  inputs = {"x": _randn(1, 3, 20, 20), "roi": np.zeros(0, np.float32), "scales": np.zeros(0, np.float32),
+            "sizes": np.array([1, 3, 77, 77], np.int64)}
+  _compare(_single("Resize", inputs, opset=19, mode="linear", coordinate_transformation_mode="align_corners"),
+           inputs, ("roi", "scales", "sizes"), device=device, rtol=1e-5, atol=1e-6)
+
+
 def test_einsum_general():
   inputs = {"a": _randn(2, 3, 4, 4), "b": _randn(4, 5)}
   _compare(_single("Einsum", inputs, equation="...ii,ij->...j"), inputs)
