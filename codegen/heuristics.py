@@ -113,7 +113,11 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
   cache = target.cpu.l2_bytes if target.cpu is not None else 1 << 20
-  l1 = target.cpu.l1d_bytes if target.cpu is not None else None
+  # L2 lines are counted for 32-bit operands only: an 8-bit activation broadcast into a dot product costs several
+  # instructions (its word packed or widened), which the loads per accumulation do not show, so the integer
+  # kernels' blocks keep sharing each broadcast across weight vectors (x86-64-v3's int8 layer-4 convs took 7 pixels
+  # x 1 weight vector with L2 lines counted: 2.9 -> 5.0 ms)
+  l1 = target.cpu.l1d_bytes if target.cpu is not None and all(ld.dtype.itemsize == 4 for ld in hot) else None
   cands = [(i, r) for i, r in _reuse_axes(k) if Kernel.size(r) > 1][:4]
   scored: dict[tuple, tuple] = {}
   for a in range(len(cands)):

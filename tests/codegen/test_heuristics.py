@@ -141,8 +141,8 @@ def test_a_pointwise_convolution_block_reads_few_weight_vectors_per_pixel():
 def test_a_matmul_block_leaves_registers_for_the_operand_it_holds():
   """A language model's head (128 tokens x 288 -> 2048 logits here): a block of 3 weight vectors x 8 tokens has 24
   accumulators and holds 8 broadcast tokens across the weight vectors: 34 of AVX-512's 32 registers, and clang
-  spilled and shuffled registers at every step (2x slower than 6 x 4). The block's accumulators, the larger
-  axis's copies and two streamed vectors fit in the registers."""
+  spilled and shuffled registers at every step (2x slower than 6 x 4). The block's accumulators, the copies of
+  the operand it holds (here either one: the larger) and two streamed vectors fit in the registers."""
   x = Tensor(RNG.standard_normal((128, 288)).astype(np.float32))
   w = Tensor(RNG.standard_normal((288, 2048)).astype(np.float32))
   items, _ = schedule([(x @ w).uop], _alloc("c"))
