@@ -105,8 +105,9 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
                         constant: frozenset = frozenset()) -> list[list[Opt]]:
   """Register blocks of kernel `k` (its VECTOR split applied) by loads per accumulation (L2 lines included:
   `block_cost`), best first: UPCASTs of up to two output axes that reduction loads are shared along (`_reuse_axes`),
-  that fit in the target's vector registers (`_fits_registers`), reading per block what fits in L2. Each is a list of opts to apply in order (the later
-  axis first, so the earlier one's number is unchanged when it is applied). `constant`: as for `hand_coded_opts`."""
+  that fit in the target's vector registers (`_fits_registers`), reading per block what fits in L2. Each is a list
+  of opts to apply in order (the later axis first, so the earlier one's number is unchanged when it is applied).
+  `constant`: as for `hand_coded_opts`."""
   vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
   budget = max(4, target.registers - 6) if vector else 12
   hot = reduce_body_loads(k)
