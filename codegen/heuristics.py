@@ -17,14 +17,13 @@ codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType
-from tgc.ir.symbolic import split_terms
-from tgc.codegen.opts import Kernel, Opt, OptOps
+from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
-from tgc.codegen.vectorize import loop_end, unclamped_access
+from tgc.codegen.vectorize import loop_end, unclamped, unclamped_access
 from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS, SHORT_TAPS,
                                UNROLLED_TAPS)
-from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit,
+from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
 from tgc.codegen.dot import dot_unroll
@@ -66,8 +65,10 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
   return bad / max(total, 1)
 
 
-def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
-  if not lanes_are_32bit(k, narrow=True): return None
+def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | None, tuple | None]:
+  """The VECTOR opt for kernel `k` and its rank (lower is better: mostly vector accesses, an output axis, the most
+  lanes that move as vectors), or (None, None)."""
+  if not lanes_are_32bit(k, narrow=True): return None, None
   lanes = target.vector_lanes(4)
   masked = get_renderer(target).masked_vectors
   best, best_key = None, None
@@ -91,14 +92,30 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> Opt | None:
         # most lanes that move as vectors
         key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
         if best_key is None or key < best_key: best, best_key = opt, key
-  if best is None or best_key[0]: return None
-  return best
+  if best is None or best_key[0]: return None, None
+  return best, best_key
+
+
+def _merged_vector(k: Kernel, target: Target, constant: frozenset) -> Kernel:
+  """Kernel `k` with its VECTOR opt applied (`_pick_vector`), after a MERGE of two neighbouring output loops where
+  that gives vectors of more lanes: a 1x1 convolution over an NCHW image of 14x14 pixels has no axis of 4 or more
+  lanes, its 196 pixels merged are 49 vectors of 4 (or 13 of 16, the last padded)."""
+  vec, key = _pick_vector(k, target, constant)
+  lanes = target.vector_lanes(4)
+  if vec is None or vec.amount < lanes:
+    for i in range(len(k.axes(G)) - 1):
+      try: merged = k.apply(Opt(OptOps.MERGE, i, i + 1))
+      except OptError: continue
+      mvec, mkey = _pick_vector(merged, target, constant)
+      if mvec is not None and (key is None or mkey[:3] < key[:3]): return merged.apply(mvec)
+  return k if vec is None else k.apply(vec)
 
 
 def _reuse_axes(k: Kernel) -> list[tuple[int, UOp]]:
-  """Output axes some reduction load does not move along (a loaded value is shared by the copies of an upcast)."""
+  """Output axes some reduction load does not move along within a block of two (a loaded value is shared by the
+  copies of an upcast; a grouped convolution's input along its output channels, the group one value per block)."""
   hot = reduce_body_loads(k)
-  return [(i, r) for i, r in enumerate(k.axes(G)) if any(not depends(ld.src[1], r) for ld in hot)]
+  return [(i, r) for i, r in enumerate(k.axes(G)) if any(not block_moves(ld.src[1], r, 2) for ld in hot)]
 
 
 def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
@@ -120,12 +137,13 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   # x 1 weight vector with L2 lines counted: 2.9 -> 5.0 ms)
   l1 = target.cpu.l1d_bytes if target.cpu is not None and all(ld.dtype.itemsize == 4 for ld in hot) else None
   cands = [(i, r) for i, r in _reuse_axes(k) if Kernel.size(r) > 1][:4]
+  padded = {r: _vector_padded(r, vec, hot, constant) for _, r in cands}
   scored: dict[tuple, tuple] = {}
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
-      for na in _block_sizes(ra, budget, _vector_padded(k, ra, vec, hot, constant)):
-        for nb in (_block_sizes(rb, budget // na, _vector_padded(k, rb, vec, hot, constant)) if b != a else [1]):
+      for na in _block_sizes(ra, budget, padded[ra]):
+        for nb in (_block_sizes(rb, budget // na, padded[rb]) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
           if vector and not _fits_registers(block, hot, target.registers): continue
           cost = block_cost(hot, block, loop, cache, vec, l1)
@@ -144,7 +162,7 @@ def _fits_registers(block: dict[UOp, int], hot: list[UOp], registers: int) -> bo
   the 8 broadcast tokens held across the weight vectors) spilled and shuffled registers at every step: 2x slower
   than 6 x 4. A convolution's block of 3 x 8 pixels holds its one weight vector."""
   accumulators = math.prod(block.values())
-  copies = [math.prod(n for r, n in block.items() if depends(ld.src[1], r)) for ld in hot]
+  copies = [block_copies(ld, block) for ld in hot]
   held = max([c for c in copies if c < accumulators], default=1)
   return accumulators + held + 2 <= registers
 
@@ -178,15 +196,13 @@ def _step(r: UOp) -> int:
   return Kernel.size(r) if step == 1 else step
 
 
-def _vector_padded(k: Kernel, r: UOp, vec: UOp | None, hot: list[UOp], constant: frozenset) -> bool:
+def _vector_padded(r: UOp, vec: UOp | None, hot: list[UOp], constant: frozenset) -> bool:
   """Whether output loop `r` holds the vectors of a padded VECTOR split (750 keys in 47 vectors of 16: the split
   clamps `r*16 + lane < 750`) that a reduction load other than own weights (`constant`: laid out with their padding
-  at compile time) reads with each lane clamped: the keys of a transposed K, read by masked vector loads."""
+  at compile time) reads with each lane clamped (`unclamped`): the keys of a transposed K, read by masked vector
+  loads."""
   if vec is None or vec.arg.parent != r.arg.id: return False
-  lanes = Kernel.size(vec)
-  def clamped(n: UOp) -> bool:
-    return n.op is Ops.WHERE and n.src[0].op is Ops.CMPLT and split_terms(n.src[0].src[0])[0] == {r: lanes, vec: 1}
-  return any(ld.src[0].arg[0] not in constant and any(clamped(n) for n in ld.src[1].toposort()) for ld in hot)
+  return any(ld.src[0].arg[0] not in constant and unclamped(ld.src[1], vec) is not None for ld in hot)
 
 
 def _block_sizes(r: UOp, limit: int, padded: bool = False) -> list[int]:
@@ -256,8 +272,7 @@ def _unroll_taps(k: Kernel) -> Kernel:
 
 def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> list[Opt]:
   has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
-  vec = _pick_vector(k, target, constant) if vector else None
-  if vec is not None: k = try_opt(k, vec)
+  if vector: k = _merged_vector(k, target, constant)
   if not has_reduce: k = _store_order(k)
   if has_reduce:
     k = _register_block(k, target, constant)

@@ -2,12 +2,13 @@
 heuristics (gpu_heuristics.py) choose opts by, and applying an opt when it applies."""
 from __future__ import annotations
 import math
-from tgc.ir import Ops, UOp
-from tgc.ir.symbolic import split_terms
+from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
+from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.opts import Kernel, Opt, OptError
 from tgc.codegen.knobs import L2_LINE_COST
 
 LINE_BYTES = 64     # a cache line (x86 and most Arm cores)
+INDEX = dtypes.index
 
 
 def depends(u: UOp, r: UOp) -> bool: return any(n is r for n in u.toposort())
@@ -19,6 +20,17 @@ def stride(idx: UOp, r: UOp) -> int | None:
   terms, _ = split_terms(idx)
   if r not in terms or any(t is not r and depends(t, r) for t in terms): return None
   return terms[r]
+
+
+def block_moves(idx: UOp, r: UOp, n: int) -> bool:
+  """Whether index `idx` differs across the n copies of a register block of output loop `r` (r = outer*n + copy):
+  it depends on r other than through a division the block does not cross (a grouped convolution's input channel
+  group `oc // 68` is one value over 4 copies of oc, 4 dividing 68)."""
+  if n == 1 or not depends(idx, r): return False
+  if not any(u.op in (Ops.IDIV, Ops.MOD) and depends(u, r) for u in idx.toposort()): return True
+  copy = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, n),), RangeArg(-1, AxisType.UPCAST, r.arg.id))
+  outer = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, -(-Kernel.size(r) // n)),), RangeArg(-2, AxisType.GLOBAL))
+  return depends(simplify(substitute(idx, {r: outer * n + copy})), copy)
 
 
 def try_opt(k: Kernel, opt: Opt) -> Kernel:
@@ -60,6 +72,13 @@ def lanes_are_32bit(k: Kernel, narrow: bool = False) -> bool:
              for n in nodes)
 
 
+def block_copies(ld: UOp, block: dict[UOp, int]) -> int:
+  """How many copies of load `ld` a register block (axis -> copies) makes: the product of the block's sizes along
+  the axes its index moves along within the block (`block_moves`: a matmul's weight vector is copied along the
+  weight axis, not along the tokens)."""
+  return math.prod(n for r, n in block.items() if block_moves(ld.src[1], r, n))
+
+
 def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None,
                l1: int | None = None) -> float | None:
   """Loads per accumulation of a register block (axis -> copies): each reduction load is loaded once per distinct
@@ -72,12 +91,10 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
   loads = lines = 0.0
   footprint = 0
   for ld in hot:
-    copies = 1
     for r, n in block.items():
-      if not depends(ld.src[1], r): continue
-      copies *= n
-      s = stride(ld.src[1], r)
+      s = stride(ld.src[1], r) if block_moves(ld.src[1], r, n) else None
       if n > 8 and s is not None and (s * ld.dtype.itemsize) % 1024 == 0 and s: return None
+    copies = block_copies(ld, block)
     loads += copies
     lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
     values = copies * loop * ld.dtype.itemsize * lanes

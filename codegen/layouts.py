@@ -8,7 +8,7 @@ from __future__ import annotations
 from tgc.ir import Ops, UOp, AxisType, UPat, PatternMatcher, dtypes, graph_rewrite
 from tgc.ir.symbolic import split_terms, symbolic
 from tgc.ir.sint import sint, highest, is_static, quotient, simplified, prod as sym_prod
-from tgc.codegen.knobs import PADDED_VECTORS, TRANSPOSE_MULTIPLE
+from tgc.codegen.knobs import GROUP_LANES, PADDED_VECTORS, TRANSPOSE_MULTIPLE
 
 INDEX = dtypes.index
 
@@ -88,15 +88,16 @@ def channels_last(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, .
   """Intermediates shaped like (N, C, H, W) (dims of size 1 aside: a convolution's reduce keeps its reduced dims)
   that a convolution reads (a reduction over C) or a window op reads (an output channel indexing C, a window sliding
   over H or W: depthwise convolutions, pooling) are stored channels last, (N, H, W, C): those kernels then vectorize
-  along contiguous channels."""
-  picked: dict[UOp, tuple[int, ...]] = {}
+  along contiguous channels. Not those a grouped convolution reads over groups of channels that are no multiple of
+  GROUP_LANES (`_odd_groups`): stored as they are, whatever else reads them."""
+  reads = []
   for it in items:
     for ld in _open_loads(it.ast):
       n = values[it.bufs[ld.src[0].arg[0]]]
-      if n in picked: continue
       dims = _image_dims(n.shape)
-      if dims is not None and _channel_access(row_major(ld.src[1]), n.shape, dims): picked[n] = _channels_last_order(n)
-  return picked
+      if dims is not None: reads.append((n, _image_access(row_major(ld.src[1]), n.shape, dims)))
+  kept = {n for n, access in reads if access == "odd groups"}
+  return {n: _channels_last_order(n) for n, access in reads if access == "channels" and n not in kept}
 
 
 def _follow_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple[int, ...]]) -> None:
@@ -209,19 +210,39 @@ def _dim_of_step(k: sint, st: list[sint]) -> int | None:
   return None
 
 
-def _channel_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> bool:
-  """Whether a load of an image-like buffer at `idx` reduces over its channels, or indexes them by an output axis
-  while a window slides over its height or width (the terms of the flat index sorted into dims by their strides)."""
+def _image_access(idx: UOp, shape: tuple[int, ...], image: tuple[int, int, int]) -> str | None:
+  """How a load of an image-like buffer at `idx` reads it (the terms of the flat index sorted into dims by their
+  strides): "channels" when it reduces over its channels, or indexes them by an output axis while a window slides
+  over its height or width; "odd groups" for a grouped convolution's read over groups that are no multiple of
+  GROUP_LANES channels (`_odd_groups`); else None."""
   st = strides(shape)
   terms, _ = split_terms(idx)
-  dims: dict[int, list[UOp]] = {}
+  dims: dict[int, list[tuple[UOp, sint, bool]]] = {}
   for t, k in terms.items():
     if t.op is Ops.MUL and t.src[0].op is Ops.RANGE and not any(u.op is Ops.RANGE for u in t.src[1].toposort()):
       t, k = t.src[0], simplified(t.src[1] * k)     # a step that is a size known only at run time
-    if t.op is not Ops.RANGE: continue
+    # the group an output channel is in (oc // 34), counted as that output axis for `_odd_groups` only
+    group = t.op is Ops.IDIV and t.src[0].op is Ops.RANGE and t.src[0].arg.kind is AxisType.GLOBAL
+    if t.op is not Ops.RANGE and not group: continue
     d = _dim_of_step(k, st)
-    if d is not None: dims.setdefault(d, []).append(t)
-  channel = {r.arg.kind for r in dims.get(image[0], [])}
+    if d is not None: dims.setdefault(d, []).append((t.src[0] if group else t, k, group))
+  channel = {r.arg.kind for r, _, group in dims.get(image[0], []) if not group}
   # a window: a spatial dim indexed by an output position plus a reduced tap (oh*stride + kh)
-  window = any({r.arg.kind for r in dims.get(d, [])} >= {AxisType.GLOBAL, AxisType.REDUCE} for d in image[1:])
-  return AxisType.REDUCE in channel or (AxisType.GLOBAL in channel and window)
+  window = any({r.arg.kind for r, _, group in dims.get(d, []) if not group} >= {AxisType.GLOBAL, AxisType.REDUCE}
+               for d in image[1:])
+  if AxisType.REDUCE in channel: return "odd groups" if _odd_groups(dims[image[0]], st[image[0]]) else "channels"
+  return "channels" if AxisType.GLOBAL in channel and window else None
+
+
+def _odd_groups(terms: list[tuple[UOp, sint, bool]], step: sint) -> bool:
+  """Whether a read reducing over channels (`terms`: its ranges along the channel dim with their steps, `step`: the
+  channel's) picks its channels' group by an output axis (a grouped convolution: `group*34 + ic`, or `oc // 34 * 34
+  + ic`) in groups of channels that are no multiple of GROUP_LANES. Stored channels last, such a convolution could
+  vectorize neither its output channels (a vector's lanes would read two groups) nor its pixels (a channel's pixels
+  a row apart); stored as it is, its pixels are contiguous vectors. ShuffleNet's 1x1 convolutions over groups of 34
+  channels ran at 6% of the roofline channels last."""
+  for r, k, _ in terms:
+    if r.arg.kind is not AxisType.GLOBAL or not is_static([k, step]) or not step: continue
+    # a step of one channel is the output channel itself (an LRN's window over channels), not a group
+    if k % step == 0 and k // step > 1 and (k // step) % GROUP_LANES: return True
+  return False

@@ -2,8 +2,10 @@
   UPCAST  an output axis into registers (straight-line copies)     UNROLL  a reduce axis into straight-line copies
   VECTOR  an output or reduce axis into the lanes of a SIMD vector  SWAP    two loops of one kind trade places
   LOCAL   an output axis into the work-group (GPUs)                 GROUP   a reduce axis across the work-group (GPUs)
+  MERGE   two output loops every access steps through as one (an NCHW image's height and width) into one loop
 A `Kernel` is an AST plus the opts applied to it; applying a split substitutes one range by outer*amount + inner,
-SWAP exchanges the numbers that order two loops. A LOCAL amount need not divide its axis: the axis is padded to a
+SWAP exchanges the numbers that order two loops, MERGE substitutes a loop's two ranges by p//inner and p%inner
+(kept only when no division is left: every access and gate then steps through p as one). A LOCAL amount need not divide its axis: the axis is padded to a
 multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
 (the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing. A VECTOR or an
 UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
@@ -29,12 +31,14 @@ class OptOps(WordEnum):
   SWAP = "SWAP"
   LOCAL = "LOCAL"
   GROUP = "GROUP"
+  MERGE = "MERGE"
 
 
 # which range kinds each opt applies to (its axis numbers index Kernel.axes of these kinds) and the new inner kind
 OPT_KINDS: dict[OptOps, tuple[tuple[AxisType, ...], AxisType | None]] = {
   OptOps.UPCAST: ((G,), AxisType.UPCAST), OptOps.LOCAL: ((G,), AxisType.LOCAL), OptOps.UNROLL: ((R,), AxisType.UNROLL),
-  OptOps.GROUP: ((R,), AxisType.GROUP), OptOps.VECTOR: ((G, R), AxisType.VECTOR), OptOps.SWAP: ((G, R), None)}
+  OptOps.GROUP: ((R,), AxisType.GROUP), OptOps.VECTOR: ((G, R), AxisType.VECTOR), OptOps.SWAP: ((G, R), None),
+  OptOps.MERGE: ((G,), None)}
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
@@ -109,7 +113,7 @@ def _mask_reduces(ast: UOp, inside: UOp, inner: UOp) -> UOp:
 class Opt:
   op: OptOps     # an OptOps (its name is accepted and converted: OptError for an unknown one)
   axis: int      # position in Kernel.axes() of the kinds the op applies to
-  amount: int    # the split size; SWAP: the other axis
+  amount: int    # the split size; SWAP: the other axis; MERGE: the inner axis merged into `axis`
 
   def __post_init__(self):
     if not isinstance(self.op, OptOps):
@@ -173,6 +177,7 @@ class Kernel:
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: no axis {opt.axis}")
     r = axes[opt.axis]
     if opt.op is OptOps.SWAP: return self._swap(opt, r, axes)
+    if opt.op is OptOps.MERGE: return self._merge(opt, r, axes)
     n = r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
     if opt.amount <= 1: raise OptError(f"{opt}: splits by {opt.amount}")
     if opt.op is OptOps.VECTOR and opt.amount & (opt.amount - 1): raise OptError(f"{opt}: lanes must be a power of two")
@@ -207,6 +212,19 @@ class Kernel:
                                                                                            x.arg.parent)))
            for x in self.ranges() if x.arg.id in swap or x.arg.parent in swap}
     return Kernel(graph_rewrite(substitute(self.ast, sub), reduce_ranges), self.opts + [opt])
+
+  def _merge(self, opt: Opt, r: UOp, axes: list[UOp]) -> Kernel:
+    if not 0 <= opt.amount < len(axes) or opt.amount == opt.axis: raise OptError(f"{opt}: no other axis {opt.amount}")
+    o = axes[opt.amount]
+    if r.src[0].op is not Ops.CONST or o.src[0].op is not Ops.CONST:
+      raise OptError(f"{opt}: a loop over a size known only at run time")
+    if any(x.arg.parent in (r.arg.id, o.arg.id) for x in self.ranges()): raise OptError(f"{opt}: a loop already split")
+    inner = o.src[0].arg
+    p = UOp(Ops.RANGE, INDEX, (UOp.const(INDEX, r.src[0].arg * inner),), RangeArg(r.arg.id, G))
+    new_ast = simplify(substitute(self.ast, {r: p // inner, o: p % inner}))
+    if any(n.op in (Ops.IDIV, Ops.MOD) and p in n.src[0].toposort() for n in new_ast.toposort()):
+      raise OptError(f"{opt}: an access does not step through the two loops as one")
+    return Kernel(graph_rewrite(new_ast, reduce_ranges), self.opts + [opt])
 
   def apply_all(self, opts) -> Kernel:
     k = self

@@ -4,7 +4,8 @@ program once it is slower than `stop_after`).
 
 The search starts from the hand-coded choice and varies what it decided, one decision per stage, keeping the `width`
 fastest after each stage:
-  1. the VECTOR axis and its lanes (or none), each with the heuristics' register blocking and loop order,
+  1. the VECTOR axis and its lanes (or none), each with the heuristics' register blocking and loop order (over the
+     loops as they are and, where the heuristics merged two, as merged),
   2. the register block: which output axes are upcast and by how much (up to the target's vector registers),
   3. the loop order (which reduce loop is innermost, which output loop outermost) and unrolling the reduce loop.
 On GPU targets the stages are the LOCAL split (work-group shape), the GROUP split of a reduction and the upcasts.
@@ -95,13 +96,16 @@ def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int) -> 
     keep = [o for o in base if o.op not in ((OptOps.LOCAL,), (OptOps.GROUP,), (OptOps.UPCAST,))[stage]]
     kk = _try(k, keep)
     return [keep + o for o in _gpu_options(kk, stage)] if kk is not None else []
-  vec = [o for o in base if o.op is OptOps.VECTOR]
+  merge = [o for o in base if o.op is OptOps.MERGE]
+  vec = merge + [o for o in base if o.op is OptOps.VECTOR]
   block = [o for o in base if o.op is OptOps.UPCAST]
   if stage == 0:
     out = []
-    for v in _vector_options(k, target):
-      kv = _try(k, v)
-      if kv is not None: out.append(hand_coded_opts(kv, target, vector=False))
+    for loops in ([[], merge] if merge else [[]]):     # the vectors of the loops as they are and as merged
+      km = _try(k, loops)
+      for v in _vector_options(km, target) if km is not None else []:
+        kv = _try(km, v)
+        if kv is not None: out.append(hand_coded_opts(kv, target, vector=False))
     return out
   kv = _try(k, vec)
   if kv is None: return []

@@ -54,13 +54,28 @@ def build_sum(dtype, terms: dict[UOp, int], const: int) -> UOp:
 
 
 def _canon_sum(x: UOp) -> UOp | None:
-  """x+x -> x*2, x*2+x*3 -> x*5, (x+1)+2 -> x+3, x-x -> 0: merge like terms of a sum (only when it shrinks)."""
+  """x+x -> x*2, x*2+x*3 -> x*5, (x+1)+2 -> x+3, x-x -> 0: merge like terms of a sum (only when it shrinks);
+  (x//c)*(c*k) + (x%c)*k + y -> x*k + y anywhere in a sum."""
   if not x.dtype.is_int: return None
   terms, const = split_terms(x)
+  if _join_divmod(terms): return build_sum(x.dtype, terms, const)
   n_leaves = _count_add_leaves(x)
   n_after = sum(1 for c in terms.values() if c != 0) + (const != 0)
   if n_after >= n_leaves: return None
   return build_sum(x.dtype, terms, const)
+
+
+def _join_divmod(terms: dict[UOp, int]) -> bool:
+  """Replace each pair of terms (x//c)*(c*k) + (x%c)*k (c > 0) by x*k in `terms` (in place); whether any was."""
+  joined = False
+  for t in [t for t in terms if t.op is Ops.IDIV and t.src[1].op is Ops.CONST and t.src[1].arg > 0]:
+    m = UOp(Ops.MOD, t.dtype, t.src)
+    if m not in terms or terms[t] != terms[m] * t.src[1].arg: continue
+    k = terms.pop(m)
+    del terms[t]
+    terms[t.src[0]] = terms.get(t.src[0], 0) + k
+    joined = True
+  return joined
 
 
 def _count_add_leaves(x: UOp) -> int:

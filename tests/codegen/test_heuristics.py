@@ -8,6 +8,7 @@ from tgc.codegen.schedule import schedule
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.lower import lower
 from tgc.codegen.kernel_access import stride
+from tgc.codegen.vectorize import unclamped
 from tgc.codegen.opts import Kernel, OptOps
 from tgc.codegen.target import Target, as_target
 from tgc.ir import Ops, AxisType
@@ -149,3 +150,36 @@ def test_a_matmul_block_leaves_registers_for_the_operand_it_holds():
   opts = hand_coded_opts(Kernel(items[-1].ast), _v4(), frozenset({2}))
   copies = [o.amount for o in opts if o.op is OptOps.UPCAST]
   assert len(copies) == 2 and math.prod(copies) + max(copies) + 2 <= 32, opts
+
+
+def _grouped_case(per_group: int):
+  """A 1x1 conv of 4 groups of `per_group` channels over 14 x 14 pixels, reading a conv's ReLU (an intermediate,
+  its layout chosen by the scheduler): the schedule, the activation, the grouped weights and the numpy result."""
+  x = RNG.standard_normal((1, 4 * per_group, 14, 14)).astype(np.float32)
+  w0 = RNG.standard_normal((4 * per_group, 4 * per_group, 1, 1)).astype(np.float32) / 16
+  wg = RNG.standard_normal((4 * per_group, per_group, 1, 1)).astype(np.float32)
+  act = np.maximum(np.einsum("oc,chw->ohw", w0[:, :, 0, 0], x[0]), 0)
+  want = np.concatenate([np.einsum("oc,chw->ohw", wg[g * per_group:(g + 1) * per_group, :, 0, 0],
+                                   act[g * per_group:(g + 1) * per_group]) for g in range(4)])
+  return (lambda dev: Tensor(x, device=dev).conv2d(Tensor(w0, device=dev)).relu()
+          .conv2d(Tensor(wg, device=dev), groups=4)), want[None]
+
+
+def test_a_grouped_convolution_over_odd_groups_vectorizes_its_pixels():
+  """ShuffleNet's 1x1 convs: 4 groups of 68 channels. Channels last, a vector of output channels would straddle two
+  groups and a vector of pixels would read one channel a row apart (6% of the roofline): the activation keeps its
+  NCHW order, the kernel merges height and width (196 pixels: 13 vectors of 16, the last padded), and its register
+  block spans output channels, which share each input vector (one group per block). Matches numpy."""
+  model, want = _grouped_case(68)
+  items, _ = schedule([model("c").uop], _alloc("c"))
+  opts = hand_coded_opts(Kernel(items[-1].ast), _v4(), frozenset({2}))
+  k = Kernel(items[-1].ast).apply_all(opts)
+  assert opts[0].op is OptOps.MERGE, opts
+  vector = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
+  pixels = next(r for r in k.ranges() if r.arg.id == vector.arg.parent)
+  assert vector.src[0].arg == 16 and pixels.src[0].arg == 13, opts
+  activation = next(n for n in k.ast.toposort() if n.op is Ops.LOAD and n.src[0].arg[0] == 1)
+  assert stride(unclamped(activation.src[1], vector)[0], vector) == 1      # the last vector's loads masked
+  channels = next(r for r in k.ranges() if r.arg.kind is AxisType.GLOBAL and r.arg.id != pixels.arg.id)
+  assert any(r.arg.kind is AxisType.UPCAST and r.arg.parent == channels.arg.id for r in k.ranges()), opts
+  np.testing.assert_allclose(model("c").numpy(), want, rtol=1e-4, atol=1e-3)

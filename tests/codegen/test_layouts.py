@@ -96,6 +96,21 @@ def test_convolution_activations_are_channels_last():
     assert stride(load.src[1], channel) == 1
 
 
+def test_a_grouped_convolution_over_odd_groups_keeps_its_input_as_it_is():
+  """A grouped 1x1 conv over groups of 32 channels (a multiple of GROUP_LANES) reads its input channels last, as
+  any conv; over groups of 34 channels (ShuffleNet's) it reads it as it is, NCHW: pixels contiguous."""
+  for per_group, channels_last in ((32, True), (34, False)):
+    x = Tensor(RNG.standard_normal((1, 4 * per_group, 7, 7)).astype(np.float32))
+    w0 = Tensor(RNG.standard_normal((4 * per_group, 4 * per_group, 1, 1)).astype(np.float32))
+    wg = Tensor(RNG.standard_normal((4 * per_group, per_group, 1, 1)).astype(np.float32))
+    items, _ = schedule([x.conv2d(w0).relu().conv2d(wg, groups=4).uop], _alloc("c"))
+    load = _loads(items[-1].ast, 1)[0]
+    glob = [r for r in Kernel(items[-1].ast).ranges() if r.arg.kind is AxisType.GLOBAL]
+    channel = next(r for r in Kernel(items[-1].ast).ranges() if r.arg.kind is AxisType.REDUCE)
+    assert (stride(load.src[1], channel) == 1) == channels_last and (stride(load.src[1], glob[-1]) == 1) != \
+      channels_last, per_group
+
+
 def test_each_kernel_is_built_once_in_its_layout(monkeypatch):
   built, build = [], scheduler._build
   monkeypatch.setattr(scheduler, "_build", lambda n, *rest: built.append(n) or build(n, *rest))

@@ -8,6 +8,7 @@ from tgc.codegen.lower import lower
 from tgc.codegen.target import as_target
 from tgc.codegen.opts import Opt, Kernel, OptError
 from tgc.runtimes import get_runtime
+from tgc.ir import Ops
 
 A = np.random.default_rng(0).standard_normal((16, 48), dtype=np.float32)
 B = np.random.default_rng(1).standard_normal((48, 24), dtype=np.float32)
@@ -80,3 +81,23 @@ def test_padded_upcast_of_an_output_axis():
   a, b = Tensor(A, device="c"), Tensor(B, device="c")
   opts = [Opt("VECTOR", 1, 8), Opt("UPCAST", 0, 6)]
   np.testing.assert_allclose(run_with(a @ b, "c", opts), A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_merged_loops_step_as_one():
+  """MERGE joins an NCHW image's height and width into one loop of 196 pixels when every access steps through them
+  as one (a 1x1 conv): no division is left, the 196 pixels take vectors of 16 (the last padded), and the result is
+  unchanged. A padded 3x3 conv gates its loads on the height and the width apart: the merge does not apply."""
+  x = np.random.default_rng(2).standard_normal((1, 8, 14, 14), dtype=np.float32)
+  w = np.random.default_rng(3).standard_normal((16, 8, 1, 1), dtype=np.float32)
+  conv = Tensor(x, device="c").conv2d(Tensor(w, device="c"))
+  items, _ = schedule([conv.uop], _alloc("c"))
+  merged = Kernel(items[0].ast).apply(Opt("MERGE", 1, 2))
+  assert [r.src[0].arg for r in merged.ranges()] == [16, 196, 8]
+  assert not any(n.op in (Ops.IDIV, Ops.MOD) for n in merged.ast.toposort())
+  want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x)
+  for opts in ([Opt("MERGE", 1, 2)], [Opt("MERGE", 1, 2), Opt("VECTOR", 1, 16), Opt("UPCAST", 0, 4)]):
+    np.testing.assert_allclose(run_with(conv, "c", opts), want, rtol=1e-4, atol=1e-4)
+  w3 = np.random.default_rng(4).standard_normal((16, 8, 3, 3), dtype=np.float32)
+  items, _ = schedule([Tensor(x, device="c").conv2d(Tensor(w3, device="c"), padding=1).uop], _alloc("c"))
+  with pytest.raises(OptError): Kernel(items[0].ast).apply(Opt("MERGE", 1, 2))
+  with pytest.raises(OptError): Kernel(items[0].ast).apply(Opt("MERGE", 1, 1))      # no other axis

@@ -209,6 +209,17 @@ def test_div_mod_recombine():
       assert same_values(out, x, {0: 16, 1: 8}), (x, c, out)
 
 
+def test_div_mod_pairs_recombine_inside_a_longer_sum():
+  """(x//c)*(c*k) + (x%c)*k among other terms of a sum -> x*k (an NCHW image's height and width merged into one
+  loop p: (p//14)*14 + p%14 plus the channel's term)."""
+  out = simplify((R0 // 14) * 14 + R1 * 196 + R0 % 14)
+  assert not ops_in(out) & {Ops.IDIV, Ops.MOD} and same_values(out, R0 + R1 * 196, {0: 16, 1: 8}), out
+  out = simplify((R0 // 7) * (7 * 136) + R2 + (R0 % 7) * 136 + 5)
+  assert not ops_in(out) & {Ops.IDIV, Ops.MOD}, out
+  assert same_values(out, R0 * 136 + R2 + 5, {0: 16, 2: 9})
+  assert ops_in(simplify((R0 // 7) * 14 + R1 + R0 % 7)) & {Ops.IDIV}      # coefficients that do not pair stay
+
+
 def test_div_of_packed_index():
   x = R0 * 8 + R1           # R1 < 8
   assert simplify(x // 8) is R0
