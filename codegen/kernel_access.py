@@ -50,8 +50,10 @@ def lanes_are_32bit(k: Kernel, narrow: bool = False) -> bool:
   """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them),
   but for a narrower integer cast straight back to 32 bits (the saturated integer of a QuantizeLinear before its
   DequantizeLinear: a conversion per lane, no narrow arithmetic) and a narrow load only compared or converted (an
-  attention mask of bytes: loaded lane by lane). With `narrow` (the renderer loads and stores 8- and 16-bit vectors)
-  narrow integer buffers may also be written, from a conversion of 32-bit lanes (an 8-bit activation)."""
+  attention mask of bytes: loaded lane by lane). With `narrow` (CPUs: the renderer loads and stores 8- and 16-bit
+  vectors) narrow integer buffers may also be written, from a conversion of 32-bit lanes (an 8-bit activation), and
+  a 64-bit integer load only compared or converted is loaded lane by lane too (an int64 attention mask, as torch
+  exports it, compared with 0 in the scores' kernel)."""
   nodes = [n for n in k.ast.toposort() if n.op not in (Ops.SINK, Ops.STORE)]
   users: dict[UOp, list[UOp]] = {}
   for n in k.ast.toposort():
@@ -65,10 +67,11 @@ def lanes_are_32bit(k: Kernel, narrow: bool = False) -> bool:
     return n.op is Ops.DEFINE_GLOBAL and (not n.arg[1] or narrow) and n.dtype.is_int
 
   def narrow_mask(n: UOp) -> bool:
-    return n.op is Ops.LOAD and n.dtype.itemsize < 4 and not n.dtype.is_float and \
+    return n.op is Ops.LOAD and (n.dtype.itemsize < 4 or narrow) and not n.dtype.is_float and \
       all(u.op in (Ops.CAST, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLT) for u in users.get(n, ()))
+  # (a constant of another width is judged where it is used: a mask's comparison, or arithmetic that is not 32-bit)
   return all(n.dtype.itemsize == 4 or (n.dtype.is_bool and n.op not in (Ops.LOAD, Ops.DEFINE_GLOBAL)) or
-             narrow_cast(n) or narrow_mask(n) or narrow_buffer(n)
+             (narrow and n.op is Ops.CONST) or narrow_cast(n) or narrow_mask(n) or narrow_buffer(n)
              for n in nodes)
 
 

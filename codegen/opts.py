@@ -4,13 +4,14 @@
   LOCAL   an output axis into the work-group (GPUs)                 GROUP   a reduce axis across the work-group (GPUs)
   MERGE   two output loops every access steps through as one (an NCHW image's height and width) into one loop
 A `Kernel` is an AST plus the opts applied to it; applying a split substitutes one range by outer*amount + inner,
-SWAP exchanges the numbers that order two loops, MERGE substitutes a loop's two ranges by p//inner and p%inner
-(kept only when no division is left: every access and gate then steps through p as one). A LOCAL amount need not divide its axis: the axis is padded to a
-multiple of it (work-groups of any shape on GPUs), the padded work-items compute the last element again
-(the range is clamped, so every load stays in bounds and barriers stay uniform) and store nothing. A VECTOR or an
-UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16, ViT's 197 tokens in
-register blocks of 4: the extra lanes and copies recompute the last element and store nothing). An UNROLL need not
-divide the axis of a sum either: its copies past the end read the last element and add zero (the body is gated)."""
+SWAP exchanges the numbers that order two loops, MERGE substitutes a loop's two ranges by p//inner and p%inner (kept
+only when no division is left: every access and gate then steps through p as one). A LOCAL amount need not divide
+its axis: the axis is padded to a multiple of it (work-groups of any shape on GPUs), the padded work-items compute
+the last element again (the range is clamped, so every load stays in bounds and barriers stay uniform) and store
+nothing. A VECTOR or an UPCAST of an output axis is padded the same way (GPT-2's 50257 logits in vectors of 16,
+ViT's 197 tokens in register blocks of 4: the extra lanes and copies recompute the last element and store nothing).
+An UNROLL need not divide the axis of a sum either: its copies past the end read the last element and add zero (the
+body is gated)."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
