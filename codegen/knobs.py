@@ -9,6 +9,7 @@ MATMUL_PACK_MIN = 128       # ... when both the reduced and the panel dimension 
 RESIZE_TAP_RATIO = 4        # a Resize without a period reads its taps by index when taps times this < input length
 TRANSPOSE_MULTIPLE = 16     # a reduction's operand is stored transposed only along an axis a multiple of this long
 GROUP_LANES = 8             # a grouped conv's input is stored channels last only when its groups are multiples of this
+RECOMPUTE_MAX_OPS = 16      # a value with an exp/log/sin that several kernels compute is realized at this many ops
 BATCH_MAX_SPAN = 2          # reductions over slices batched: a group computes at most this many steps per step it uses
 MAX_GATHER_SHARE = 0.2      # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
 KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no limit (C): more fusion recomputes more

@@ -15,6 +15,7 @@ from tgc.codegen.select_loads import select_loads
 from tgc.codegen.batch_steps import batch_sliced_reductions
 from tgc.codegen.pieces import split_pieces
 from tgc.codegen.layouts import strides, flat_index, open_values, open_index, choose_layouts, lay_out
+from tgc.codegen.knobs import RECOMPUTE_MAX_OPS
 
 INDEX = dtypes.index
 
@@ -118,7 +119,7 @@ def find_realize_points(roots: list[UOp]) -> set[UOp]:
       for n in _recomputed(root, realize, sizes) + _extra_reductions(root, realize, position):
         if n not in realize: realize.add(n); changed = True
     if not changed:
-      shared = _shared_reductions(realize) - realize
+      shared = (_shared_reductions(realize) | _shared_transcendentals(realize, users, sizes, position)) - realize
       realize |= shared
       changed = bool(shared)
   return realize
@@ -189,6 +190,58 @@ def _shared_reductions(realize: set[UOp]) -> set[UOp]:
     for n in _kernel_reductions(root, realize):
       if n is not root: kernels[n] = kernels.get(n, 0) + 1
   return {n for n, count in kernels.items() if count > 1}
+
+
+def _kernel_nodes(root: UOp, realize: set[UOp]) -> set[UOp]:
+  """The nodes `root`'s kernel computes: reached from it without passing a realized value or a reduction's input."""
+  out, stack = set(), [root]
+  while stack:
+    n = stack.pop()
+    if n in out: continue
+    out.add(n)
+    if n is not root and (n in realize or n.op is Ops.REDUCE_AXIS): continue
+    stack.extend(n.src)
+  return out
+
+
+def _shared_transcendentals(realize: set[UOp], users: dict[UOp, set[UOp]], sizes: dict[UOp, int],
+                            position: dict[UOp, int]) -> set[UOp]:
+  """Elementwise values with an exponential, logarithm or sine in them that two or more kernels would each compute:
+  Whisper's GELU of its second convolution, transposed and added to the positions, is the residual stream that a
+  dozen kernels read (layer norms, residual adds), each computing an erf per element, five of them scalar (15% of
+  the run). The values computed by exactly the same kernels, up from the transcendental op through elementwise ops
+  and views, that take RECOMPUTE_MAX_OPS operations or more per element: the last of them is realized once (not a
+  broadcast: a copy bigger than its sources)."""
+  kernels: dict[UOp, frozenset[UOp]] = {}
+  for root in realize:
+    for n in _kernel_nodes(root, realize):
+      if n is not root: kernels[n] = kernels.get(n, frozenset()) | {root}
+  out = set()
+  for t, roots in kernels.items():
+    if t.op not in (Ops.EXP2, Ops.LOG2, Ops.SIN) or len(roots) < 2: continue
+    shared, stack = {t}, [t]
+    while stack:
+      for u in users.get(stack.pop(), ()):
+        if u not in shared and u not in realize and kernels.get(u) == roots and \
+           (u.op in GroupOp.Elementwise or u.op in GroupOp.Movement and not _expands(u)):
+          shared.add(u); stack.append(u)
+    n = max(shared, key=position.__getitem__)
+    while n.op in GroupOp.Movement: n = n.src[0]      # a view of the value is index math of its readers
+    # a softmax's exp (a few operations) stays recomputed
+    if n.op in GroupOp.Elementwise and _numel(n) <= sizes[n] and _operations(n, realize) >= RECOMPUTE_MAX_OPS:
+      out.add(n)
+  return out
+
+
+def _operations(n: UOp, realize: set[UOp]) -> int:
+  """The arithmetic operations per element that computing `n` from buffers and realized values takes."""
+  seen, stack = set(), [n]
+  while stack:
+    m = stack.pop()
+    if m in seen or (m is not n and (m in realize or m.op in (Ops.BUFFER, Ops.REDUCE_AXIS))): continue
+    seen.add(m)
+    stack.extend(m.src)
+  return sum(m.op in GroupOp.ALU for m in seen)
 
 
 def _views(n: UOp, realize: set[UOp]) -> frozenset[UOp]:

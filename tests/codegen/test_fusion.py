@@ -7,6 +7,7 @@ from tgc.frontend.realize import _alloc
 from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
 from tgc.codegen.target import as_target
+from tgc.ir import Ops
 
 
 def kernels(t: Tensor, target="c"):
@@ -38,6 +39,23 @@ def test_softmax_at_most_three_kernels_and_no_recomputed_reduce():
   ks = kernels(x.softmax(-1))
   assert len(ks) <= 3
   for k in ks: assert k.ops <= 8 * 64 * 100     # a reduce recomputed per element would be 100x more
+
+
+def test_an_erf_several_kernels_read_is_computed_once():
+  """Whisper's residual stream: the GELU (an erf per element) of a convolution's output, transposed and added to the
+  positions, is read by the layer norm's reductions and the residual adds. Each kernel computed the erf again; the
+  value is now realized once, so exactly one kernel evaluates it, and the result matches numpy."""
+  import math
+  x, w, pos = rnd(48, 40), rnd(40, 64, seed=1), rnd(64, 48, seed=2)
+  h = (x @ w).gelu().permute(1, 0) + pos
+  mean = h.mean(axis=0, keepdim=True)
+  out = (h - mean) * (h * h).mean(axis=0, keepdim=True) + h.sum(axis=1, keepdim=True)
+  items, _ = schedule([out.uop], _alloc("numpy"))
+  assert sum(any(n.op is Ops.EXP2 for n in it.ast.toposort()) for it in items) == 1
+  xw = x.numpy() @ w.numpy()
+  hh = (0.5 * xw * (1 + np.vectorize(math.erf)(xw / math.sqrt(2)))).T + pos.numpy()
+  want = (hh - hh.mean(0, keepdims=True)) * (hh * hh).mean(0, keepdims=True) + hh.sum(1, keepdims=True)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("move", [lambda t: t.reshape(8, 4, 9), lambda t: t.permute(1, 0),
