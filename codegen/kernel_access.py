@@ -95,8 +95,8 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
   footprint = 0
   for ld in hot:
     for r, n in block.items():
-      s = stride(ld.src[1], r) if block_moves(ld.src[1], r, n) else None
-      if n > 8 and s is not None and (s * ld.dtype.itemsize) % 1024 == 0 and s: return None
+      s = stride(ld.src[1], r) if n > 8 else None
+      if s and (s * ld.dtype.itemsize) % 1024 == 0: return None
     copies = block_copies(ld, block)
     loads += copies
     lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
