@@ -393,6 +393,8 @@ def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequen
   out = stride*(in-1) + (k-1)*dilation + 1 - before - after. Inserts stride-1 zeros between input elements, flips
   the kernel, swaps in/out channels per group and runs a plain convolution."""
   nd = weight.ndim - 2
+  if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
+    return _conv_transpose_phases(x, weight, bias, stride, crops, groups)
   cin, cout_g = weight.shape[:2]
   kernel = weight.shape[2:]
   # weight (groups*cin_g, cout_g, *k) -> (groups*cout_g, cin_g, *k), spatially flipped
@@ -408,6 +410,39 @@ def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequen
     x = x.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(ins, stride)))
   pads = [((k - 1) * d - b, (k - 1) * d - e) for k, d, (b, e) in zip(kernel, dilation, crops)]
   return conv(x, w, bias, 1, pads, tuple(dilation), groups)
+
+
+def _conv_transpose_phases(x, weight, bias, stride: Sequence[int], crops: Sequence[tuple[int, int]], groups: int):
+  """A strided transposed convolution as a stride-1 one with one set of output channels per output phase, moved
+  back into space (depth to space): output s*j + r sums kernel taps r, r+s, r+2s, .. over inputs j, j-1, .., so no
+  product with a zero inserted between inputs is computed (stride**N fewer than in the zero-stuffed convolution;
+  a 2x2 stride-2 upsampling becomes a 1x1 convolution)."""
+  nd = weight.ndim - 2
+  cin, cout_g = weight.shape[:2]
+  kernel = weight.shape[2:]
+  taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
+  w = weight.pad(((0, 0), (0, 0)) + tuple((0, t * s - k) for k, s, t in zip(kernel, stride, taps)))
+  # (cin, cout_g, t0, s0, t1, s1, ..) -> (cin, s0, s1, .., cout_g, t0, t1, ..) -> (cin, phases * cout_g, *taps):
+  # a phase's channels in a row, so that moving them back into space reads them contiguous when stored channels last
+  w = w.reshape((cin, cout_g) + tuple(v for t, s in zip(taps, stride) for v in (t, s)))
+  w = w.permute((0,) + tuple(3 + 2 * a for a in range(nd)) + (1,) + tuple(2 + 2 * a for a in range(nd)))
+  phases = 1
+  for s in stride: phases *= s
+  w = w.reshape((cin, phases * cout_g) + tuple(taps))
+  y = conv_transpose_cropped(x, w, None, (1,) * nd, [(0, 0)] * nd, (1,) * nd, groups)
+  # (bs, groups * phases * cout_g, *js) -> (bs, groups, s0, s1, .., cout_g, j0, j1, ..)
+  # -> (bs, groups, cout_g, j0, s0, j1, s1, ..) -> (bs, cout, j0 * s0, j1 * s1, ..)
+  js = y.shape[2:]
+  cout = groups * cout_g
+  y = y.reshape((y.shape[0], groups) + tuple(stride) + (cout_g,) + js)
+  y = y.permute((0, 1, 2 + nd) + tuple(v for a in range(nd) for v in (3 + nd + a, 2 + a)))
+  y = y.reshape((y.shape[0], cout) + tuple(j * s for j, s in zip(js, stride)))
+  # y covers s*(i+t-1) positions, the full output s*(i-1)+k of them (the rest is zero): crop, or extend with zeros
+  ends = [j * s + min(0, k - e - s * t) for j, s, k, (_, e), t in zip(js, stride, kernel, crops, taps)]
+  y = y.shrink((None, None) + tuple((max(b, 0), end) for (b, _), end in zip(crops, ends)))
+  extra = [(max(-b, 0), max(0, k - e - s * t)) for s, k, (b, e), t in zip(stride, kernel, crops, taps)]
+  if any(p != (0, 0) for p in extra): y = y.pad(((0, 0), (0, 0)) + tuple(extra))
+  return y if bias is None else y + bias.cast(y.dtype).reshape((1, cout) + (1,) * nd)
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups: int = 1):

@@ -58,6 +58,15 @@ def test_an_erf_several_kernels_read_is_computed_once():
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
+def test_a_strided_transposed_convolution_multiplies_no_inserted_zero():
+  """A 2x2 stride-2 transposed convolution (a U-Net's upsampling) computes each output from the one input pixel it
+  comes from: a multiply-add per input channel, not one per tap of a zero-stuffed input (4x as many)."""
+  x, w = rnd(1, 8, 6, 5), rnd(8, 4, 2, 2, seed=1)
+  ks = kernels(x.conv_transpose2d(w, stride=2))
+  outputs = 4 * 12 * 10
+  assert sum(k.ops for k in ks) <= 2 * 8 * outputs + 2 * outputs
+
+
 @pytest.mark.parametrize("move", [lambda t: t.reshape(8, 4, 9), lambda t: t.permute(1, 0),
                                   lambda t: t.reshape(32, 9, 1).expand(32, 9, 5)])
 def test_movement_before_elementwise_adds_no_kernel(move):

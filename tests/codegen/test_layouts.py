@@ -179,3 +179,30 @@ def test_a_value_mapped_into_a_channels_last_image_is_stored_channels_last():
   store = conv.ast.src[0]
   channel = next(r for r in Kernel(conv.ast).ranges() if r.arg.kind is AxisType.GLOBAL and r.src[0].arg == 8)
   assert stride(store.src[1], channel) == 1
+
+
+def test_a_convolution_output_only_maps_read_is_stored_channels_last():
+  """A convolution over a channels-last activation vectorizes its output channels: when only a map reads its output
+  (here a nearest-neighbour upsampling), that output is stored channels last too, each vector's lanes side by side
+  instead of a channel plane apart."""
+  x = Tensor(RNG.standard_normal((1, 4, 6, 6)).astype(np.float32))
+  w1 = Tensor(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+  w2 = Tensor(RNG.standard_normal((24, 8, 1, 1)).astype(np.float32))
+  y = x.conv2d(w1, padding=1).relu().conv2d(w2)
+  up = y.reshape(1, 24, 6, 1, 6, 1).expand(1, 24, 6, 2, 6, 2).reshape(1, 24, 12, 12) + 1.0
+  items, _ = schedule([up.uop], _alloc("c"))
+  convs = [it for it in items if any(n.op is Ops.REDUCE for n in it.ast.toposort())]
+  assert len(convs) == 2
+  store = convs[1].ast.src[0]
+  channel = next(r for r in Kernel(convs[1].ast).ranges() if r.arg.kind is AxisType.GLOBAL and r.src[0].arg == 24)
+  assert stride(store.src[1], channel) == 1
+  np.testing.assert_allclose(up.numpy(), np.repeat(np.repeat(_np_conv(x, w1, w2), 2, 2), 2, 3) + 1.0, rtol=1e-4,
+                             atol=1e-4)
+
+
+def _np_conv(x, w1, w2):
+  xp = np.pad(x.numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  a = np.zeros((1, 8, 6, 6), np.float64)
+  for i in range(3):
+    for j in range(3): a += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 6], w1.numpy()[:, :, i, j])
+  return np.einsum("nchw,oc->nohw", np.maximum(a, 0), w2.numpy()[:, :, 0, 0])

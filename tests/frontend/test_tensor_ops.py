@@ -671,6 +671,11 @@ CONV_TRANSPOSES = [
   ("groups2_dilation", (1, 4, 3, 4), (4, 1, 2, 3), dict(stride=(1, 2), padding=(0, 2), dilation=(2, 1), groups=2)),
   ("big_padding", (1, 2, 3, 3), (2, 2, 3, 3), dict(padding=2)),
   ("conv_transpose1d", (1, 2, 5), (2, 3, 4), dict(stride=3, output_padding=2)),
+  # strided ones run as one stride-1 transposed convolution per output phase, moved back into space
+  ("upsample_k2_s2", (2, 4, 5, 6), (4, 3, 2, 2), dict(stride=2)),
+  ("groups2_k4_s2", (1, 4, 5, 3), (4, 2, 4, 4), dict(stride=2, padding=1, groups=2)),
+  ("gaps_k2_s3_outpad2", (1, 2, 4, 3), (2, 3, 2, 2), dict(stride=(3, 2), output_padding=(2, 1))),
+  ("k3_s2_pad2", (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=2, padding=2)),
 ]
 
 
