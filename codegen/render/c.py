@@ -17,7 +17,7 @@ Integer dot products (DOT: codegen/dot.py) are the CPU level's intrinsics, from 
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.registry import TargetSpec
-from tgc.codegen.render.cstyle import CStyleRenderer
+from tgc.codegen.render.cstyle import CStyleRenderer, zero_rows
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
          (Ops.RINT, "rint"), (Ops.POW, "pow"))
@@ -143,6 +143,7 @@ class CRenderer(CStyleRenderer):
                           Ops.EXP2})
   vector_itemsizes = frozenset({1, 2, 4})
   masked_vectors = True
+  zero_rows = True
   types = {dtypes.bool: "int", dtypes.int8: "signed char", dtypes.int16: "short", dtypes.int32: "int",
            dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
            dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
@@ -164,6 +165,8 @@ class CRenderer(CStyleRenderer):
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
               if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) > 2 + (u.op is Ops.STORE) and u.src[-1].dtype.count > 1}
     out += [_masked_helper(op, d) for op, d in sorted(masked, key=lambda m: (m[0].value, vector_type(m[1])))]
+    rows = {(row.name, row.size, row.ctype) for row in zero_rows(program, self.storage_type).values()}
+    out += [f"static const {ctype} {name}[{size}] = {{0}};" for name, size, ctype in sorted(rows)]
     return out
 
   # ---- vectors ----

@@ -1,5 +1,7 @@
 """Loop unswitching of gated loads (codegen/unswitch.py): a padded convolution's channel loop is emitted once with
-plain loads for the interior of the image and once as it was for the borders; both agree with the reference."""
+plain loads for the interior of the image and once as it was for the borders; both agree with the reference. In C,
+the border copy's loads, gated by conditions computed outside the loop, read a row of zeros when gated off
+(`render.cstyle.zero_rows`)."""
 from __future__ import annotations
 import numpy as np
 
@@ -9,6 +11,7 @@ from tgc.codegen.schedule import schedule
 from tgc.codegen.lower import lower
 from tgc.codegen.unswitch import unswitch_gated_loops
 from tgc.codegen.target import Target
+from tgc.codegen.render.cstyle import zero_rows
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes
 
 RNG = np.random.default_rng(3)
@@ -54,6 +57,27 @@ def test_only_loops_with_gates_computed_outside_are_versioned():
   assert all(len(u.src) == 2 for u in first if u.op is Ops.LOAD)          # the interior copy loads plainly
   assert any(len(u.src) == 3 for u in second if u.op is Ops.LOAD)         # the border copy keeps its gates
   assert unswitch_gated_loops(_gated_loop_program(gate_inside=True)) == _gated_loop_program(gate_inside=True)
+
+
+def test_loads_gated_outside_their_loop_read_a_zero_row():
+  program = _gated_loop_program(gate_inside=False)
+  rows = zero_rows(program)
+  load = next(u for u in program if u.op is Ops.LOAD)
+  assert list(rows) == [load]
+  row = rows[load]
+  outer, r = (u for u in program if u.op is Ops.RANGE)
+  assert row.loop is r and row.step == 1 and row.terms == ((outer, 8),) and row.const == 0 and row.size == 8
+  assert zero_rows(_gated_loop_program(gate_inside=True)) == {}
+
+
+def test_a_padded_convolution_in_c_reads_zero_rows_without_branches():
+  x = RNG.standard_normal((1, 16, 9, 7)).astype(np.float32)
+  w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
+  items, _ = schedule([_conv("c", x, w).uop], _alloc("c"))
+  conv = max(items, key=lambda it: sum(1 for n in it.ast.toposort() if n.op is Ops.LOAD and len(n.src) > 2))
+  program = lower(conv.ast, Target.make("c"), name="conv")
+  assert "tg_zero_float32_" in program.src and "?data1[" not in program.src.replace(" ", "")
+  assert any(line.startswith("static const float tg_zero_float32_") for line in program.prefix)
 
 
 def _vector_mask_program(mask_inside: bool) -> list[UOp]:
