@@ -429,7 +429,9 @@ def _conv_transpose_phases(x, weight, bias, stride: Sequence[int], crops: Sequen
   phases = 1
   for s in stride: phases *= s
   w = w.reshape((cin, phases * cout_g) + tuple(taps))
-  y = conv_transpose_cropped(x, w, None, (1,) * nd, [(0, 0)] * nd, (1,) * nd, groups)
+  # realized before moving into space: a kernel that reads its weights through the output's phase (`col % 2`) gets
+  # no weights laid out for it (a copy per output column) and gathers them (PP-OCR's detector head: 9 -> 13 ms)
+  y = conv_transpose_cropped(x, w, None, (1,) * nd, [(0, 0)] * nd, (1,) * nd, groups).contiguous()
   # (bs, groups * phases * cout_g, *js) -> (bs, groups, s0, s1, .., cout_g, j0, j1, ..)
   # -> (bs, groups, cout_g, j0, s0, j1, s1, ..) -> (bs, cout, j0 * s0, j1 * s1, ..)
   js = y.shape[2:]
