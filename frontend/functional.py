@@ -390,8 +390,9 @@ def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequen
                            dilation: Sequence[int], groups: int):
   """Transposed convolution with the output cropped by (before, after) per spatial axis, a negative `after`
   extending it at the end (ONNX ConvTranspose's pads, output_padding and output_shape come to this):
-  out = stride*(in-1) + (k-1)*dilation + 1 - before - after. Inserts stride-1 zeros between input elements, flips
-  the kernel, swaps in/out channels per group and runs a plain convolution."""
+  out = stride*(in-1) + (k-1)*dilation + 1 - before - after. A strided one without dilation goes by output phase
+  (`_conv_transpose_phases`); otherwise it inserts stride-1 zeros between input elements, flips the kernel, swaps
+  in/out channels per group and runs a plain convolution."""
   nd = weight.ndim - 2
   if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
     return _conv_transpose_phases(x, weight, bias, stride, crops, groups)
@@ -413,8 +414,8 @@ def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequen
 
 
 def _conv_transpose_phases(x, weight, bias, stride: Sequence[int], crops: Sequence[tuple[int, int]], groups: int):
-  """A strided transposed convolution as a stride-1 one with one set of output channels per output phase, moved
-  back into space (depth to space): output s*j + r sums kernel taps r, r+s, r+2s, .. over inputs j, j-1, .., so no
+  """A strided transposed convolution as a stride-1 one with one set of output channels per output phase, realized,
+  then moved back into space (depth to space): output s*j + r sums kernel taps r, r+s, r+2s, .. over inputs j, j-1, .., so no
   product with a zero inserted between inputs is computed (stride**N fewer than in the zero-stuffed convolution;
   a 2x2 stride-2 upsampling becomes a 1x1 convolution)."""
   nd = weight.ndim - 2
