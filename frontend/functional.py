@@ -415,9 +415,9 @@ def conv_transpose_cropped(x, weight, bias, stride: Sequence[int], crops: Sequen
 
 def _conv_transpose_phases(x, weight, bias, stride: Sequence[int], crops: Sequence[tuple[int, int]], groups: int):
   """A strided transposed convolution as a stride-1 one with one set of output channels per output phase, realized,
-  then moved back into space (depth to space): output s*j + r sums kernel taps r, r+s, r+2s, .. over inputs j, j-1, .., so no
-  product with a zero inserted between inputs is computed (stride**N fewer than in the zero-stuffed convolution;
-  a 2x2 stride-2 upsampling becomes a 1x1 convolution)."""
+  then moved back into space (depth to space): output s*j + r sums kernel taps r, r+s, r+2s, .. over inputs j,
+  j-1, .., so no product with a zero inserted between inputs is computed (stride**N fewer than in the zero-stuffed
+  convolution; a 2x2 stride-2 upsampling becomes a 1x1 convolution)."""
   nd = weight.ndim - 2
   cin, cout_g = weight.shape[:2]
   kernel = weight.shape[2:]
