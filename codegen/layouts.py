@@ -131,18 +131,17 @@ def _convolution_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, 
   row-major each of its vectors was 16 stores a channel plane apart (UNet's 2x2 stride-2 transposed convolutions,
   64 planes of 128x128 read by a concat: 12% of the roofline). Their readers (a concat, a resize, a depth to space)
   are maps, which read either order."""
+  def convolves(it, ld: UOp) -> bool:        # a load of a channels-last value, reduced over its channels
+    m = values[it.bufs[ld.src[0].arg[0]]]
+    return m in picked and picked[m] == _channels_last_order(m) and \
+      _image_access(row_major(ld.src[1]), m.shape, _image_dims(m.shape)) == "channels"
   for it in items:
     if len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
     n = values.get(it.bufs[it.ast.src[0].src[0].arg[0]])
-    if n is None or n in picked or _channels_last_order(n) is None: continue
-    for red in (u for u in it.ast.toposort() if u.op is Ops.REDUCE):
-      for ld in (u for u in red.src[0].toposort() if u.op is Ops.LOAD and u.src[1].op is Ops.OPEN_INDEX):
-        m = values[it.bufs[ld.src[0].arg[0]]]
-        if m in picked and picked[m] == _channels_last_order(m) and \
-            _image_access(row_major(ld.src[1]), m.shape, _image_dims(m.shape)) == "channels":
-          picked[n] = _channels_last_order(n)
-          break
-      if n in picked: break
+    if n is None or n in picked or (order := _channels_last_order(n)) is None: continue
+    reduced = {u for red in it.ast.toposort() if red.op is Ops.REDUCE for u in red.src[0].toposort()}
+    if any(convolves(it, ld) for ld in reduced if ld.op is Ops.LOAD and ld.src[1].op is Ops.OPEN_INDEX):
+      picked[n] = order
 
 
 def _final_index(index: UOp, n: UOp | None, picked: dict[UOp, tuple[int, ...]]) -> UOp:

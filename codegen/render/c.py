@@ -165,7 +165,7 @@ class CRenderer(CStyleRenderer):
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
               if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) > 2 + (u.op is Ops.STORE) and u.src[-1].dtype.count > 1}
     out += [_masked_helper(op, d) for op, d in sorted(masked, key=lambda m: (m[0].value, vector_type(m[1])))]
-    rows = {(row.name, row.size, row.ctype) for row in zero_rows(program, self.storage_type).values()}
+    rows = {(row.name, row.size, self.storage_type(row.dtype)) for row in zero_rows(program).values()}
     out += [f"static const {ctype} {name}[{size}] = {{0}};" for name, size, ctype in sorted(rows)]
     return out
 

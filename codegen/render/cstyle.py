@@ -185,7 +185,7 @@ class CStyleRenderer:
     """The kernel function alone; `prefix(program)` gives the lines (includes, helpers) it needs before it. Each op is
     a statement of STATEMENTS or a value (`render_value`), named or inlined."""
     bufs = _buffers(program)
-    body = KernelBody(self, task_range(program), zero_rows(program, self.storage_type) if self.zero_rows else {})
+    body = KernelBody(self, task_range(program), zero_rows(program) if self.zero_rows else {})
     for u in program:
       for s in u.src: body.uses[s] = body.uses.get(s, 0) + 1
     for b in bufs: body.names[b] = f"data{b.arg[0]}"
@@ -350,13 +350,13 @@ class ZeroRow:
   step: int
   name: str
   size: int
-  ctype: str
+  dtype: DType                          # the buffer's element type (the array's, as the renderer spells it)
 
 
 ZERO_ROW_LIMIT = 4096         # elements of the largest zero row (16 KiB of floats, shared by every kernel)
 
 
-def zero_rows(program: list[UOp], ctype=lambda d: d) -> dict[UOp, ZeroRow]:
+def zero_rows(program: list[UOp]) -> dict[UOp, ZeroRow]:
   """The loads of a linearized kernel that `ZeroRow` applies to. A convolution's zero padding gates its loads by the
   tap and the output position, both outside the loop over input channels: gated there, each load was a branch and a
   load into a register broadcast on the port the multiply-adds use (a 7x7 3x3 convolution at 0.75x the speed of its
@@ -380,7 +380,7 @@ def zero_rows(program: list[UOp], ctype=lambda d: d) -> dict[UOp, ZeroRow]:
     size = (r.src[0].arg - 1) * k + u.dtype.count
     if size > ZERO_ROW_LIMIT: continue
     rows[u] = ZeroRow(tuple(sorted(terms.items(), key=lambda tc: tc[0].key)), const, r, k,
-                      f"tg_zero_{buf.dtype.name}_{size}", size, ctype(buf.dtype))
+                      f"tg_zero_{buf.dtype.name}_{size}", size, buf.dtype)
   return rows
 
 
