@@ -1068,7 +1068,7 @@ _reg_torch("bigru_dynamo", "torch-dynamo", "The bidirectional GRU model (as bigr
 # transformers
 
 def _hf(cls_name: str, config_name: str, config: dict, specs: list[dict], call: Callable, outputs: list[str],
-        seed_name: str, extra=None, model_module: str = "transformers"):
+        seed_name: str, extra=None, model_module: str = "transformers", init: Callable | None = None):
   def fn(ctx: Context) -> Built:
     import torch
     import transformers
@@ -1077,6 +1077,7 @@ def _hf(cls_name: str, config_name: str, config: dict, specs: list[dict], call: 
     cfg._attn_implementation = "eager"
     with contextlib.redirect_stderr(io.StringIO()):
       model = getattr(transformers, cls_name)(cfg).eval()
+    if init is not None: init(model)
 
     class Wrap(torch.nn.Module):
       def __init__(s, m):
@@ -1093,9 +1094,20 @@ def _hf(cls_name: str, config_name: str, config: dict, specs: list[dict], call: 
   return fn
 
 
-def _reg_hf(name, description, cls_name, config_name, config, specs, call, outputs, extra=None):
+def _reg_hf(name, description, cls_name, config_name, config, specs, call, outputs, extra=None, init=None):
   register(name, "transformers", description)(
-    _hf(cls_name, config_name, config, specs, call, outputs, name, extra))
+    _hf(cls_name, config_name, config, specs, call, outputs, name, extra, init=init))
+
+
+def _conv_net_init(model) -> None:
+  """Weights of trained magnitude for a convolutional transformers model: transformers' init draws BatchNorm scales
+  from N(0, 0.02) like other weights, which shrinks the activations through each block (MobileViT's logits came out
+  at 5e-41, every value past the stem subnormal, which no trained model has and which slows every engine's
+  arithmetic); BatchNorm reset to torch's defaults (scale 1) and convolutions drawn with He's init keep them in range."""
+  import torch
+  for m in model.modules():
+    if isinstance(m, torch.nn.BatchNorm2d): m.reset_parameters()
+    elif isinstance(m, torch.nn.Conv2d): torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
 
 
 _SEQ = 128
@@ -1179,10 +1191,10 @@ _reg_hf("t5_encoder", "T5 encoder with flan-t5-small's width (transformers T5Enc
         lambda m, ids, mask: m(input_ids=ids, attention_mask=mask).last_hidden_state, ["last_hidden_state"],
         extra={"vocab": 32128})
 _reg_hf("mobilevit_small", "MobileViT-small (transformers MobileViTForImageClassification, default config, random "
-        "init, 256x256), dynamo=False: MobileNetV2 blocks with SiLU, unfold/fold of 2x2 patches by Reshape/"
+        "init with BatchNorm scales of 1 and He-initialized convs, 256x256), dynamo=False: MobileNetV2 blocks with SiLU, unfold/fold of 2x2 patches by Reshape/"
         "Transpose around transformer blocks, LayerNorm; 1000-class logits", "MobileViTForImageClassification",
         "MobileViTConfig", dict(image_size=256), [_image("pixel_values", 256)],
-        lambda m, x: m(pixel_values=x).logits, ["logits"])
+        lambda m, x: m(pixel_values=x).logits, ["logits"], init=_conv_net_init)
 _reg_hf("swin_tiny", "Swin-like (transformers SwinForImageClassification, random init: embed 64, depths 2/2/2/2, "
         "heads 2/4/8/16, window 7, 224x224), dynamo=False: window partition Reshape/Transpose, shifted windows "
         "(Roll as Slice+Concat) with attention masks, relative position bias Gather, patch merging",

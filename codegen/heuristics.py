@@ -20,9 +20,9 @@ from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
-from tgc.codegen.vectorize import loop_end, unclamped, unclamped_access
-from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MAX_GATHER_SHARE, PADDED_VECTORS, SHORT_TAPS,
-                               UNROLLED_TAPS)
+from tgc.codegen.vectorize import lane_condition, loop_end, unclamped, unclamped_access
+from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MASKED_MIN_FILL, MAX_GATHER_SHARE, PADDED_VECTORS,
+                               SHORT_TAPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
                                        reduce_body_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
@@ -44,10 +44,11 @@ def hand_coded_opts(k: Kernel, target: Target, constant: frozenset = frozenset()
 
 
 # ---------------------------------------------------------------- CPUs
-def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) -> float:
+def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False, lane_masks: bool = False) -> float:
   """The share of the kernel's memory accesses that would move one lane at a time when vectorizing along `r`
-  (gathers, scatters, gated lanes: with `masked` vector accesses, a contiguous one gated per lane moves as a vector),
-  reduction loads weighted by their loop."""
+  (gathers, scatters, gated lanes: with `masked` vector accesses, a contiguous one gated per lane at the end of a
+  padded loop moves as a vector; with `lane_masks` one gated by any lane comparisons too), reduction loads weighted
+  by their loop."""
   hot = set(reduce_body_loads(k))
   loop = math.prod(Kernel.size(x) for x in k.axes(R)) or 1
   bad = total = 0
@@ -58,9 +59,13 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False) 
     total += weight
     weights = n.op is Ops.LOAD and buf.arg[0] in constant     # laid out at compile time in the order read
     # a clamped access as one masked access (own weights in the reduction's body: their clamped copies are stored)
-    if masked and not (weights and n in hot) and (found := unclamped_access(n, r)) is not None: idx, gates = found
-    if any(depends(g, r) for g in gates) and \
-        not (masked and len(gates) == 1 and stride(idx, r) == 1 and loop_end(gates[0], r)): bad += weight
+    if masked and not (weights and n in hot) and (found := unclamped_access(n, r, lane_masks)) is not None:
+      idx, gates = found
+    item = (n.dtype if n.op is Ops.LOAD else n.src[2].dtype).itemsize
+    if any(depends(g, r) for g in gates) and not (masked and stride(idx, r) == 1 and (
+        len(gates) == 1 and loop_end(gates[0], r) or
+        lane_masks and item == 4 and all(lane_condition(g, r) for g in gates))):
+      bad += weight
     elif not weights and stride(idx, r) not in (0, 1): bad += weight
   return bad / max(total, 1)
 
@@ -70,7 +75,8 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
   lanes that move as vectors), or (None, None)."""
   if not lanes_are_32bit(k, narrow=True): return None, None
   lanes = target.vector_lanes(4)
-  masked = get_renderer(target).masked_vectors
+  renderer = get_renderer(target)
+  masked, lane_masks = renderer.masked_vectors, renderer.lane_masks
   best, best_key = None, None
   glob = k.axes(G)
   for kind, axes in (("global", glob), ("reduce", k.axes(R))):
@@ -83,14 +89,19 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
       # reduction taking its identity past the end
       if w < lanes and n >= PADDED_VECTORS * lanes and (kind == "global" or masked and not widths):
         widths.append(lanes)
+      # a short output axis where masked stores are single instructions: padded to the widest vector it fills
+      # enough of (a 14-pixel row in 16 lanes, 7 in 8)
+      elif kind == "global" and lane_masks and w < lanes:
+        widths += [x for x in (lanes, lanes // 2, lanes // 4) if x > w and x >= 4 and n % x and
+                   n / (-(-n // x) * x) >= MASKED_MIN_FILL][:1]
       for w in widths:
         opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
         share = _gather_share(split, next(x for x in split.ranges() if x.arg.kind is AxisType.VECTOR), constant,
-                              masked)
+                              masked, lane_masks)
         # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
         # most lanes that move as vectors
-        key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share), -i)
+        key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share) * n / (-(-n // w) * w), -i)
         if best_key is None or key < best_key: best, best_key = opt, key
   if best is None or best_key[0]: return None, None
   return best, best_key
@@ -98,11 +109,13 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
 
 def _merged_vector(k: Kernel, target: Target, constant: frozenset) -> Kernel:
   """Kernel `k` with its VECTOR opt applied (`_pick_vector`), after a MERGE of two neighbouring output loops where
-  that gives vectors of more lanes: a 1x1 convolution over an NCHW image of 14x14 pixels has no axis of 4 or more
-  lanes, its 196 pixels merged are 49 vectors of 4 (or 13 of 16, the last padded)."""
+  that gives vectors of more lanes that move as vectors: a 1x1 convolution over an NCHW image of 14x14 pixels has no
+  axis of 4 or more lanes (or a row of 14 in 16 padded lanes), its 196 pixels merged are 49 vectors of 4 (or 13 of
+  16, the last padded)."""
   vec, key = _pick_vector(k, target, constant)
   lanes = target.vector_lanes(4)
-  if vec is None or vec.amount < lanes:
+  # fewer lanes, or lanes padded (a row of 14 in 16: the merged rows fill more of them) or gathered
+  if vec is None or key[2] > -lanes:
     for i in range(len(k.axes(G)) - 1):
       try: merged = k.apply(Opt(OptOps.MERGE, i, i + 1))
       except OptError: continue

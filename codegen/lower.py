@@ -241,7 +241,7 @@ def _program(ast: UOp, target: Target, renderer, vectors: bool):
   """Expand, vectorize (or expand the VECTOR axis too), assign launch dimensions, linearize."""
   expanded = expand(ast if vectors else _as_loop(ast, target.has_workgroups))
   if vectors: expanded = vectorize(expanded, renderer.vector_ops, renderer.vector_access, renderer.vector_itemsizes,
-                                   renderer.masked_vectors)
+                                   renderer.masked_vectors, renderer.lane_masks)
   if vectors and target.dot: expanded = dot_rewrite(expanded, target.dot, target.cpu.vector_bytes)
   if target.has_workgroups:
     grid_ast, gsz, lsz = _grid(_gate_group_stores(expanded), target.grid_dims,

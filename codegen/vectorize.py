@@ -4,7 +4,8 @@ depends on the VECTOR range is turned into a `dtype.vec(W)` value:
   LOAD(buf, idx(v)) otherwise   -> a gather: VECTORIZE of the W lane loads (also for elements narrower than a lane:
                                    a byte mask is loaded lane by lane)
   LOAD(buf, base + v, gate(v))  -> a masked vector load (renderers that have them: the end of a loop over a size
-                                   known at run time); STOREs alike
+                                   known at run time or of a padded axis; where they are single instructions, any
+                                   gate of comparisons of base + v, such as a convolution's padding); STOREs alike
   STORE(buf, base + v, x)       -> one contiguous vector store; otherwise one store per lane (GEP)
   ALU(x, y) with vector sources -> the vector ALU; scalar sources are broadcast (VECTORIZE of one source)
   REDUCE(x, v, rest)            -> a vector accumulator over `rest`, then its lanes combined (a horizontal reduce)
@@ -29,6 +30,7 @@ class VectorCtx:
   aligned: Callable[[UOp, UOp], bool] | None = None    # (buffer, base) -> a vector access there is allowed
   itemsizes: frozenset = frozenset({4})    # element sizes the renderer loads and stores as vectors
   masked: bool = False                     # the renderer has masked vector loads and stores (a gate per lane)
+  lane_masks: bool = False                 # ... as single instructions: any gate of lane comparisons is a mask
   depends: dict = field(default_factory=dict)
 
   @property
@@ -58,16 +60,46 @@ class VectorCtx:
   def end_mask(self, u: UOp) -> UOp | None:
     """`base + v < n` (the end of a loop over a size known at run time) as one vector compare of base + (0, 1, ...)
     with n, and such a compare `and` conditions the lanes share (a padded split of the outer part too) as one vector
-    AND; None for any other value."""
+    AND; None for any other value. With `lane_masks`, any gate `lane_condition` accepts (a convolution's padding:
+    `0 < x + v` and `x + v < 15`, negated compares, several of them `and`ed)."""
+    if self.lane_masks and u.dtype == dtypes.bool and lane_condition(u, self.v): return self._lane_mask(u)
     if u.op is Ops.AND and u.dtype.is_bool and sum(self.on_v(s) for s in u.src) == 1:
       lane = next(s for s in u.src if self.on_v(s))
       if (mask := self.end_mask(lane)) is None: return None
       return UOp(Ops.AND, mask.dtype, tuple(mask if s is lane else self.vec(s) for s in u.src))
     if u.op is not Ops.CMPLT or self.on_v(u.src[1]) or (base := contiguous_base(u.src[0], self.v)) is None: return None
+    return UOp(Ops.CMPLT, dtypes.bool.vec(self.lanes), (self._iota(base), self.vec(u.src[1])))
+
+  def _iota(self, base: UOp) -> UOp:
+    """base + (0, 1, ..., lanes-1)."""
     w = self.lanes
-    lanes = UOp(Ops.ADD, INDEX.vec(w), (UOp(Ops.VECTORIZE, INDEX.vec(w), (base,)),
-                                        UOp(Ops.VECTORIZE, INDEX.vec(w), tuple(UOp.const(INDEX, i) for i in range(w)))))
-    return UOp(Ops.CMPLT, dtypes.bool.vec(w), (lanes, UOp(Ops.VECTORIZE, INDEX.vec(w), (u.src[1],))))
+    return UOp(Ops.ADD, INDEX.vec(w), (UOp(Ops.VECTORIZE, INDEX.vec(w), (base,)),
+                                       UOp(Ops.VECTORIZE, INDEX.vec(w), tuple(UOp.const(INDEX, i) for i in range(w)))))
+
+  def _lane_mask(self, u: UOp) -> UOp:
+    """A gate `lane_condition` accepts as a vector of lane masks."""
+    if not self.on_v(u): return self.vec(u)
+    if u.op is Ops.AND: return UOp(Ops.AND, dtypes.bool.vec(self.lanes), tuple(self._lane_mask(s) for s in u.src))
+    if u.op is not Ops.CMPLT:     # not (a < b) -> b < a + 1
+      a, b = u.src[0].src
+      return self._lane_mask(UOp(Ops.CMPLT, dtypes.bool, (b, simplify(a + 1))))
+    a, b = u.src
+    if self.on_v(a): return UOp(Ops.CMPLT, dtypes.bool.vec(self.lanes), (self._iota(contiguous_base(a, self.v)),
+                                                                         self.vec(b)))
+    return UOp(Ops.CMPLT, dtypes.bool.vec(self.lanes), (self.vec(a), self._iota(contiguous_base(b, self.v))))
+
+
+def lane_condition(g: UOp, v: UOp) -> bool:
+  """Whether gate `g` is, lane by lane along `v`, comparisons of integer `base + v` with values the lanes share,
+  possibly negated and `and`ed with each other and with conditions the lanes share (a convolution's padding along
+  its vector axis): one vector compare per comparison gives its mask."""
+  if v not in g.toposort(): return True
+  if g.op is Ops.AND and g.dtype == dtypes.bool: return all(lane_condition(s, v) for s in g.src)
+  if g.op in (Ops.CMPNE, Ops.XOR) and g.src[1].op is Ops.CONST and g.src[1].arg is True:     # not (a < b)
+    return g.src[0].op is Ops.CMPLT and lane_condition(g.src[0], v)
+  if g.op is not Ops.CMPLT or not g.src[0].dtype.is_int: return False
+  moving = [s for s in g.src if v in s.toposort()]
+  return len(moving) == 1 and contiguous_base(moving[0], v) is not None
 
 
 def gep(u: UOp, i: int) -> UOp:
@@ -94,53 +126,71 @@ def _per_lane(ctx: VectorCtx, s: UOp) -> bool:
   return s.dtype.count > 1 or ctx.on_v(s)
 
 
+def _clamp(idx: UOp, v: UOp) -> UOp | None:
+  """The clamp `flat < n ? flat : n-1` of a padded output axis in `idx`, or None."""
+  for w in idx.toposort():
+    if w.op is Ops.WHERE and w.src[0].op is Ops.CMPLT and w.src[0].src[0] is w.src[1] and w.src[2].op is Ops.CONST \
+       and loop_end(w.src[0], v):
+      return w
+  return None
+
+
 def unclamped(idx: UOp, v: UOp) -> tuple[UOp, UOp] | None:
   """An index along a padded output axis (`flat < n ? flat : n-1`: the last vector's extra lanes at the last element)
   as (the index without the clamp, `flat < n`), else None. A store gated by that compare writes those lanes nowhere
   either way; a float load of them may read 0 instead (one masked load): they feed only gated-off stores."""
-  for w in idx.toposort():
-    if w.op is Ops.WHERE and w.src[0].op is Ops.CMPLT and w.src[0].src[0] is w.src[1] and w.src[2].op is Ops.CONST \
-       and loop_end(w.src[0], v):
-      return simplify(substitute(idx, {w: w.src[1]})), w.src[0]
-  return None
+  if (w := _clamp(idx, v)) is None: return None
+  return simplify(substitute(idx, {w: w.src[1]})), w.src[0]
 
 
-def unclamped_access(access: UOp, v: UOp) -> tuple[UOp, tuple] | None:
+def unclamped_access(access: UOp, v: UOp, lane_masks: bool = False) -> tuple[UOp, tuple] | None:
   """A load or store's (index, gates) with `unclamped`'s clamp taken out where that is the same access: a float load
-  without gates (then gated by the compare), a store gated by exactly that compare."""
-  found = unclamped(access.src[1], v)
-  if found is None: return None
+  without gates (then gated by the compare), a store gated by exactly that compare; with `lane_masks`, a float load
+  whose gates are lane conditions too (a padded convolution's: the clamp taken out of them as well, the compare
+  added)."""
+  if (w := _clamp(access.src[1], v)) is None: return None
+  idx, end = simplify(substitute(access.src[1], {w: w.src[1]})), w.src[0]
   if access.op is Ops.LOAD:
-    return (found[0], (found[1],)) if len(access.src) == 2 and access.dtype.is_float else None
-  return (found[0], access.src[3:]) if access.src[3:] == (found[1],) else None
+    if not access.dtype.is_float: return None
+    if len(access.src) == 2: return idx, (end,)
+    gates = tuple(simplify(substitute(g, {w: w.src[1]})) for g in access.src[2:])
+    return (idx, gates + (end,)) if lane_masks and all(lane_condition(g, v) for g in gates) else None
+  return (idx, access.src[3:]) if access.src[3:] == (end,) else None
 
 
 def _load(ctx: VectorCtx, ld: UOp) -> UOp | None:
   if ld.dtype.count > 1 or not any(_per_lane(ctx, s) for s in ld.src[1:]): return None
   buf, idx, gate = ld.src[0], ld.src[1], ld.src[2:]
-  if ctx.masked and ld.dtype.itemsize == 4 and (found := unclamped_access(ld, ctx.v)) is not None: idx, gate = found
+  if ctx.masked and ld.dtype.itemsize == 4 and \
+     (found := unclamped_access(ld, ctx.v, ctx.lane_masks)) is not None: idx, gate = found
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(_per_lane(ctx, g) for g in gate) and ld.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base) + gate)
-  if _masked(ctx, buf, base, gate, ld.dtype):
-    return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base, ctx.vec(gate[0])))
+  if (mask := _mask(ctx, buf, base, gate, ld.dtype)) is not None:
+    return UOp(Ops.LOAD, ld.dtype.vec(ctx.lanes), (buf, base, mask))
   # each lane's load: only the sources that differ per lane change (a workgroup-memory read keeps its barrier as is)
   return UOp(Ops.VECTORIZE, ld.dtype.vec(ctx.lanes), tuple(
     ld.replace(src=(buf,) + tuple(ctx.lane(s, i) if _per_lane(ctx, s) else s for s in ld.src[1:]))
     for i in range(ctx.lanes)))
 
 
-def _masked(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> bool:
-  """A contiguous access of 32-bit elements whose one gate differs per lane (the end of a padded loop, `loop_end`):
-  one masked vector load or store, where the renderer has them."""
-  return ctx.masked and len(gate) == 1 and gate[0].dtype.count == 1 and ctx.on_v(gate[0]) and \
-    ctx.vector_access(buf, base) and dtype.itemsize == 4 and loop_end(gate[0], ctx.v)
+def _mask(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> UOp | None:
+  """The vector mask of a contiguous access of 32-bit elements gated per lane, where the renderer has masked vector
+  loads and stores: the end of a padded loop (`loop_end`), or with `lane_masks` any gates `lane_condition` accepts
+  (`and`ed into one mask); else None."""
+  if not (ctx.masked and ctx.vector_access(buf, base) and dtype.itemsize == 4) or \
+     any(g.dtype.count > 1 for g in gate) or not any(ctx.on_v(g) for g in gate): return None
+  if len(gate) == 1 and loop_end(gate[0], ctx.v): return ctx.vec(gate[0])
+  if not ctx.lane_masks or not all(lane_condition(g, ctx.v) for g in gate): return None
+  both = gate[0]
+  for g in gate[1:]: both = UOp(Ops.AND, dtypes.bool, (both, g))
+  return ctx._lane_mask(both)
 
 
 def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
   time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys; `outer`
-  a loop, or its part of a task loop it was folded into: `gidx0 % 47`). The gates masked vector accesses are used
+  a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than one vector). The gates masked vector accesses are used
   for; other gates (a convolution's padding) keep lane-by-lane accesses."""
   nodes = gate.toposort()
   if any(n.op is Ops.DEFINE_VAR for n in nodes): return True
@@ -148,8 +198,8 @@ def loop_end(gate: UOp, v: UOp) -> bool:
     if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
       terms, const = split_terms(n.src[0])
       outer = [(t, c) for t, c in terms.items() if t is not v]
-      if const == 0 and terms.get(v) == 1 and len(outer) == 1 and v not in outer[0][0].toposort() and \
-         outer[0][1] == v.src[0].arg: return True
+      if const == 0 and terms.get(v) == 1 and (not outer or len(outer) == 1 and v not in outer[0][0].toposort() and
+                                               outer[0][1] == v.src[0].arg): return True
   return False
 
 
@@ -162,8 +212,8 @@ def _store(ctx: VectorCtx, st: UOp) -> UOp | None:
   base = contiguous_base(idx, ctx.v)
   if ctx.vector_access(buf, base) and not any(ctx.on_v(g) for g in gate) and val.dtype.itemsize in ctx.itemsizes:
     return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val)) + gate)
-  if _masked(ctx, buf, base, gate, val.dtype): return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val),
-                                                                                 ctx.vec(gate[0])))
+  if (mask := _mask(ctx, buf, base, gate, val.dtype)) is not None:
+    return UOp(Ops.STORE, dtypes.bool, (buf, base, ctx.vec(val), mask))
   vals = ctx.vec(val)
   return UOp(Ops.SINK, dtypes.bool, tuple(UOp(Ops.STORE, dtypes.bool, (buf, ctx.lane(idx, i), gep(vals, i)) +
                                               tuple(ctx.lane(g, i) for g in gate)) for i in range(ctx.lanes)))
@@ -233,14 +283,14 @@ vectorizer = PatternMatcher([
 
 
 def vectorize(ast: UOp, native: frozenset, aligned: Callable[[UOp, UOp], bool] | None = None,
-              itemsizes: frozenset = frozenset({4}), masked: bool = False) -> UOp:
+              itemsizes: frozenset = frozenset({4}), masked: bool = False, lane_masks: bool = False) -> UOp:
   """`ast` with its VECTOR range (if any) turned into vector values (`aligned`: see the module docstring; `itemsizes`:
   the element sizes loaded and stored as vectors, others lane by lane; `masked`: the renderer has masked vector
-  loads and stores)."""
+  loads and stores; `lane_masks`: as single instructions, so a gate of any lane comparisons is a mask)."""
   vs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR]
   if not vs: return ast
   if len(vs) > 1: raise ValueError("a kernel vectorizes one axis")
-  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned, itemsizes, masked))
+  out = graph_rewrite(ast, vectorizer, ctx=VectorCtx(vs[0], native, aligned, itemsizes, masked, lane_masks))
   return _flatten(out)
 
 

@@ -87,6 +87,12 @@ _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 # function's prefix (x86: __m128i/_mm, __m256i/_mm256, __m512i/_mm512; Arm: 16-byte NEON only)
 _DOT_HEADER = {"madd": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
 _X86_VECTORS = {16: ("__m128i", "_mm"), 32: ("__m256i", "_mm256"), 64: ("__m512i", "_mm512")}
+# masked loads and stores of 32-bit lanes by vector bytes: the macro that allows the instruction, the function prefix
+# and the mask (AVX: the integer vector itself, its sign bits; AVX-512: a mask register of the lanes that are not 0)
+_MASKED_X86 = {16: ("defined(__AVX__)", "_mm", "__m128i"), 32: ("defined(__AVX__)", "_mm256", "__m256i"),
+               64: ("defined(__AVX512F__)", "_mm512", "_mm512_cmpneq_epi32_mask((__m512i)m, _mm512_setzero_si512())")}
+# where a masked access is one instruction (the helpers' fast paths)
+MASKED_INCLUDE = "#if TG_SIMD && (defined(__AVX__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif"
 
 
 def vector_type(d: DType) -> str:
@@ -113,18 +119,28 @@ def _exp2_helper(lanes: int) -> str:
 
 
 def _masked_helper(op: Ops, d: DType) -> str:
-  """A masked vector load or store (lanes whose mask is 0 are not touched; a masked load gives 0 there): one plain
-  vector access when every lane is on (all but the last vector of a loop over a size known at run time)."""
+  """A masked vector load or store (lanes whose mask is 0 are not touched; a masked load gives 0 there): one
+  instruction where the compiler targets AVX (`vmaskmovps`, 4 and 8 lanes) or AVX-512 (`vmovups` under a mask register,
+  16 lanes); elsewhere one plain vector access when every lane is on, else lane by lane."""
   v, n, c = vector_type(d), d.count, _VEC_C[_VEC_NAMES[d.scalar]][0]
   m = f"tg_i32x{n}"
   every = f"  int i, all = 1;\n  for (i = 0; i < {n}; i++) all &= m[i] != 0;\n"
+  x86 = _MASKED_X86.get(n * 4)
   if op is Ops.LOAD:
-    return (f"#if TG_SIMD\nstatic inline {v} tg_mload_{v[3:]}(const {c} *p, {m} m) {{\n  {v} r = {{0}};\n{every}"
-            f"  if (all) return *(const {v}u *)p;\n  for (i = 0; i < {n}; i++) if (m[i]) r[i] = p[i];\n"
-            f"  return r;\n}}\n"
-            f"#endif")
-  return (f"#if TG_SIMD\nstatic inline void tg_mstore_{v[3:]}({c} *p, {v} x, {m} m) {{\n{every}"
-          f"  if (all) {{ *({v}u *)p = x; return; }}\n  for (i = 0; i < {n}; i++) if (m[i]) p[i] = x[i];\n}}\n#endif")
+    body = (f"  {v} r = {{0}};\n{every}  if (all) return *(const {v}u *)p;\n"
+            f"  for (i = 0; i < {n}; i++) if (m[i]) r[i] = p[i];\n  return r;\n")
+    if x86 is not None:
+      macro, ps, mask = x86
+      fast = (f"_mm512_maskz_loadu_ps({mask}, p)" if n == 16 else f"{ps}_maskload_ps((const float *)p, ({mask})m)")
+      body = f"#if {macro}\n  return ({v}){fast};\n#else\n{body}#endif\n"
+    return f"#if TG_SIMD\nstatic inline {v} tg_mload_{v[3:]}(const {c} *p, {m} m) {{\n{body}}}\n#endif"
+  body = f"{every}  if (all) {{ *({v}u *)p = x; return; }}\n  for (i = 0; i < {n}; i++) if (m[i]) p[i] = x[i];\n"
+  if x86 is not None:
+    macro, ps, mask = x86
+    fast = (f"_mm512_mask_storeu_ps(p, {mask}, (__m512)x)" if n == 16 else
+            f"{ps}_maskstore_ps((float *)p, ({mask})m, ({'__m256' if n == 8 else '__m128'})x)")
+    body = f"#if {macro}\n  {fast};\n#else\n{body}#endif\n"
+  return f"#if TG_SIMD\nstatic inline void tg_mstore_{v[3:]}({c} *p, {v} x, {m} m) {{\n{body}}}\n#endif"
 
 
 def _typedefs(kind: str, lanes: int) -> str:
@@ -164,10 +180,17 @@ class CRenderer(CStyleRenderer):
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
               if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) > 2 + (u.op is Ops.STORE) and u.src[-1].dtype.count > 1}
+    if masked: out.append(MASKED_INCLUDE)
     out += [_masked_helper(op, d) for op, d in sorted(masked, key=lambda m: (m[0].value, vector_type(m[1])))]
     rows = {(row.name, row.size, self.storage_type(row.dtype)) for row in zero_rows(program).values()}
     out += [f"static const {ctype} {name}[{size}] = {{0}};" for name, size, ctype in sorted(rows)]
     return out
+
+  @property
+  def lane_masks(self) -> bool:
+    """x86 with AVX or AVX-512 (x86-64-v3 and up) loads and stores under a mask in one instruction (`_MASKED_X86`)."""
+    cpu = self.target.cpu
+    return cpu is not None and cpu.arch == "x86_64" and cpu.vector_bytes >= 32
 
   # ---- vectors ----
   def type_name(self, d: DType) -> str: return vector_type(d) if d.count > 1 else self.types[d]

@@ -58,6 +58,7 @@ class CStyleRenderer:
   vector_ops: frozenset = frozenset()     # ops the language does on SIMD vectors (empty: vectors are expanded)
   vector_itemsizes: frozenset = frozenset({4})   # element sizes loaded and stored as vectors (others lane by lane)
   masked_vectors = False                  # vector loads and stores with a gate per lane (render_masked_load/store)
+  lane_masks = False                      # ... as single instructions: any gate of lane comparisons is worth a mask
   zero_rows = False                       # loads gated outside their loop read a row of zeros instead (`zero_rows`)
 
   def __init__(self, target: Target | None = None):

@@ -97,6 +97,30 @@ def test_a_depthwise_convolution_unrolls_its_taps():
   np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_depthwise_convolution_over_short_rows_is_vectorized_with_lane_masks():
+  """A 3x3 depthwise convolution over NCHW planes of 14x14 pixels (ShuffleNet's): no width of 4 or more divides a
+  row. Where masked loads are single instructions (x86-64-v3 and up) a row is one vector padded to 16 lanes, each
+  tap's load one masked vector load whose mask is the padding's comparisons and the row's end, `and`ed; a level
+  without them (x86-64-v2) keeps its rows scalar. The kernel on this machine matches numpy."""
+  x = RNG.standard_normal((1, 32, 14, 14)).astype(np.float32)
+  w = RNG.standard_normal((32, 1, 3, 3)).astype(np.float32)
+  items, _ = schedule([Tensor(x).conv2d(Tensor(w), padding=1, groups=32).uop], _alloc("c"))
+  conv = items[-1]
+  for level, vector in (("x86-64-v4", True), ("x86-64-v3", True), ("x86-64-v2", False)):
+    target = Target.make("c", cpu=level)
+    opts = hand_coded_opts(Kernel(conv.ast), target, frozenset({2}))
+    k = Kernel(conv.ast).apply_all(opts)
+    lanes = [r.src[0].arg for r in k.ranges() if r.arg.kind is AxisType.VECTOR]
+    assert lanes == ([target.vector_lanes(4)] if vector else []), (level, opts)
+    if vector:
+      source = lower(conv.ast, target, opts).src
+      assert f"tg_mload_f32x{lanes[0]}(" in source and f"tg_mstore_f32x{lanes[0]}(" in source
+  got = Tensor(x, device="c").conv2d(Tensor(w, device="c"), padding=1, groups=32).numpy()
+  padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  want = sum(padded[:, :, i:i + 14, j:j + 14] * w[None, :, 0, i, j, None, None] for i in range(3) for j in range(3))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _v4():
   return Target.make("c", cpu="x86-64-v4")
 
