@@ -55,8 +55,9 @@ def choose_layouts(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, 
   of its dims, judged from the kernels `items` (ScheduleItems) as they read and write them row-major."""
   picked = channels_last(items, values)
   _follow_outputs(items, values, picked)
+  images = set(picked)      # stored channels last as images (a transposed operand may have the same order)
   picked.update({n: perm for n, perm in transposed_operands(items, values).items() if n not in picked})
-  _convolution_outputs(items, values, picked)
+  _convolution_outputs(items, values, picked, images)
   return {b: picked[n] for b, n in values.items() if n in picked}
 
 
@@ -125,22 +126,28 @@ def _follow_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple
           changed = True
 
 
-def _convolution_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple[int, ...]]) -> None:
+def _convolution_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple[int, ...]],
+                         images: set[UOp]) -> None:
   """Image-like open values that no rule above orders, written by a convolution over a channels-last input, are
   stored channels last too: such a convolution vectorizes its output channels (its weights' contiguous axis), and
   row-major each of its vectors was 16 stores a channel plane apart (UNet's 2x2 stride-2 transposed convolutions,
   64 planes of 128x128 read by a concat: 12% of the roofline). Their readers (a concat, a resize, a depth to space)
-  are maps, which read either order."""
-  def convolves(it, ld: UOp) -> bool:        # a load of a channels-last value, reduced over its channels
+  are maps, which read either order. A convolution here reduces a channels-last image (`images`: stored so as an
+  image, not as attention's K stored transposed, whose order can look the same) against weights (a buffer that is
+  no intermediate): attention's scores, two intermediates multiplied, are no image (MobileViT's, stored heads
+  innermost, made its softmax scalar)."""
+  def convolves(it, ld: UOp) -> bool:        # a load of a channels-last image, reduced over its channels
     m = values[it.bufs[ld.src[0].arg[0]]]
-    return m in picked and picked[m] == _channels_last_order(m) and \
+    return m in images and \
       _image_access(row_major(ld.src[1]), m.shape, _image_dims(m.shape)) == "channels"
   for it in items:
     if len(it.ast.src) != 1 or it.ast.src[0].op is not Ops.STORE: continue
     n = values.get(it.bufs[it.ast.src[0].src[0].arg[0]])
     if n is None or n in picked or (order := _channels_last_order(n)) is None: continue
     reduced = {u for red in it.ast.toposort() if red.op is Ops.REDUCE for u in red.src[0].toposort()}
-    if any(convolves(it, ld) for ld in reduced if ld.op is Ops.LOAD and ld.src[1].op is Ops.OPEN_INDEX):
+    loads = [u for u in reduced if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL]
+    if any(convolves(it, ld) for ld in loads if ld.src[1].op is Ops.OPEN_INDEX) and \
+       any(ld.src[1].op is not Ops.OPEN_INDEX for ld in loads):
       picked[n] = order
 
 

@@ -206,3 +206,30 @@ def _np_conv(x, w1, w2):
   for i in range(3):
     for j in range(3): a += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 6], w1.numpy()[:, :, i, j])
   return np.einsum("nchw,oc->nohw", np.maximum(a, 0), w2.numpy()[:, :, 0, 0])
+
+
+def test_attention_scores_of_two_intermediates_stay_in_row_major_order():
+  """Q·Kᵀ of two projections of the same tokens (MobileViT's attention): K is stored transposed for the product,
+  an order that looks like an image's channels last, but the scores are no convolution's output (no weights in
+  their reduction) and stay row-major, so the softmax reads each row of keys contiguously (stored heads innermost,
+  its loads were 2 floats apart and it ran scalar)."""
+  x = RNG.standard_normal((4, 64, 32)).astype(np.float32)
+  wq, wk = (RNG.standard_normal((32, 32)).astype(np.float32) / 6 for _ in range(2))
+  heads = lambda t: t.reshape(4, 64, 2, 16).permute(0, 2, 1, 3)
+  xt = Tensor(x)
+  scores = heads(xt @ Tensor(wq)) @ heads(xt @ Tensor(wk)).transpose(-1, -2)
+  items, _ = schedule([scores.softmax(-1).uop], _alloc("c"))
+  product = next(it for it in items if any(n.op is Ops.REDUCE and n.dtype == dtypes.float32 for n in it.ast.toposort())
+                 and len(it.bufs) == 3 and all(b.arg[1] != (32, 32) for b in it.bufs[1:]))
+  stored = product.bufs[0]
+  readers = [it for it in items if stored in it.bufs[1:]]
+  assert readers
+  for it in readers:
+    k = Kernel(it.ast)
+    for ld in _loads(it.ast, it.bufs.index(stored)):
+      assert any(stride(ld.src[1], r) == 1 and Kernel.size(r) == 64 for r in k.ranges()), ld.src[1]   # the keys
+  q = (x @ wq).reshape(4, 64, 2, 16).transpose(0, 2, 1, 3)
+  kk = (x @ wk).reshape(4, 64, 2, 16).transpose(0, 2, 1, 3)
+  s = q @ kk.transpose(0, 1, 3, 2)
+  want = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(scores.softmax(-1).numpy(), want / want.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
