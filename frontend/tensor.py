@@ -604,16 +604,17 @@ class Tensor:
     batch = broadcast_shape(x.shape[:-2], w.shape[:-2], "matmul")
     n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
     xb = x.cast(out_dtype)._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
-    wc, wbatch = w.cast(out_dtype), w.shape[:-2]
+    wbatch = w.shape[:-2]
     if out_dtype.is_float and is_static((k, m)) and k >= MATMUL_PACK_MIN and m >= MATMUL_PACK_MIN and \
         m % MATMUL_PANEL == 0:
       # repack w into panels of MATMUL_PANEL columns, contiguous along k: each step of the reduction then reads
       # one short contiguous row (vector loads; no cache-set conflicts from a stride of m). Packed over w's own
-      # batch dims and broadcast after: a copy per broadcast batch entry would be a buffer bigger than w.
-      panels = wc.reshape(wbatch + (k, m // MATMUL_PANEL, MATMUL_PANEL)).permute(
+      # batch dims and broadcast after: a copy per broadcast batch entry would be a buffer bigger than w. Packed in
+      # w's own type, converted after: 8-bit weights stay 8-bit (a relayout at compile time, not a float copy).
+      panels = w.reshape(wbatch + (k, m // MATMUL_PANEL, MATMUL_PANEL)).permute(
         *range(len(wbatch)), len(wbatch) + 1, len(wbatch), len(wbatch) + 2).contiguous()
-      wt = panels.permute(*range(len(wbatch)), len(wbatch), len(wbatch) + 2, len(wbatch) + 1)
-    else: wt = wc.transpose(-1, -2)
+      wt = panels.permute(*range(len(wbatch)), len(wbatch), len(wbatch) + 2, len(wbatch) + 1).cast(out_dtype)
+    else: wt = w.cast(out_dtype).transpose(-1, -2)
     wt = wt.reshape(wbatch + (m, k))._broadcast_to(batch + (m, k)).reshape(batch + (1, m, k))
     return (xb.expand(batch + (n, m, k)) * wt.expand(batch + (n, m, k))).sum(-1, dtype=out_dtype)
 

@@ -65,13 +65,14 @@ def _activation(ctx: NodeContext, t: Tensor) -> tuple[Tensor, float] | None:
   return (q - float(zero) if zero else q), float(src.scale)
 
 
-def _weight(ctx: NodeContext, t: Tensor, channels: int, axis: int) -> tuple[Tensor, np.ndarray] | None:
-  """Dequantized weights with zero points 0 and one scale or one per output channel (`axis`), as (q in float32,
-  the `channels` scales)."""
+def _weight(ctx: NodeContext, t: Tensor, channels: int, axis: int,
+            cast: bool = True) -> tuple[Tensor, np.ndarray] | None:
+  """Dequantized weights with zero points 0 and one scale or one per output channel (`axis`), as (q in float32, or
+  as stored without `cast`, the `channels` scales)."""
   src = _source(ctx, t)
   if src is None or np.any(src.zero != 0): return None
   if src.axis is not None and (src.axis % t.ndim != axis or src.scale.shape[0] != channels): return None
-  return src.q.cast(dtypes.float32), np.broadcast_to(src.scale, (channels,)).astype(np.float32)
+  return src.q.cast(dtypes.float32) if cast else src.q, np.broadcast_to(src.scale, (channels,)).astype(np.float32)
 
 
 def _scaled(acc: Tensor, sx: float, sw: np.ndarray | None, channel_axis: int) -> Tensor:
@@ -100,7 +101,8 @@ def quantized_matmul(ctx: NodeContext, a: Tensor, b: Tensor, b_transposed: bool 
   if act is None or b.ndim != 2 or b.dtype != dtypes.float32: return None
   aq, sa = act
   n = b.shape[0] if b_transposed else b.shape[1]
-  bq, sb = _weight(ctx, b, n, 0 if b_transposed else 1) or (b, None)
+  # the 8-bit weights as stored: matmul repacks them before converting them (`Tensor.matmul`)
+  bq, sb = _weight(ctx, b, n, 0 if b_transposed else 1, cast=False) or (b, None)
   return _scaled(aq.matmul(bq.T if b_transposed else bq), sa, sb, -1)
 
 

@@ -128,6 +128,36 @@ def test_qdq_network_stays_8bit(model_path, tmp_path):
   assert "__builtin_convertvector" in source and "tg_i8x" in source
 
 
+def test_a_large_qdq_matmul_keeps_its_weights_8bit(tmp_path):
+  """A transformer's projection (uint8 activations, per-column int8 weights of 256 x 192: big enough to be packed in
+  panels of 16 columns): the panels are packed from the 8-bit weights at compile time, not from a float copy that a
+  kernel converts every run, so the product reads int8 weights (as dot products where the CPU level has them) and
+  matches onnx.reference within one output step."""
+  nodes: list = []
+  inits: list = []
+  x = _qdq(nodes, inits, "x", "in", 0.03, 128)
+  w = _weight(nodes, inits, "w", (256, 192), per_channel=True, axis=1)
+  nodes.append(helper.make_node("MatMul", [x, w], ["m"], name="proj"))
+  y = _qdq(nodes, inits, "m", "out", OUT_SCALE * 4, 128)
+  nodes.append(helper.make_node("Identity", [y], ["y"], name="output"))
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph(nodes, "qdq_matmul", [info("x", TensorProto.FLOAT, [1, 32, 256])],
+                            [info("y", TensorProto.FLOAT, [1, 32, 192])], inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+  path = str(tmp_path / "qdq_matmul.onnx")
+  onnx.save(model, path)
+  report = compile_model(path, "c", str(tmp_path / "c"), force=True)
+  with open(f"{report.out_dir}/manifest.json") as f: manifest = json.load(f)
+  assert [t["dtype"] for t in manifest["weights"]["tensors"] if t["nbytes"] >= 256 * 192] == ["int8"]
+  product = [k for k in manifest["kernels"] if "proj" in {n["name"] for n in k["nodes"]}]
+  assert len(product) == 1 and "int8" in {a["dtype"] for a in product[0]["args"]}, product
+  assert len(manifest["kernels"]) <= 3, [k["name"] for k in manifest["kernels"]]   # quantize, product, output
+  x = np.random.default_rng(0).uniform(-3, 3, (1, 32, 256)).astype(np.float32)
+  want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+  with runner_class("c")(report.out_dir) as runner: got = runner.run({"x": x})["y"]
+  np.testing.assert_allclose(got, want, rtol=0, atol=OUT_SCALE * 4 * 1.01)
+
+
 def qlinear_conv_model(cin: int, weight_max: int) -> onnx.ModelProto:
   """One QLinearConv (uint8 in with zero point 131, int8 weights up to `weight_max`, int32 bias, uint8 out)."""
   w = RNG.integers(-weight_max, weight_max + 1, (32, cin, 3, 3)).astype(np.int8)
