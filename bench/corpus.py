@@ -1103,7 +1103,8 @@ def _conv_net_init(model) -> None:
   """Weights of trained magnitude for a convolutional transformers model: transformers' init draws BatchNorm scales
   from N(0, 0.02) like other weights, which shrinks the activations through each block (MobileViT's logits came out
   at 5e-41, every value past the stem subnormal, which no trained model has and which slows every engine's
-  arithmetic); BatchNorm reset to torch's defaults (scale 1) and convolutions drawn with He's init keep them in range."""
+  arithmetic); BatchNorm reset to torch's defaults (scale 1) and convolutions drawn with He's init keep them in
+  range."""
   import torch
   for m in model.modules():
     if isinstance(m, torch.nn.BatchNorm2d): m.reset_parameters()
@@ -1191,8 +1192,9 @@ _reg_hf("t5_encoder", "T5 encoder with flan-t5-small's width (transformers T5Enc
         lambda m, ids, mask: m(input_ids=ids, attention_mask=mask).last_hidden_state, ["last_hidden_state"],
         extra={"vocab": 32128})
 _reg_hf("mobilevit_small", "MobileViT-small (transformers MobileViTForImageClassification, default config, random "
-        "init with BatchNorm scales of 1 and He-initialized convs, 256x256), dynamo=False: MobileNetV2 blocks with SiLU, unfold/fold of 2x2 patches by Reshape/"
-        "Transpose around transformer blocks, LayerNorm; 1000-class logits", "MobileViTForImageClassification",
+        "init with BatchNorm scales of 1 and He-initialized convs, 256x256), dynamo=False: MobileNetV2 blocks with "
+        "SiLU, unfold/fold of 2x2 patches by Reshape/Transpose around transformer blocks, LayerNorm; 1000-class "
+        "logits", "MobileViTForImageClassification",
         "MobileViTConfig", dict(image_size=256), [_image("pixel_values", 256)],
         lambda m, x: m(pixel_values=x).logits, ["logits"], init=_conv_net_init)
 _reg_hf("swin_tiny", "Swin-like (transformers SwinForImageClassification, random init: embed 64, depths 2/2/2/2, "

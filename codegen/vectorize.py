@@ -190,8 +190,9 @@ def _mask(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> UOp
 def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
   time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys; `outer`
-  a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than one vector). The gates masked vector accesses are used
-  for; other gates (a convolution's padding) keep lane-by-lane accesses."""
+  a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than one vector).
+  The gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses
+  unless the renderer's masked accesses are single instructions (`lane_condition`)."""
   nodes = gate.toposort()
   if any(n.op is Ops.DEFINE_VAR for n in nodes): return True
   for n in nodes:
