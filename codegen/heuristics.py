@@ -20,7 +20,7 @@ from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
-from tgc.codegen.vectorize import lane_condition, loop_end, unclamped, unclamped_access
+from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
 from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MASKED_MIN_FILL, MAX_GATHER_SHARE, PADDED_VECTORS,
                                SHORT_TAPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
@@ -62,12 +62,15 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False, 
     if masked and not (weights and n in hot) and (found := unclamped_access(n, r, lane_masks)) is not None:
       idx, gates = found
     item = (n.dtype if n.op is Ops.LOAD else n.src[2].dtype).itemsize
-    if any(depends(g, r) for g in gates) and not (masked and stride(idx, r) == 1 and (
-        len(gates) == 1 and loop_end(gates[0], r) or
-        lane_masks and item == 4 and all(lane_condition(g, r) for g in gates))):
-      bad += weight
+    if any(depends(g, r) for g in gates) and \
+        not (masked and stride(idx, r) == 1 and mask_gates(gates, r, lane_masks and item == 4)): bad += weight
     elif not weights and stride(idx, r) not in (0, 1): bad += weight
   return bad / max(total, 1)
+
+
+def _fill(n: int, w: int) -> float:
+  """The share of the lanes of vectors of `w` lanes that an axis of `n` fills (the last vector padded)."""
+  return n / (-(-n // w) * w)
 
 
 def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | None, tuple | None]:
@@ -93,7 +96,7 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
       # enough of (a 14-pixel row in 16 lanes, 7 in 8)
       elif kind == "global" and lane_masks and w < lanes:
         widths += [x for x in (lanes, lanes // 2, lanes // 4) if x > w and x >= 4 and n % x and
-                   n / (-(-n // x) * x) >= MASKED_MIN_FILL][:1]
+                   _fill(n, x) >= MASKED_MIN_FILL][:1]
       for w in widths:
         opt = Opt(OptOps.VECTOR, (i if kind == "global" else len(glob) + i), w)
         split = k.apply(opt)     # judged after the split: a load of a w-wide panel is contiguous in its lanes only
@@ -101,7 +104,7 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
                               masked, lane_masks)
         # mostly vector loads and stores; a reduce axis is a second choice (a horizontal sum per output); then the
         # most lanes that move as vectors
-        key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share) * n / (-(-n // w) * w), -i)
+        key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share) * _fill(n, w), -i)
         if best_key is None or key < best_key: best, best_key = opt, key
   if best is None or best_key[0]: return None, None
   return best, best_key

@@ -67,8 +67,8 @@ class VectorCtx:
       lane = next(s for s in u.src if self.on_v(s))
       if (mask := self.end_mask(lane)) is None: return None
       return UOp(Ops.AND, mask.dtype, tuple(mask if s is lane else self.vec(s) for s in u.src))
-    if u.op is not Ops.CMPLT or self.on_v(u.src[1]) or (base := contiguous_base(u.src[0], self.v)) is None: return None
-    return UOp(Ops.CMPLT, dtypes.bool.vec(self.lanes), (self._iota(base), self.vec(u.src[1])))
+    if u.op is not Ops.CMPLT or self.on_v(u.src[1]) or contiguous_base(u.src[0], self.v) is None: return None
+    return self._lane_mask(u)
 
   def _iota(self, base: UOp) -> UOp:
     """base + (0, 1, ..., lanes-1)."""
@@ -180,11 +180,17 @@ def _mask(ctx: VectorCtx, buf: UOp, base: UOp | None, gate: tuple, dtype) -> UOp
   (`and`ed into one mask); else None."""
   if not (ctx.masked and ctx.vector_access(buf, base) and dtype.itemsize == 4) or \
      any(g.dtype.count > 1 for g in gate) or not any(ctx.on_v(g) for g in gate): return None
+  if not mask_gates(gate, ctx.v, ctx.lane_masks): return None
   if len(gate) == 1 and loop_end(gate[0], ctx.v): return ctx.vec(gate[0])
-  if not ctx.lane_masks or not all(lane_condition(g, ctx.v) for g in gate): return None
   both = gate[0]
   for g in gate[1:]: both = UOp(Ops.AND, dtypes.bool, (both, g))
   return ctx._lane_mask(both)
+
+
+def mask_gates(gates: tuple, v: UOp, lane_masks: bool) -> bool:
+  """Whether the gates of a contiguous access that differ per lane along `v` are one vector mask: the end of a padded
+  loop (`loop_end`), or with `lane_masks` any gates `lane_condition` accepts."""
+  return len(gates) == 1 and loop_end(gates[0], v) or lane_masks and all(lane_condition(g, v) for g in gates)
 
 
 def loop_end(gate: UOp, v: UOp) -> bool:

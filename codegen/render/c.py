@@ -87,10 +87,17 @@ _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 # function's prefix (x86: __m128i/_mm, __m256i/_mm256, __m512i/_mm512; Arm: 16-byte NEON only)
 _DOT_HEADER = {"madd": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
 _X86_VECTORS = {16: ("__m128i", "_mm"), 32: ("__m256i", "_mm256"), 64: ("__m512i", "_mm512")}
-# masked loads and stores of 32-bit lanes by vector bytes: the macro that allows the instruction, the function prefix
-# and the mask (AVX: the integer vector itself, its sign bits; AVX-512: a mask register of the lanes that are not 0)
-_MASKED_X86 = {16: ("defined(__AVX__)", "_mm", "__m128i"), 32: ("defined(__AVX__)", "_mm256", "__m256i"),
-               64: ("defined(__AVX512F__)", "_mm512", "_mm512_cmpneq_epi32_mask((__m512i)m, _mm512_setzero_si512())")}
+# masked loads and stores of 32-bit lanes by vector bytes: the macro that allows them, the load of `p` under mask
+# `m`, the store of `x` (AVX: the mask is the integer vector itself, its sign bits; AVX-512: a mask register of the
+# lanes that are not 0)
+_AVX512_MASK = "_mm512_cmpneq_epi32_mask((__m512i)m, _mm512_setzero_si512())"
+_MASKED_X86 = {
+  16: ("defined(__AVX__)", "_mm_maskload_ps((const float *)p, (__m128i)m)",
+       "_mm_maskstore_ps((float *)p, (__m128i)m, (__m128)x)"),
+  32: ("defined(__AVX__)", "_mm256_maskload_ps((const float *)p, (__m256i)m)",
+       "_mm256_maskstore_ps((float *)p, (__m256i)m, (__m256)x)"),
+  64: ("defined(__AVX512F__)", f"_mm512_maskz_loadu_ps({_AVX512_MASK}, p)",
+       f"_mm512_mask_storeu_ps(p, {_AVX512_MASK}, (__m512)x)")}
 # where a masked access is one instruction (the helpers' fast paths)
 MASKED_INCLUDE = "#if TG_SIMD && (defined(__AVX__) || defined(__AVX512F__))\n#include <immintrin.h>\n#endif"
 
@@ -129,17 +136,10 @@ def _masked_helper(op: Ops, d: DType) -> str:
   if op is Ops.LOAD:
     body = (f"  {v} r = {{0}};\n{every}  if (all) return *(const {v}u *)p;\n"
             f"  for (i = 0; i < {n}; i++) if (m[i]) r[i] = p[i];\n  return r;\n")
-    if x86 is not None:
-      macro, ps, mask = x86
-      fast = (f"_mm512_maskz_loadu_ps({mask}, p)" if n == 16 else f"{ps}_maskload_ps((const float *)p, ({mask})m)")
-      body = f"#if {macro}\n  return ({v}){fast};\n#else\n{body}#endif\n"
+    if x86 is not None: body = f"#if {x86[0]}\n  return ({v}){x86[1]};\n#else\n{body}#endif\n"
     return f"#if TG_SIMD\nstatic inline {v} tg_mload_{v[3:]}(const {c} *p, {m} m) {{\n{body}}}\n#endif"
   body = f"{every}  if (all) {{ *({v}u *)p = x; return; }}\n  for (i = 0; i < {n}; i++) if (m[i]) p[i] = x[i];\n"
-  if x86 is not None:
-    macro, ps, mask = x86
-    fast = (f"_mm512_mask_storeu_ps(p, {mask}, (__m512)x)" if n == 16 else
-            f"{ps}_maskstore_ps((float *)p, ({mask})m, ({'__m256' if n == 8 else '__m128'})x)")
-    body = f"#if {macro}\n  {fast};\n#else\n{body}#endif\n"
+  if x86 is not None: body = f"#if {x86[0]}\n  {x86[2]};\n#else\n{body}#endif\n"
   return f"#if TG_SIMD\nstatic inline void tg_mstore_{v[3:]}({c} *p, {v} x, {m} m) {{\n{body}}}\n#endif"
 
 
