@@ -6,12 +6,16 @@ Variants: the kernels of a target whose artifacts may meet devices unlike a GPU 
 from when it loads (`variant_targets`, in order of preference): the same opts, so the same launch sizes, parameters
 and weight layouts, only the source differs. A `Variant`: "gpu" has workgroup-memory tiles, "cpu" not (for GPU
 languages run by a CPU: PoCL, SwiftShader, lavapipe); "-f16" variants compute in half precision (`--precision
-f16`), and an f16 target falls back to float32 variants on devices without half arithmetic.
+f16`), and an f16 target falls back to float32 variants on devices without half arithmetic. With
+`Target.quick_fallbacks` (WebGPU: a page compiles its shaders as it loads) each CPU-backed variant has a "-quick"
+companion whose register blocks are loops (`lower.rolled`): quick to compile, slower to run; the artifact runs it
+first and swaps in the blocked kernels as they compile.
 `CompiledModel.variants` holds, per variant other than the main one, the kernels whose source differs from the main
 one's, and `variant_targets` the target of every variant, the main one first."""
 from __future__ import annotations
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 import numpy as np
 from tgc.ir.words import WordEnum
@@ -22,6 +26,7 @@ from tgc.codegen.lower import lower, KernelProgram
 from tgc.codegen.opts import OptError, OptOps
 from tgc.codegen.size_variants import small_size_opts
 from tgc.codegen.memory import plan_memory, align
+from tgc.codegen.knobs import QUICK_OPS_PER_BYTE
 from tgc.codegen.names import symbol
 from tgc.codegen.target import Precision, Target
 
@@ -44,12 +49,26 @@ class Variant(WordEnum):
   CPU = "cpu"
   GPU_F16 = "gpu-f16"
   CPU_F16 = "cpu-f16"
+  CPU_QUICK = "cpu-quick"
+  CPU_F16_QUICK = "cpu-f16-quick"
 
   @classmethod
   def of(cls, target: Target) -> Variant:
     """The variant whose kernels `target` renders."""
-    if target.precision is Precision.F16: return cls.GPU_F16 if target.workgroup_tiles else cls.CPU_F16
-    return cls.GPU if target.workgroup_tiles else cls.CPU
+    half = target.precision is Precision.F16
+    if target.workgroup_tiles: return cls.GPU_F16 if half else cls.GPU
+    if not target.register_blocks: return cls.CPU_F16_QUICK if half else cls.CPU_QUICK
+    return cls.CPU_F16 if half else cls.CPU
+
+  @property
+  def quick(self) -> bool:
+    """Register blocks as loops: run while the blocked kernels of the variant without "-quick" compile."""
+    return self.value.endswith("-quick")
+
+  @property
+  def blocked(self) -> Variant:
+    """The variant a quick one stands in for (itself when it is not quick)."""
+    return Variant(self.value.removesuffix("-quick"))
 
 
 @dataclass(frozen=True)
@@ -129,26 +148,31 @@ def variant_targets(target: Target) -> dict[Variant, Target]:
     half = target.precision is Precision.F16
     precisions = [target] + ([replace(target, precision=Precision.F32, f16=False)] if half else [])
     flavors = [t for p in precisions for t in ([p, replace(p, workgroup_tiles=False)] if p.workgroup_tiles else [p])]
+    if target.quick_fallbacks:
+      flavors += [replace(t, register_blocks=False) for t in flavors if not t.workgroup_tiles]
   return {Variant.of(t): t for t in flavors}
 
 
 def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str, UOp],
-              weights: dict[str, dict[int, int]], notes: dict[str, str]
+              weights: dict[str, dict[int, int]], notes: dict[str, str], calls: dict[str, int]
               ) -> tuple[dict[Variant, dict[str, KernelProgram]], dict[Variant, Target]]:
   """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
   per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
-  targets of the variants kept."""
+  targets of the variants kept. A quick variant holds the kernels whose quick form pays (`_quick_pays`; `calls`:
+  launches per kernel), and is kept only with its blocked variant."""
   out: dict[Variant, dict[str, KernelProgram]] = {}
   targets = variant_targets(target)
   kept = {Variant.of(target): target}
   for vname, vtarget in list(targets.items())[1:]:
+    if vname.quick and vname.blocked not in kept: continue
+    same = _same_kernel(target, vtarget)
     progs = {}
     for kname, k in kernels.items():
-      if k.shared_bytes == 0 and vtarget.precision == target.precision and (
-          vtarget.workgroup_tiles or all(o.op is not OptOps.UNROLL for o in k.opts)): continue   # the same kernel
+      if same(k): continue
       v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
                 note=notes[kname])
-      if v.src == k.src: continue
+      base = out.get(vname.blocked, {}).get(kname, k) if vname.quick else k      # what the kernel is without it
+      if v.src == base.src or (vname.quick and not _quick_pays(base, v, calls.get(kname, 1))): continue
       if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
                                                                              sorted(k.relayouts)):
         raise AssertionError(f"kernel {kname}: variant {vname} launches or binds differently")
@@ -157,6 +181,25 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
                         for done in out.values()): continue
     out[vname], kept[vname] = progs, vtarget
   return out, kept
+
+
+def _quick_pays(blocked: KernelProgram, quick: KernelProgram, calls: int) -> bool:
+  """Whether to run a kernel's quick form while its blocked one compiles: the shader code it saves (a software
+  adapter's compile time, QUICK_OPS_PER_BYTE ops of run time per byte) against the work its launches do meanwhile
+  beyond the blocked kernel's, in proportion to the memory traffic the loops add (`bytes`: a 3x3 convolution whose
+  copies share one weight load gains, a matmul whose 4x4 block shares both operands' loads launched in every layer
+  of a transformer loses)."""
+  extra = blocked.ops * calls * max(quick.bytes / max(blocked.bytes, 1) - 1, 0)
+  return (len(blocked.src) - len(quick.src)) * QUICK_OPS_PER_BYTE >= extra
+
+
+def _same_kernel(target: Target, vtarget: Target):
+  """Whether a kernel of `target` is surely rendered the same for `vtarget` (no need to lower it again): no
+  workgroup tiles, the same precision, and none of the copies the variant turns into loops."""
+  looped = ({OptOps.UNROLL} if not vtarget.workgroup_tiles else set()) | \
+      ({OptOps.UPCAST} if not vtarget.register_blocks else set())
+  return lambda k: (k.shared_bytes == 0 and vtarget.precision == target.precision and
+                    all(o.op not in looped for o in k.opts))
 
 
 def _bound(k: KernelProgram) -> list[tuple]:
@@ -198,7 +241,8 @@ def compile_schedule(name: str, target: Target, items: list, inputs: list[tuple[
            for it, bufs in zip(items, calls_bufs)]
   nodes = _nodes_by_ast(items)
   notes = {kname: node_note(kname, nodes[ast.key]) for kname, ast in asts.items()}
-  variants, vtargets = _variants(target, kernels, asts, own, notes)
+  launches = Counter(by_ast[it.ast.key] for it in items)
+  variants, vtargets = _variants(target, kernels, asts, own, notes, launches)
   return CompiledModel(name, target, kernels, calls, buffers, weight_data, arena,
                        {"renderer": str(target), "tuned": tuned}, variants, vtargets,
                        {kname: (ast, own.get(ast.key, {})) for kname, ast in asts.items()},

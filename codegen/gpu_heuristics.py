@@ -22,7 +22,7 @@ import math
 from tgc.ir import Ops, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptOps, divisors
 from tgc.codegen.target import Target
-from tgc.codegen.knobs import (GPU_LANES, GPU_UNROLL, GROUP_FEW_OUTPUTS, GROUP_MIN_LOOP, MAX_ACCUMULATORS,
+from tgc.codegen.knobs import (BLOCK_SLACK, GPU_LANES, GPU_UNROLL, GROUP_FEW_OUTPUTS, GROUP_MIN_LOOP, MAX_ACCUMULATORS,
                                MAX_GATHER_SHARE, MAX_WASTE, MIN_GROUPS, MIN_ITEMS, WORKGROUP)
 from tgc.codegen.kernel_access import (block_cost, depends, lanes_are_32bit, reduce_body_loads,
                                        stride, try_opt)
@@ -102,14 +102,17 @@ def _lane_share(k: Kernel, constant: frozenset) -> float:
 def register_block(k: Kernel) -> Kernel:
   """Upcast up to two output axes that reduction loads are shared along, by the amounts (2..8, dividing the axis)
   that need the fewest loads per accumulation, with at most MAX_ACCUMULATORS accumulators and enough work-items
-  left for a few work-groups."""
+  left for a few work-groups. Of the blocks within BLOCK_SLACK of the fewest loads, the one with the fewest
+  accumulators is taken: every copy is shader code a browser compiles as the page loads (SwiftShader: about 12 ms
+  per KB) and registers a GPU holds, so a copy that saves few loads is not worth it (a matmul keeps its 4x4 block; a
+  3x3 convolution, whose copies share only the weight's load, gets a smaller one)."""
   hot = reduce_body_loads(k)
   glob = k.axes(G)
   items = math.prod(Kernel.size(r) for r in glob)
   lanes = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
   cands = [(i, r) for i, r in enumerate(glob) if Kernel.size(r) > 1 and any(not depends(ld.src[1], r) for ld in hot)]
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
-  best, best_key = [], None
+  blocks = []      # (loads per accumulation, accumulators, first axis, second axis, [(axis, amount)])
   for a in range(len(cands)):
     for b in range(a, len(cands)):
       (ia, ra), (ib, rb) = cands[a], cands[b]
@@ -118,9 +121,11 @@ def register_block(k: Kernel) -> Kernel:
           n = na * nb
           if n < 2 or n * lanes > MAX_ACCUMULATORS or items // n < MIN_ITEMS * 4: continue
           cost = block_cost(hot, {ra: na, rb: nb} if b != a else {ra: na}, loop, 1 << 62, None)
-          if cost is None: continue
-          key = (cost, -n, a, b)
-          if best_key is None or key < best_key: best_key, best = key, [(ia, na), (ib, nb)] if b != a else [(ia, na)]
+          if cost is not None: blocks.append((cost, n, a, b, [(ia, na), (ib, nb)] if b != a else [(ia, na)]))
+  if not blocks: return k
+  fewest = min(cost for cost, *_ in blocks)
+  near = [blk for blk in blocks if blk[0] <= fewest * BLOCK_SLACK]
+  best = min(near, key=lambda blk: (blk[1], blk[0], blk[2], blk[3]))[4]
   for i, n in sorted(best, reverse=True):    # the later axis first: the earlier one's number stays valid
     if n > 1: k = try_opt(k, Opt(OptOps.UPCAST, i, n))
   return k

@@ -38,8 +38,11 @@ MIN_ITEMS = 64              # the smallest work-group to aim for
 WORKGROUP = 256             # work-items per work-group to aim for (WebGPU's default limit)
 MIN_GROUPS = 32             # work-groups to keep when choosing the work-group size (keep the device busy)
 MAX_ACCUMULATORS = 64       # register-block size (outputs per work-item, vector lanes included) of a reduction
+BLOCK_SLACK = 1.15          # a smaller register block is taken when it loads at most this factor more per accumulation
 MAX_WASTE = 1.15            # padded work-items / useful work-items a LOCAL split may cost
 GROUP_MIN_LOOP = 128        # a reduction this long is split across a work-group ...
 GROUP_FEW_OUTPUTS = 2048    # ... when it has at most this many outputs, or reads along its own contiguous axis
 TILE_MIN_REUSE = 4          # a load is staged in workgroup memory when this many work-items read each value ...
 TILE_MIN_UNROLL = 4         # ... in a reduction unrolled at least this many copies
+QUICK_OPS_PER_BYTE = 20000  # a software adapter's compile time per byte of WGSL in ops it runs meanwhile (SwiftShader:
+                            # ~12 ms per KB, ~2 G ops/s on MobileNetV2 and ResNet-50); compiled._quick_pays

@@ -151,8 +151,10 @@ class Target:
   narrow_int64: bool = False                         # webgpu: 64-bit integers held and computed as 32-bit words
   narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
   workgroup_tiles: bool = True                       # GPUs: stage operands work-items share in workgroup memory
+  register_blocks: bool = True                       # GPUs: a register block's copies as straight-line code, or loops
   precision: Precision = Precision.F32               # F16: float32 arithmetic in float16, sums in float32 (GPUs)
   fallbacks: bool = False                            # artifacts carry variants for CPU-backed, f16-less devices
+  quick_fallbacks: bool = False                      # ... and CPU-backed ones quick to compile (register blocks looped)
 
   @staticmethod
   def make(name: str, cpu: str | CPU = "native", artifact: bool = True, **kw) -> Target:
@@ -207,6 +209,7 @@ class Target:
     if self.cpu is not None: parts.append(self.cpu.level)
     parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
                               ("no_tiles", self.has_workgroups and not self.workgroup_tiles),
+                              ("looped_blocks", self.has_workgroups and not self.register_blocks),
                               ("precision_f16", self.precision is Precision.F16)) if on]
     if self.max_buffers is not None and self.max_buffers != target_spec(self.name).limits.get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")

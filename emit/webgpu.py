@@ -194,15 +194,20 @@ def plan_variants(cm: CompiledModel) -> list[dict]:
   `variant_targets`): it runs the first whose features the adapter has and whose `adapters` it is ("hardware": not
   a fallback adapter such as SwiftShader; "any"). A variant with workgroup tiles ("gpu", "gpu-f16") is for hardware
   adapters when the same kernels without tiles ("cpu", "cpu-f16") follow; f16 variants need "shader-f16" and fall
-  back to float32 ones; a kernel a variant leaves unchanged is the main one."""
+  back to float32 ones; a kernel a variant leaves unchanged is the main one. A variant with a quick companion names
+  it (`quick`: its kernels run first while the variant's own compile; a kernel it leaves unchanged is the
+  variant's)."""
   targets = cm.variant_targets or {Variant.of(cm.target): cm.target}
   out = []
   for name, t in targets.items():
+    if name.quick: continue
     progs = {**cm.kernels, **cm.variants.get(name, {})}
     untiled = Variant.of(dataclasses.replace(t, workgroup_tiles=False))
     hardware = t.workgroup_tiles and untiled is not name and untiled in targets
+    quick = Variant.of(dataclasses.replace(t, register_blocks=False))
     out.append({"name": name, "features": sorted({f for k in progs.values() for f in k.features}),
-                "adapters": "hardware" if hardware else "any"})
+                "adapters": "hardware" if hardware else "any",
+                **({"quick": quick} if quick is not name and quick in targets else {})})
   return out
 
 

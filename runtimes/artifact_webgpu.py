@@ -110,19 +110,21 @@ class WebGPUArtifact(Artifact):
 
   def _choose_variant(self, wanted: Variant | str | None) -> Variant:
     """The kernel variant model.js would run on this device (the first whose features it has and whose adapters it
-    is: "hardware" excludes software adapters), or `wanted`."""
+    is: "hardware" excludes software adapters), or `wanted` (a variant's quick companion too: its kernels alone,
+    as model.js runs them before the variant's own have compiled)."""
     rt, variants = self.runtime, self.plan["variants"]
-    if wanted is not None and wanted not in [v["name"] for v in variants]:
+    names = [v["name"] for v in variants] + [v["quick"] for v in variants if "quick" in v]
+    if wanted is not None and wanted not in names:
       raise ArtifactError(f"{self.folder}/model.js: no kernel variant {str(wanted)!r}; the model has "
-                          f"{', '.join(v['name'] for v in variants)}")
+                          f"{', '.join(names)}")
     for v in variants:
-      if wanted is not None and v["name"] != wanted: continue
+      if wanted is not None and wanted not in (v["name"], v.get("quick")): continue
       missing = [f for f in v["features"] if f not in rt.features]
       if missing and wanted is not None:
         raise RuntimeUnavailable(f"webgpu: {rt.device_name} lacks the feature {missing[0]!r} the kernel variant "
                                  f"{wanted} of the model {self.plan['name']!r} needs")
       if wanted is not None or (not missing and not (v["adapters"] == "hardware" and rt.software)):
-        return Variant(v["name"])
+        return Variant(wanted or v["name"])
     raise RuntimeUnavailable(f"webgpu: {rt.device_name} can run none of the kernel variants of the model "
                              f"{self.plan['name']!r} ({', '.join(v['name'] for v in variants)})")
 
@@ -140,7 +142,8 @@ class WebGPUArtifact(Artifact):
     for k in self.plan["kernels"]:
       bindings = [Binding(int(i), f"data{i}", bool(read_only), bool(atomic), "")
                   for i, read_only, atomic in k["bindings"]]
-      wgsl = k.get("variants", {}).get(self.variant, k["wgsl"])
+      named = k.get("variants", {})
+      wgsl = named.get(self.variant) or named.get(self.variant.blocked) or k["wgsl"]
       try:
         self._programs.append(rt.compile("\n".join(wgsl), k["name"], bindings, tuple(k["workgroupSize"]),
                                          len(k.get("sizes", ()))))

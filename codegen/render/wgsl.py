@@ -51,7 +51,7 @@ from tgc.ir.symbolic import simplify
 from tgc.codegen.registry import TargetSpec
 from tgc.codegen.render.cstyle import (CStyleRenderer, BASE_OPS, KernelParam, RenderedKernel, shared_bytes,
                                        variable_name, variables_of)
-from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, is_multiple
+from tgc.codegen.render.gpu_vectors import GPUVectors, LANES, NATIVE, is_multiple
 from tgc.codegen.target import Precision, Target, TargetLimitError
 
 U32 = dtypes.uint32
@@ -73,6 +73,12 @@ HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
   "tg_max": (("tg_isnan",), """// maximum that propagates NaN from either side without relying on NaN comparisons
 fn tg_max(a: f32, b: f32) -> f32 {
   return select(select(select(b, a, a > b), a, tg_isnan(a)), b, tg_isnan(b));
+}"""),
+  "tg_isnan4": ((), "fn tg_isnan4(x: vec4<f32>) -> vec4<bool> {\n"
+                    "  return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);\n}"),
+  "tg_max4": (("tg_isnan4",), """// tg_max of each lane
+fn tg_max4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+  return select(select(select(b, a, a > b), a, tg_isnan4(a)), b, tg_isnan4(b));
 }"""),
   "tg_sin": ((), """// sin: Cody-Waite reduction by pi/2 (pi/2 as three 8-bit pieces and a remainder, so
 // k*piece is exact for |k| < 2^16) and minimax polynomials of sin and cos on [-pi/4, pi/4];
@@ -192,6 +198,7 @@ def is_packed(d: DType) -> bool:
 class WGSLRenderer(GPUVectors, CStyleRenderer):
   language = "webgpu"
   barrier = "workgroupBarrier();"
+  vector_ops = NATIVE | {Ops.MAX}     # MAX of 32-bit vectors: tg_max4 or max(), else lane by lane
 
   def __init__(self, target: Target | None = None):
     super().__init__(target)
@@ -225,6 +232,14 @@ class WGSLRenderer(GPUVectors, CStyleRenderer):
   def render_vector_load(self, buf: str, idx: str, d: DType) -> str: return f"{buf}[({idx}) / {LANES}i]"
   def render_vector_store(self, buf: str, idx: str, val: str, d: DType) -> str:
     return f"{buf}[({idx}) / {LANES}i] = {val};"
+
+  def render_vector_alu(self, u: UOp, s: list[str]) -> str:
+    d = u.src[0].dtype.scalar
+    if u.op is Ops.MAX and u.dtype.count == LANES and not d.is_bool and not self._is_half(d):
+      vec = self.type_name(u.dtype)
+      a, b = (x if src.dtype.count > 1 else f"{vec}({x})" for x, src in zip(s, u.src))
+      return f"{self._use('tg_max4')}({a}, {b})" if d.is_float else f"max({a}, {b})"
+    return super().render_vector_alu(u, s)
 
   def render_load(self, buf: str, idx: str, d: DType) -> str:
     if buf in self.kernel.vec4: return f"{buf}[({idx}) / {LANES}i][({idx}) % {LANES}i]"
@@ -494,12 +509,13 @@ def _unpack(ld: UOp) -> UOp:
 
 
 # WebGPU's default limits, as browsers ship them; artifacts hold 64-bit types as 32-bit words (the eager runtime
-# refuses them instead)
+# refuses them instead) and carry quick variants for software adapters (a page compiles its shaders as it loads)
 TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_webgpu_bundle",
                     artifact="tgc.runtimes.artifact_webgpu:WebGPUArtifact", runtime="tgc.runtimes.webgpu:WebGPURuntime",
                     limits=dict(max_local_size=(256, 256, 64), max_local_items=256,
                                 max_groups_per_dim=(65535, 65535, 65535), shared_bytes=16384, max_buffers=8,
                                 fallbacks=True),
-                    artifact_limits=dict(narrow_int64=True, narrow_f64=True), lacks_float64=True, aliases=("wgpu",),
+                    artifact_limits=dict(narrow_int64=True, narrow_f64=True, quick_fallbacks=True),
+                    lacks_float64=True, aliases=("wgpu",),
                     emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_time_sizes=True,
                     states=True)

@@ -125,6 +125,7 @@ def one_kernel(tensor: Tensor, target="webgpu", opts=None):
 def loads_of(src: str, buf: str) -> int: return len(re.findall(rf"\b{buf}\[", src))
 
 
+NAN_ROWS = np.array([[1, np.nan, 3, -np.inf, 0, -0.0, np.inf, 2], [np.nan, -5, 2, 7, np.nan, 1, -1, 4]], np.float32)
 SPECIAL = [
   # name, tensor builder, opts, tolerance (None: exact; NaN compares equal to NaN)
   ("int8_upcast", lambda: t(data(4, 36, dtype=np.int8, low=-128, high=127)) * 3 - 7, [Opt("UPCAST", 1, 4)], None),
@@ -138,6 +139,8 @@ SPECIAL = [
   ("half_padded", lambda: t(data(5, 7, dtype=np.float16)).pad(((1, 2), (3, 0))) + 1, None, 1e-3),
   ("nan_max_reduce", lambda: t(np.array([[1, np.nan, 3], [-np.inf, -5, 2], [np.inf, 0, -1]], np.float32)).max(axis=1),
    None, 0.0),
+  ("nan_max_vec4", lambda: t(NAN_ROWS).maximum(t(NAN_ROWS[::-1].copy())), [Opt("VECTOR", 1, 4)], 0.0),
+  ("int_max_vec4", lambda: t(data(3, 8, dtype=np.int32, low=-99, high=99)).maximum(-5), [Opt("VECTOR", 1, 4)], None),
   ("isnan_isinf", lambda: t(np.array([0, np.nan, np.inf, -np.inf, 1e38, -0.0], np.float32)).isnan() |
    (t(np.array([0, np.nan, np.inf, -np.inf, 1e38, -0.0], np.float32)).isinf()), None, None),
   ("inf_constants", lambda: t(data(9)).maximum(-math.inf) + t(data(9)).where(math.inf, 1.0), None, 0.0),
@@ -192,6 +195,14 @@ def test_no_nan_or_inf_constants():
   prg, _, _ = one_kernel(t(data(9)).maximum(-math.inf) + t(data(9)).where(math.inf, math.nan))
   assert "tg_inf()" in prg.function and "tg_nan()" in prg.function
   assert not re.search(r"bitcast<f32>\(0x7f", prg.src) and "inf" not in prg.function.replace("tg_inf", "")
+
+
+def test_max_of_vectors_is_one_call():
+  """MAX of vec4 values is one call of the lane-wise helper (NaN from either side, by bits), not four scalar ones."""
+  prg, _, _ = one_kernel(t(NAN_ROWS).maximum(t(NAN_ROWS[::-1].copy())), opts=[Opt("VECTOR", 1, 4)])
+  assert "tg_max4(" in prg.function and "tg_max(" not in prg.function, prg.function
+  ints, _, _ = one_kernel(t(data(3, 8, dtype=np.int32)).maximum(-5), opts=[Opt("VECTOR", 1, 4)])
+  assert re.search(r"vec4<i32> = max\(val\d+, alu\d+\);", ints.function), ints.function
 
 
 def test_nan_and_inf_tests_use_bits():

@@ -87,6 +87,16 @@ def build_cnn(device: str):
   return forward
 
 
+def build_convnet(device: str):
+  """3x3 and 1x1 convolutions big enough for register blocks (WebGPU artifacts get quick variants of them)."""
+  Tensor.manual_seed(7)
+  conv1, conv2 = nn.Conv2d(8, 16, 3, padding=1, device=device), nn.Conv2d(16, 16, 1, device=device)
+
+  def forward(x):
+    return conv2(conv1(x).clip(0, 6)).relu()
+  return forward
+
+
 def build_two_io(device: str):
   """Two inputs (float32, int32), two outputs (float32, int32), three weights of sizes not a multiple of 16."""
   Tensor.manual_seed(2)
@@ -129,6 +139,11 @@ def mlp_case() -> ModelCase:
 def cnn_case() -> ModelCase:
   x = np.random.default_rng(1).standard_normal((1, 3, 8, 8), dtype=np.float32)
   return ModelCase("cnn", build_cnn, {"image": x}, output_names=["logits", "features"])
+
+
+def convnet_case() -> ModelCase:
+  x = np.random.default_rng(7).standard_normal((1, 8, 32, 32), dtype=np.float32)
+  return ModelCase("convnet", build_convnet, {"image": x})
 
 
 def two_io_case(input_names=("x", "n"), output_names=None, weight_names=None, name="two_io") -> ModelCase:

@@ -20,7 +20,7 @@ import headless_chromium as chromium
 from headless_chromium import (PAGE_TIMEOUT_MS, PLAIN_OUTPUTS, demo_outputs, from_plain, open_demo, outputs_from,
                                plain_inputs)
 from artifact_cases import (ROOT, ModelCase, assert_same_files, check_cli_round_trip, check_write_refusals, cnn_case,
-                            emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
+                            convnet_case, emit_cases, emit_folder, hostile_case, manifest_of, mlp_case, odd_case, run,
                             softmax_case, tgc)
 from wgsl_source import declared_bindings, reported_bindings
 from tgc.aot.artifact import artifact_runtime, open_artifact
@@ -95,7 +95,8 @@ def int64_case() -> ModelCase:
 
 CASES = {"mlp": mlp_case, "cnn": cnn_case, "softmax": softmax_case, "ints": ints_case, "half": half_case,
          "int64": int64_case, "scalar": scalar_case,
-         "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'), "odd": odd_case}
+         "hostile": lambda: hostile_case(HOSTILE_INPUTS, 'hostile "model" */ -->'), "odd": odd_case,
+         "convnet": convnet_case}
 RUN_CASES = ["mlp", "cnn", "softmax", "ints", "half", "int64", "scalar", "hostile", "odd"]
 
 
@@ -152,14 +153,20 @@ def test_files_manifest_and_plan(bundles, name):
   assert info["renderer"] == "webgpu+narrow_int64+narrow_f64"
   plan = plan_of(folder)
   # kernel variants: the main ("gpu") one first; a "cpu" one (no workgroup tiles) exactly when some kernel differs,
-  # and then the main one is for hardware adapters only
+  # and then the main one is for hardware adapters only; the "cpu" one names its quick companion when some kernel
+  # has a quick form, which differs from the kernel's "cpu" one
   variants = plan["variants"]
   assert info["variants"] == variants and [v["features"] for v in variants] == [[]] * len(variants)
   assert variants[0]["name"] == "gpu" and variants[-1]["adapters"] == "any"
-  differing = [k for k in plan["kernels"] if "variants" in k]
+  differing = [k for k in plan["kernels"] if "cpu" in k.get("variants", {})]
   assert [v["name"] for v in variants] == (["gpu", "cpu"] if differing else ["gpu"])
   assert variants[0]["adapters"] == ("hardware" if differing else "any")
-  for k in differing: assert set(k["variants"]) == {"cpu"} and k["variants"]["cpu"] != k["wgsl"]
+  quick = [k for k in plan["kernels"] if "cpu-quick" in k.get("variants", {})]
+  assert variants[-1].get("quick") == ("cpu-quick" if quick else None)
+  for k in plan["kernels"]:
+    assert set(k.get("variants", {})) <= {"cpu", "cpu-quick"}
+    for name, lines in k.get("variants", {}).items():
+      assert lines != k["wgsl"] and lines != (k["variants"].get("cpu") if name == "cpu-quick" else None)
   assert [t["name"] for t in plan["inputs"]] == [t["name"] for t in manifest["inputs"]]
   assert [t["name"] for t in plan["outputs"]] == [t["name"] for t in manifest["outputs"]]
   assert plan["weightsBytes"] == manifest["weights"]["nbytes"]
@@ -316,6 +323,22 @@ def test_webgpu_artifact_kernel_variants(bundles, references, wgpu_runtime):
       compare(art.run(case.inputs), references["cnn"], case)
   with pytest.raises(ArtifactError, match="no kernel variant 'tiled'; the model has gpu, cpu"):
     WebGPUArtifact(folder, variant="tiled")
+
+
+def test_webgpu_artifact_quick_kernels(bundles, references, wgpu_runtime):
+  """The convnet's register-blocked convolutions have quick forms (the blocks as loops: one accumulator where the
+  blocked kernel has several), which model.js runs while the blocked ones compile; forced, they compute the same
+  outputs."""
+  case, folder = bundles["convnet"]
+  plan = plan_of(folder)
+  assert plan["variants"][-1] == {"name": "cpu", "features": [], "adapters": "any", "quick": "cpu-quick"}
+  for k in plan["kernels"]:
+    accumulators = {v: sum(line.lstrip().startswith("var acc") for line in k["variants"][v])
+                    for v in ("cpu", "cpu-quick")}
+    assert accumulators["cpu-quick"] == 1 < accumulators["cpu"], k["name"]
+  with WebGPUArtifact(folder, variant="cpu-quick") as art:
+    assert art.variant == "cpu-quick"
+    compare(art.run(case.inputs), references["convnet"], case)
 
 
 @pytest.fixture(scope="session")
@@ -735,6 +758,34 @@ def test_browser_kernel_variants(bundles, references, browser, server):
     }}""")
     assert result["variant"] == "gpu"
     compare(outputs_from(result["outputs"], manifest_of(folder)), references["cnn"], case)
+  finally:
+    page.close()
+
+
+def test_browser_quick_kernels_then_optimized(bundles, references, browser, server):
+  """On SwiftShader, load() compiles the convnet's quick kernels; the first run uses them, `optimized` resolves once
+  the blocked ones replaced them (after that run), and both runs give the reference's outputs. {quick: false}
+  compiles the blocked ones in load()."""
+  case, folder = bundles["convnet"]
+  page = open_demo(browser, f"{server}/convnet/index.html?runs=1", plain_inputs(case.inputs))
+  try:
+    result = page.evaluate(f"""async () => {{
+      const m = await import("./model.js");
+      const model = await m.load();
+      const quick = model.loadTimings.quickKernels;
+      const first = await model.run(window.tgcInputs);
+      const optimizedMs = await model.optimized;
+      const again = await model.run(window.tgcInputs);
+      await model.dispose();
+      const blocked = await m.load(undefined, {{quick: false}});
+      const none = blocked.loadTimings.quickKernels;
+      const direct = await blocked.run(window.tgcInputs);
+      await blocked.dispose();
+      const plain = {PLAIN_OUTPUTS};
+      return {{quick, none, optimizedMs, outputs: [plain(first), plain(again), plain(direct)]}};
+    }}""")
+    assert result["quick"] == 2 and result["none"] == 0 and result["optimizedMs"] > 0
+    for outputs in result["outputs"]: compare(outputs_from(outputs, manifest_of(folder)), references["convnet"], case)
   finally:
     page.close()
 
