@@ -46,15 +46,18 @@ def runner_class(target: str) -> type[Artifact] | None:
   return load(target_spec(target).artifact)
 
 
-def artifact_runtime(art: ArtifactFolder, threads: int = 1, profile: bool = False) -> Artifact:
+def artifact_runtime(art: ArtifactFolder, threads: int = 1, profile: bool = False,
+                     variant: str | None = None) -> Artifact:
   """The Python runtime that loads this artifact (the caller closes it); the options its target's runner takes
-  (c: running on `threads` threads of its thread pool, built to time each launch with `profile`)."""
+  (c: running on `threads` threads of its thread pool, built to time each launch with `profile`; webgpu: the kernel
+  `variant` to run instead of the one the device gets)."""
   runner = runner_class(art.target)
   if runner is None:
     raise UserError(f"running {art.target or 'unknown'} artifacts is not supported yet; supported: "
                     f"{', '.join(n for n in target_names() if target_spec(n).artifact is not None)}")
   if threads < 1: raise UserError(f"--threads must be at least 1, got {threads}")
-  options = {k: v for k, v in (("threads", threads), ("profile", profile)) if k in target_spec(art.target).run_options}
+  options = {k: v for k, v in (("threads", threads), ("profile", profile), ("variant", variant))
+             if k in target_spec(art.target).run_options and (k != "variant" or v is not None)}
   if (threads > 1 and "threads" not in options) or (profile and "profile" not in options):
     raise UserError(f"--threads and --profile do not apply to {art.target} artifacts")
   # the folder was checked already: only a tool this machine lacks is the user's to fix, other errors are bugs

@@ -93,11 +93,18 @@ def validate_artifact(folder: str, model: str | None = None, seed: int = 0, rtol
     if art.manifest.get("states"):
       _validate_states(report, art, runtime, spec, options, seed, rtol, atol, below)
       return report
+    stand_in = runtime.stand_in
+    refs: dict[tuple, dict] = {}
     for dims in sample_sizes(art.manifest):    # an artifact of sizes known at run time: smallest, middle, largest
       feeds = random_inputs(art, seed, dims, below)
       got = run_values(runtime, feeds)
-      ref, report.reference = reference.reference_outputs(spec, feeds, options)
-      _check_outputs(report, art, got, ref, dims, rtol, atol)
+      refs[tuple(dims.items())], report.reference = reference.reference_outputs(spec, feeds, options)
+      _check_outputs(report, art, got, refs[tuple(dims.items())], dims, rtol, atol)
+  if stand_in:        # the kernels the artifact runs first on this device (model.js's quick ones) are checked too
+    with artifact_runtime(art, variant=stand_in) as runtime:
+      for dims in sample_sizes(art.manifest):
+        got = run_values(runtime, random_inputs(art, seed, dims, below))
+        _check_outputs(report, art, got, refs[tuple(dims.items())], dims, rtol, atol, f" ({stand_in} kernels)")
   return report
 
 
@@ -137,7 +144,8 @@ def _validate_states(report: ValidateReport, art, runtime, spec, options: dict, 
                                        note))
 
 
-def _check_outputs(report: ValidateReport, art, got: dict, ref: dict, dims: dict[str, int], rtol, atol) -> None:
+def _check_outputs(report: ValidateReport, art, got: dict, ref: dict, dims: dict[str, int], rtol, atol,
+                   label: str = "") -> None:
   precision = art.manifest.get("target_info", {}).get("precision", "f32")
   if isinstance(art.source, dict) and art.source.get("quantize"): precision = "int8"
   at_sizes = " at " + ", ".join(f"{k}={v}" for k, v in dims.items()) if dims else ""
@@ -150,5 +158,5 @@ def _check_outputs(report: ValidateReport, art, got: dict, ref: dict, dims: dict
     rt = default[0] if rtol is None else rtol
     at = default[1] if atol is None else atol
     max_abs, max_rel, ok, note = compare(got[name], ref[name], rt, at)
-    report.checks.append(OutputCheck(name + at_sizes, tuple(np.shape(got[name])), o["dtype"], max_abs, max_rel, rt,
-                                     at, ok, note))
+    report.checks.append(OutputCheck(name + at_sizes + label, tuple(np.shape(got[name])), o["dtype"], max_abs,
+                                     max_rel, rt, at, ok, note))

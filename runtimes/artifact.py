@@ -226,6 +226,7 @@ class Artifact:
   the artifact is open."""
   TARGET = ""
   KIND = ""
+  stand_in: str | None = None     # the kernel variant its own loader runs first on this device while this one compiles
 
   def _open(self, folder: str | ArtifactFolder) -> None:
     self.files = folder if isinstance(folder, ArtifactFolder) else ArtifactFolder.read(os.path.abspath(folder))

@@ -80,6 +80,8 @@ class WebGPUArtifact(Artifact):
     self._held = {st["length"]: 0 for st in self.plan.get("states", ())}    # each state's length: 0 after load
     self._check_device()
     self.variant = self._choose_variant(variant)
+    # model.js runs the variant's quick kernels until its own have compiled
+    self.stand_in = next((v.get("quick") for v in self.plan["variants"] if v["name"] == self.variant), None)
     self._setup(weights)
 
   # ---- loading ----

@@ -517,5 +517,5 @@ TARGET = TargetSpec("webgpu", "WebGPU", WGSLRenderer, "tgc.emit.webgpu:write_web
                                 fallbacks=True),
                     artifact_limits=dict(narrow_int64=True, narrow_f64=True, quick_fallbacks=True),
                     lacks_float64=True, aliases=("wgpu",),
-                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_time_sizes=True,
-                    states=True)
+                    emit_options=("npm_name", "npm_version", "weight_chunk_mb"), run_options=("variant",),
+                    run_time_sizes=True, states=True)

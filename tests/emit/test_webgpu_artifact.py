@@ -464,6 +464,25 @@ def test_cli_compile_validate_run_bench_inspect(wgpu_runtime, tmp_path):
   check_cli_round_trip("webgpu", tmp_path, ["model.js", "index.html"])
 
 
+def test_cli_validate_checks_the_quick_kernels_too(wgpu_runtime, tmp_path):
+  """`tgc validate` of an artifact whose kernels have quick forms on this (software) device runs those as well, as
+  model.js runs them first, and reports their outputs beside the blocked ones'."""
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  w = numpy_helper.from_array(np.random.default_rng(8).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+  graph = helper.make_graph(
+    [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])], "conv",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])], [w])
+  model = tmp_path / "conv.onnx"
+  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+  assert tgc("compile", model, "--target", "webgpu", "-o", tmp_path / "out").exit_code == 0
+  assert plan_of(str(tmp_path / "out"))["variants"][-1].get("quick") == "cpu-quick"
+  result = tgc("validate", tmp_path / "out")
+  assert result.exit_code == 0, result.output
+  if wgpu_runtime.software: assert re.search(r"^  y \(cpu-quick kernels\) .* ok$", result.output, re.M), result.output
+
+
 def test_cli_npm_name_and_download_sizes(tmp_path):
   """--npm-name/--npm-version name the package (a name npm refuses is a one-line user error, nothing written);
   `tgc inspect` reports the bytes a page downloads and the package."""
