@@ -685,13 +685,15 @@ def test_model_js_float16_helpers(bundles, node, tmp_path):
 USE_TYPES = """
 import { load, Outputs, Model } from "./model";
 async function main(): Promise<void> {
-  const m: Model = await load("weights.safetensors");
+  const m: Model = await load("weights.safetensors", { quick: true });
   const out: Outputs = await m.run({ x: new BigInt64Array(5), v: new Float32Array(27) });
   const a: BigInt64Array = out.output_0.data;
   const b: Int32Array = out["output_1"].data;
   const shape: number[] = out.output_0.shape;
+  const optimizedMs: number = await m.optimized;
+  const quick: number = m.loadTimings.quickKernels;
   await m.dispose();
-  console.log(a, b, shape);
+  console.log(a, b, shape, optimizedMs, quick);
 }
 main();
 """
