@@ -158,7 +158,7 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
               ) -> tuple[dict[Variant, dict[str, KernelProgram]], dict[Variant, Target]]:
   """Every kernel lowered again for each other variant target with the opts it got: the kernels whose source differs,
   per variant (a variant that differs from the main kernels exactly as an earlier one does is left out); and the
-  targets of the variants kept. A quick variant holds the kernels whose quick form pays (`_quick_pays`; `calls`:
+  targets of the variants kept. A quick variant holds the kernels whose quick form pays (`_quickest`; `calls`:
   launches per kernel), and is kept only with its blocked variant."""
   out: dict[Variant, dict[str, KernelProgram]] = {}
   targets = variant_targets(target)
@@ -169,10 +169,14 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
     progs = {}
     for kname, k in kernels.items():
       if same(k): continue
-      v = lower(asts[kname], vtarget, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
-                note=notes[kname])
       base = out.get(vname.blocked, {}).get(kname, k) if vname.quick else k      # what the kernel is without it
-      if v.src == base.src or (vname.quick and not _quick_pays(base, v, calls.get(kname, 1))): continue
+      forms, blocks = [vtarget], sum(o.op is OptOps.UPCAST for o in k.opts)
+      if vname.quick and blocks > 1:     # the block looped whole, or all of it but one axis
+        forms += [replace(vtarget, kept_block_axis=i) for i in range(blocks)]
+      lowered = [lower(asts[kname], t, list(k.opts), name=kname, weights=weights.get(asts[kname].key),
+                       note=notes[kname]) for t in forms]
+      v = _quickest(base, lowered, calls.get(kname, 1)) if vname.quick else lowered[0]
+      if v.src == base.src: continue
       if (v.global_size, v.local_size, _bound(v), sorted(v.relayouts)) != (k.global_size, k.local_size, _bound(k),
                                                                              sorted(k.relayouts)):
         raise AssertionError(f"kernel {kname}: variant {vname} launches or binds differently")
@@ -183,14 +187,15 @@ def _variants(target: Target, kernels: dict[str, KernelProgram], asts: dict[str,
   return out, kept
 
 
-def _quick_pays(blocked: KernelProgram, quick: KernelProgram, calls: int) -> bool:
-  """Whether to run a kernel's quick form while its blocked one compiles: the shader code it saves (a software
-  adapter's compile time, QUICK_OPS_PER_BYTE ops of run time per byte) against the work its launches do meanwhile
-  beyond the blocked kernel's, in proportion to the memory traffic the loops add (`bytes`: a 3x3 convolution whose
-  copies share one weight load gains, a matmul whose 4x4 block shares both operands' loads launched in every layer
-  of a transformer loses)."""
-  extra = blocked.ops * calls * max(quick.bytes / max(blocked.bytes, 1) - 1, 0)
-  return (len(blocked.src) - len(quick.src)) * QUICK_OPS_PER_BYTE >= extra
+def _quickest(blocked: KernelProgram, quick: list[KernelProgram], calls: int) -> KernelProgram:
+  """Which form of a kernel to run while its blocked one compiles (the blocked one itself where no quick form pays):
+  the one with the least shader code (a software adapter's compile time, QUICK_OPS_PER_BYTE ops of run time per byte)
+  plus the work its launches do meanwhile, in proportion to the memory traffic its loops add (`bytes`: a 3x3
+  convolution whose copies share one weight load gains, a matmul whose 4x4 block shares both operands' loads launched
+  in every layer of a transformer loses; a form keeping one axis of the block as copies is between the two)."""
+  def cost(k: KernelProgram) -> float:
+    return len(k.src) * QUICK_OPS_PER_BYTE + blocked.ops * calls * max(k.bytes / max(blocked.bytes, 1), 1)
+  return min([blocked] + quick, key=cost)
 
 
 def _same_kernel(target: Target, vtarget: Target):

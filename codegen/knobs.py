@@ -45,4 +45,4 @@ GROUP_FEW_OUTPUTS = 2048    # ... when it has at most this many outputs, or read
 TILE_MIN_REUSE = 4          # a load is staged in workgroup memory when this many work-items read each value ...
 TILE_MIN_UNROLL = 4         # ... in a reduction unrolled at least this many copies
 QUICK_OPS_PER_BYTE = 20000  # a software adapter's compile time per byte of WGSL in ops it runs meanwhile (SwiftShader:
-                            # ~12 ms per KB, ~2 G ops/s on MobileNetV2 and ResNet-50); compiled._quick_pays
+                            # ~12 ms per KB, ~2 G ops/s on MobileNetV2 and ResNet-50); compiled._quickest

@@ -276,24 +276,28 @@ def _optimized(ast: UOp, target: Target, renderer, opts: list[Opt] | None, weigh
   relaid_ast, args = _compact_args(relaid_ast, nargs)
   if target.has_threads: relaid_ast = task_loop(relaid_ast)
   k = Kernel(stage(relaid_ast, target), k.opts)
-  if target.has_workgroups and not target.workgroup_tiles: k = Kernel(rolled(k.ast, target.register_blocks), k.opts)
+  if target.has_workgroups and not target.workgroup_tiles:
+    k = Kernel(rolled(k.ast, target.register_blocks, target.kept_block_axis), k.opts)
   if target.precision is Precision.F16: k = Kernel(half_precision(k.ast), k.opts)
   vectors = bool(renderer.vector_ops) and any(n.op is Ops.RANGE and n.arg.kind is AxisType.VECTOR
                                               for n in k.ast.toposort())
   return Optimized(k, opts, relayouts, args, vectors)
 
 
-def rolled(ast: UOp, register_blocks: bool = True) -> UOp:
+def rolled(ast: UOp, register_blocks: bool = True, kept_axis: int | None = None) -> UOp:
   """UNROLL ranges as reduction loops: GPU-language kernels without workgroup tiles run on a CPU (SwiftShader,
   lavapipe, PoCL), whose shader compiler (LLVM) spends far more on straight-line copies than the CPU gains from them
   (MobileNetV2's kernels: 2.3x the WGSL, 3x SwiftShader's compile time). The ranges and so the weights' layout stay
   those of the opts (a kernel variant binds the same relaid weights as the unrolled main kernel); only the copies go.
   Without `register_blocks`, UPCAST ranges too become loops, each around its copy of the reduction and store: one
   accumulator instead of a block of them, the same launch (the quick variants a page runs while the blocked ones
-  compile: MobileNetV2 compiles 5x faster on SwiftShader and runs 2x slower)."""
-  kinds = (AxisType.UNROLL,) if register_blocks else (AxisType.UNROLL, AxisType.UPCAST)
-  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.REDUCE)) for n in ast.toposort()
-         if n.op is Ops.RANGE and n.arg.kind in kinds}
+  compile: MobileNetV2 compiles 5x faster on SwiftShader and runs 2x slower). `kept_axis` (with several UPCAST
+  ranges): the one of them that stays copies, by length, longest first (a smaller block, a loop around it)."""
+  loops = {AxisType.UNROLL} if register_blocks else {AxisType.UNROLL, AxisType.UPCAST}
+  ranges = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind in loops]
+  upcasts = sorted((n for n in ranges if n.arg.kind is AxisType.UPCAST), key=lambda n: (-n.src[0].vmax, n.arg.id))
+  if not register_blocks and kept_axis is not None and kept_axis < len(upcasts) > 1: ranges.remove(upcasts[kept_axis])
+  sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.REDUCE)) for n in ranges}
   return substitute(ast, sub) if sub else ast
 
 

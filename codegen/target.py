@@ -152,6 +152,7 @@ class Target:
   narrow_f64: bool = False                           # webgpu: float64 held and computed as float32
   workgroup_tiles: bool = True                       # GPUs: stage operands work-items share in workgroup memory
   register_blocks: bool = True                       # GPUs: a register block's copies as straight-line code, or loops
+  kept_block_axis: int | None = None                 # ... loops but for this one of its axes (0: the longest) as copies
   precision: Precision = Precision.F32               # F16: float32 arithmetic in float16, sums in float32 (GPUs)
   fallbacks: bool = False                            # artifacts carry variants for CPU-backed, f16-less devices
   quick_fallbacks: bool = False                      # ... and CPU-backed ones quick to compile (register blocks looped)
@@ -210,6 +211,8 @@ class Target:
     parts += [o for o, on in (("narrow_int64", self.narrow_int64), ("narrow_f64", self.narrow_f64), ("f16", self.f16),
                               ("no_tiles", self.has_workgroups and not self.workgroup_tiles),
                               ("looped_blocks", self.has_workgroups and not self.register_blocks),
+                              (f"kept_axis{self.kept_block_axis}", self.has_workgroups and not self.register_blocks
+                               and self.kept_block_axis is not None),
                               ("precision_f16", self.precision is Precision.F16)) if on]
     if self.max_buffers is not None and self.max_buffers != target_spec(self.name).limits.get("max_buffers"):
       parts.append(f"bufs{self.max_buffers}")

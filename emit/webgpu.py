@@ -288,8 +288,8 @@ RUN_TIME_SIZES = {
   "sizes_layouts": ", ...sizesLayouts(device, k)",
   "sizes_buffer": "\n  const sizes = { buffer: createBuffer(\"sizes\", SIZE_STRIDE * PLAN.dims.length, "
                   "BUFFER_UNIFORM | BUFFER_COPY_DST),\n                  key: null, sized: null };",
-  "call_fields": "\n    index: PLAN.calls.indexOf(c),\n"
-                 "    sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
+  "call_fields": "\n      index: PLAN.calls.indexOf(c),\n"
+                 "      sizesGroup: sizesGroup(device, kernels[c.kernel], c, sizes.buffer),",
   "sizes_part": ", sizes", "execute_sizes": "\n    const sized = applySizes(device, sizes, inputs.sizes);",
   "set_sizes_group": "\n          if (call.sizesGroup) pass.setBindGroup(1, call.sizesGroup);",
   "call_workgroups": "sized.workgroups[call.index]", "sized_output": "sized.outputs[i]",

@@ -158,6 +158,29 @@ def test_special_kernels_validate_and_run(tint, webgpu, name, make, opts, tol):
   run_programs(webgpu, Case(name, make, tuple(opts) if opts else None, rtol=tol or 0.0, atol=tol or 0.0), "webgpu")
 
 
+def _matmul_12x20x16():
+  return t(data(12, 20)) @ t(data(20, 16, seed=1))
+
+
+MATMUL_BLOCK = (Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 2), Opt("UNROLL", 0, 4))
+
+
+@pytest.mark.parametrize("kept,accumulators", [(None, 1), (0, 4), (1, 2)])
+def test_quick_forms_keep_one_axis_of_the_block(tint, webgpu, kept, accumulators):
+  """Quick kernels (register blocks as loops) of a 4x2-blocked matmul: the block looped whole (one accumulator), or
+  all but its longest (4 copies) or its other axis (2): the same launch and bindings as the blocked kernel, less
+  WGSL, and the product's values."""
+  quick = Target.make("webgpu", artifact=False, workgroup_tiles=False, register_blocks=False, kept_block_axis=kept)
+  blocked, _, _ = one_kernel(_matmul_12x20x16(), Target.make("webgpu", artifact=False, workgroup_tiles=False),
+                             list(MATMUL_BLOCK))
+  prg, _, _ = one_kernel(_matmul_12x20x16(), quick, list(MATMUL_BLOCK))
+  assert len(re.findall(r"\bvar acc", prg.src)) == accumulators < len(re.findall(r"\bvar acc", blocked.src)) == 8
+  assert (prg.global_size, prg.local_size, prg.params) == (blocked.global_size, blocked.local_size, blocked.params)
+  assert len(prg.src) < len(blocked.src)
+  tint_check(tint, prg.src)
+  run_programs(webgpu, Case("quick_matmul", _matmul_12x20x16, MATMUL_BLOCK, rtol=1e-5, atol=1e-5), quick)
+
+
 def test_packed_word_is_loaded_once():
   """Four int8 elements of one word (UPCAST by 4 along the contiguous axis) are one u32 load and four shifts."""
   prg, _, _ = one_kernel(t(data(4, 36, dtype=np.int8, low=-128, high=127)) * 3 - 7, opts=[Opt("UPCAST", 1, 4)])

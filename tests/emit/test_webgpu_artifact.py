@@ -685,15 +685,17 @@ def test_model_js_float16_helpers(bundles, node, tmp_path):
 USE_TYPES = """
 import { load, Outputs, Model } from "./model";
 async function main(): Promise<void> {
-  const m: Model = await load("weights.safetensors", { quick: true });
+  const m: Model = await load("weights.safetensors", { quick: true, waitForPipelines: false });
   const out: Outputs = await m.run({ x: new BigInt64Array(5), v: new Float32Array(27) });
+  const readyMs: number = await m.ready;
+  const pipelinesMs: number | undefined = m.loadTimings.pipelinesMs;
   const a: BigInt64Array = out.output_0.data;
   const b: Int32Array = out["output_1"].data;
   const shape: number[] = out.output_0.shape;
   const optimizedMs: number = await m.optimized;
   const quick: number = m.loadTimings.quickKernels;
   await m.dispose();
-  console.log(a, b, shape, optimizedMs, quick);
+  console.log(a, b, shape, optimizedMs, quick, readyMs, pipelinesMs);
 }
 main();
 """
@@ -784,9 +786,10 @@ def test_browser_kernel_variants(bundles, references, browser, server):
 
 
 def test_browser_quick_kernels_then_optimized(bundles, references, browser, server):
-  """On SwiftShader, load() compiles the convnet's quick kernels; the first run uses them, `optimized` resolves once
-  the blocked ones replaced them (after that run), and both runs give the reference's outputs. {quick: false}
-  compiles the blocked ones in load()."""
+  """On SwiftShader, load() requests the convnet's quick kernels and resolves once the weights are on the device; the
+  first run takes each pipeline as it is compiled, `ready` resolves once all are (loadTimings.pipelinesMs set then),
+  `optimized` once the blocked ones replaced them (after that run), and both runs give the reference's outputs.
+  {quick: false, waitForPipelines: true} resolves with the blocked ones compiled."""
   case, folder = bundles["convnet"]
   page = open_demo(browser, f"{server}/convnet/index.html?runs=1", plain_inputs(case.inputs))
   try:
@@ -795,20 +798,73 @@ def test_browser_quick_kernels_then_optimized(bundles, references, browser, serv
       const model = await m.load();
       const quick = model.loadTimings.quickKernels;
       const first = await model.run(window.tgcInputs);
+      const readyMs = await model.ready;
+      const timings = model.loadTimings;
       const optimizedMs = await model.optimized;
       const again = await model.run(window.tgcInputs);
       await model.dispose();
-      const blocked = await m.load(undefined, {{quick: false}});
+      const blocked = await m.load(undefined, {{quick: false, waitForPipelines: true}});
       const none = blocked.loadTimings.quickKernels;
+      const compiledAtLoad = [blocked.loadTimings.pipelinesMs, blocked.loadTimings.totalMs];
       const direct = await blocked.run(window.tgcInputs);
       await blocked.dispose();
       const plain = {PLAIN_OUTPUTS};
-      return {{quick, none, optimizedMs, outputs: [plain(first), plain(again), plain(direct)]}};
+      return {{quick, none, readyMs, optimizedMs, pipelinesMs: timings.pipelinesMs, frozen: Object.isFrozen(timings),
+               compiledAtLoad, outputs: [plain(first), plain(again), plain(direct)]}};
     }}""")
     assert result["quick"] == 2 and result["none"] == 0 and result["optimizedMs"] > 0
+    assert result["readyMs"] > 0 and result["pipelinesMs"] > 0 and result["frozen"]
+    pipelines_ms, total_ms = result["compiledAtLoad"]
+    assert total_ms >= pipelines_ms > 0
     for outputs in result["outputs"]: compare(outputs_from(outputs, manifest_of(folder)), references["convnet"], case)
   finally:
     page.close()
+
+
+BROKEN_PIPELINE_JS = """async (options) => {
+  const m = await import("./broken/model.js");
+  let model;
+  try {
+    model = await m.load("./broken/weights.safetensors", options);
+  } catch (e) {
+    return {load: e.message};
+  }
+  const ready = model.ready.then(() => "ready", (e) => e.message);
+  const run = await model.run(Object.fromEntries(model.inputs.map((t) => [t.name, new Float32Array(
+    t.shape.reduce((a, b) => a * b, 1))]))).then(() => "ran", (e) => e.message);
+  await model.dispose();
+  return {run, ready: await ready};
+}"""
+
+
+def test_browser_kernel_that_does_not_compile(bundles, browser, tmp_path):
+  """A kernel whose pipeline does not compile (its layout made not to fit its WGSL): load() resolves (the pipelines
+  compile during the first run), and the first run and `ready` fail naming it; with waitForPipelines the load does."""
+  _, folder = bundles["convnet"]
+  broken = tmp_path / "broken"
+  shutil.copytree(folder, broken)
+  js = (broken / "model.js").read_text(encoding="utf-8")
+  plan = read_plan(js)
+  last = plan["kernels"][-1]
+  written = [b for b in last["bindings"] if not b[1]]
+  assert written, last["bindings"]
+  written[0][1] = True            # the layout says read-only where the kernel writes
+  text = "const PLAN = " + json.dumps(plan) + ";"
+  begin, end = js.index(emit_webgpu.PLAN_BEGIN + "\n"), js.index("\n" + emit_webgpu.PLAN_END)
+  (broken / "model.js").write_text(js[:begin + len(emit_webgpu.PLAN_BEGIN) + 1] + text + js[end:], encoding="utf-8")
+  (tmp_path / "blank.html").write_text("<!doctype html><title>blank</title>")
+  with chromium.serve(str(tmp_path)) as url:
+    page = browser.new_page()
+    try:
+      page.goto(f"{url}/blank.html")
+      lazy = page.evaluate(BROKEN_PIPELINE_JS, {})
+      waited = page.evaluate(BROKEN_PIPELINE_JS, {"waitForPipelines": True})
+    finally:
+      page.close()
+  message = f'kernel {last["name"]} does not compile on this device'
+  assert message in lazy["run"] and message in lazy["ready"], lazy
+  assert lazy["run"].startswith('tgc model "convnet": kernel'), lazy
+  assert message in waited["load"], waited
 
 
 def test_browser_f16_artifact_falls_back_to_float32(f16_cnn, references, browser, server):
@@ -1071,7 +1127,7 @@ def test_browser_streams_and_caches_weights(small_blocks, references, browser):
   assert len(plan["weightsBlocks"]) >= 3
   timings = first["timings"]
   assert timings["kernels"] == len(plan["kernels"]) >= timings["pipelines"] >= 1
-  assert timings["totalMs"] >= max(timings["pipelinesMs"], timings["weightsMs"]) > 0
+  assert timings["totalMs"] >= timings["weightsMs"] > 0 and timings["pipelinesMs"] > 0
   assert bad["error"].startswith('tgc model "cnn": the weights file does not belong to this model: its sha256 '
                                  'differs'), bad
 
