@@ -24,7 +24,7 @@ from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
 from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MASKED_MIN_FILL, MAX_GATHER_SHARE, PADDED_VECTORS,
                                SHORT_TAPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
-                                       reduce_body_loads, stride, try_opt)
+                                       reduce_body_loads, streamed_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
 from tgc.codegen.dot import dot_unroll
 
@@ -152,6 +152,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   # kernels' blocks keep sharing each broadcast across weight vectors (x86-64-v3's int8 layer-4 convs took 7 pixels
   # x 1 weight vector with L2 lines counted: 2.9 -> 5.0 ms)
   l1 = target.cpu.l1d_bytes if target.cpu is not None and all(ld.dtype.itemsize == 4 for ld in hot) else None
+  streamed = streamed_loads(k, hot, _loop_order(k, constant), l1) if l1 is not None else frozenset()
   cands = [(i, r) for i, r in _reuse_axes(k) if Kernel.size(r) > 1][:4]
   padded = {r: _vector_padded(r, vec, hot, constant) for _, r in cands}
   scored: dict[tuple, tuple] = {}
@@ -162,7 +163,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
         for nb in (_block_sizes(rb, budget // na, padded[rb]) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
           if vector and not _fits_registers(block, hot, target.registers): continue
-          cost = block_cost(hot, block, loop, cache, vec, l1)
+          cost = block_cost(hot, block, loop, cache, vec, l1, streamed)
           if cost is None or math.prod(block.values()) < 2: continue
           cost *= _padding_factor(block)
           opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),
@@ -231,6 +232,15 @@ def _block_sizes(r: UOp, limit: int, padded: bool = False) -> list[int]:
   if padded: return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0]
   most = BLOCK_ODD_PADDING if not any(step % d == 0 for d in range(2, 9)) else BLOCK_MAX_PADDING
   return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0 or _padded_length(r, d) - n <= most * n]
+
+
+def _loop_order(k: Kernel, constant: frozenset) -> list[UOp]:
+  """The output loops, outermost first, as `_order_loops` will order them: the first that indexes the weights
+  (`constant`) moved outermost."""
+  glob = k.axes(G)
+  weights = [n for n in _loads(k) if n.src[0].arg[0] in constant]
+  first = next((r for r in glob if any(depends(w.src[1], r) for w in weights)), glob[0] if glob else None)
+  return [first] + [r for r in glob if r is not first] if glob else []
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:

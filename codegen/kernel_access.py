@@ -46,6 +46,19 @@ def reduce_body_loads(k: Kernel) -> list[UOp]:
   return sorted(out, key=lambda n: n.key)
 
 
+def streamed_loads(k: Kernel, hot: list[UOp], order: list[UOp], l1: int) -> frozenset:
+  """The reduction loads read again at each step of an output loop they do not move along (an activation panel every
+  output channel reads), whose values over one step of it (the loops inside it swept: `order` is the output loops,
+  outermost first) take half of the L1 cache or more: each step reads them from L2 again (a grouped 1x1
+  convolution's 54 KB input panel, re-read for each of its 68 output channels per group when its register block
+  holds pixels only)."""
+  def step_bytes(ld: UOp, outside: set) -> int:
+    return ld.dtype.itemsize * math.prod(Kernel.size(r) for r in k.ranges() if r not in outside and
+                                         depends(ld.src[1], r))
+  return frozenset(ld for ld in hot for i, loop in enumerate(order)
+                   if not block_moves(ld.src[1], loop, 2) and step_bytes(ld, set(order[:i + 1])) >= l1 // 2)
+
+
 def lanes_are_32bit(k: Kernel, narrow: bool = False) -> bool:
   """SIMD lanes are 32-bit values: every buffer and computed value of the kernel (comparisons are masks of them),
   but for a narrower integer cast straight back to 32 bits (the saturated integer of a QuantizeLinear before its
@@ -83,14 +96,15 @@ def block_copies(ld: UOp, block: dict[UOp, int]) -> int:
 
 
 def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None,
-               l1: int | None = None) -> float | None:
+               l1: int | None = None, streamed: frozenset = frozenset()) -> float | None:
   """Loads per accumulation of a register block (axis -> copies): each reduction load is loaded once per distinct
   copy of its index. None when a load would read more than 8 rows a power-of-two stride apart (the rows share one
   set of the L1 cache), or when what one block reads over its reduction loop (`loop` iterations) does not fit in
   `cache` bytes (it is read again for the next block). With `l1` (the L1 data cache's bytes), a load whose values
   over the loop take half of it or more also comes from L2 at each block: its cache lines per accumulation count
   L2_LINE_COST loads each (a 1x1 conv's weight panel of 8 vectors, read again for each pair of pixels, moves 3.5
-  times the L2 bytes per multiply of a panel of 2 vectors read for 7 pixels)."""
+  times the L2 bytes per multiply of a panel of 2 vectors read for 7 pixels); so do the `streamed` loads (what
+  they read between two reuses does not stay in L1: `streamed_loads`)."""
   loads = lines = 0.0
   footprint = 0
   for ld in hot:
@@ -102,6 +116,7 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
     lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
     values = copies * loop * ld.dtype.itemsize * lanes
     footprint += values
-    if l1 is not None and values >= l1 // 2: lines += copies * ld.dtype.itemsize * lanes / LINE_BYTES
+    if l1 is not None and (values >= l1 // 2 or ld in streamed):
+      lines += copies * ld.dtype.itemsize * lanes / LINE_BYTES
   if footprint > cache: return None
   return (loads + L2_LINE_COST * lines) / math.prod(block.values())
