@@ -19,7 +19,7 @@ KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no li
 PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes
 MASKED_MIN_FILL = 0.85      # ... a shorter one, where masked accesses are single instructions, when its values fill
                             # this share of the padded lanes (14 pixels of a row in 16 lanes, 7 in 8)
-BLOCK_MAX_PADDING = 0.02    # a register block may pad its axis by this fraction of it ...
+BLOCK_MAX_PADDING = 0.025   # a register block may pad its axis by this fraction of it ...
 BLOCK_ODD_PADDING = 0.1     # ... or this much when no block of 2 to 8 divides the axis (13 pixels in blocks of 7)
 L2_LINE_COST = 1.0          # a cache line a register block reads from L2 costs this many loads from L1
 DOT_MAX_PADDING = 0.34      # a reduce axis may be padded by this fraction for a dot instruction (RGB: 3 -> 4)
