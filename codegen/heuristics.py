@@ -234,13 +234,18 @@ def _block_sizes(r: UOp, limit: int, padded: bool = False) -> list[int]:
   return [d for d in range(1, min(n, limit, 32) + 1) if step % d == 0 or _padded_length(r, d) - n <= most * n]
 
 
-def _loop_order(k: Kernel, constant: frozenset) -> list[UOp]:
-  """The output loops, outermost first, as `_order_loops` will order them: the first that indexes the weights
-  (`constant`) moved outermost."""
-  glob = k.axes(G)
+def _weights_axis(k: Kernel, constant: frozenset) -> int:
+  """The output loop `_order_loops` swaps with the outermost one: the first that indexes the weights (`constant`),
+  else 0 (the outermost stays)."""
   weights = [n for n in _loads(k) if n.src[0].arg[0] in constant]
-  first = next((r for r in glob if any(depends(w.src[1], r) for w in weights)), glob[0] if glob else None)
-  return [first] + [r for r in glob if r is not first] if glob else []
+  return next((i for i, r in enumerate(k.axes(G)) if any(depends(w.src[1], r) for w in weights)), 0)
+
+
+def _loop_order(k: Kernel, constant: frozenset) -> list[UOp]:
+  """The output loops, outermost first, as `_order_loops` will order them."""
+  glob, i = list(k.axes(G)), _weights_axis(k, constant)
+  if i: glob[0], glob[i] = glob[i], glob[0]
+  return glob
 
 
 def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
@@ -251,13 +256,8 @@ def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
   if len(red) > 1 and free and free[-1] != len(red) - 1:
     glob = len(k.axes(G))
     k = try_opt(k, Opt(OptOps.SWAP, glob + free[-1], glob + len(red) - 1))
-  weights = [n for n in _loads(k) if n.src[0].arg[0] in constant]
-  glob = k.axes(G)
-  if len(glob) > 1 and weights:
-    users = [i for i, r in enumerate(glob) if any(depends(w.src[1], r) for w in weights)]
-    if users and users[0] != 0 and not any(depends(w.src[1], glob[0]) for w in weights):
-      k = try_opt(k, Opt(OptOps.SWAP, 0, users[0]))
-  return k
+  i = _weights_axis(k, constant)
+  return try_opt(k, Opt(OptOps.SWAP, 0, i)) if i else k
 
 
 def _store_order(k: Kernel) -> Kernel:

@@ -296,7 +296,7 @@ def rolled(ast: UOp, register_blocks: bool = True, kept_axis: int | None = None)
   loops = {AxisType.UNROLL} if register_blocks else {AxisType.UNROLL, AxisType.UPCAST}
   ranges = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind in loops]
   upcasts = sorted((n for n in ranges if n.arg.kind is AxisType.UPCAST), key=lambda n: (-n.src[0].vmax, n.arg.id))
-  if not register_blocks and kept_axis is not None and kept_axis < len(upcasts) > 1: ranges.remove(upcasts[kept_axis])
+  if kept_axis is not None and 1 < len(upcasts) and kept_axis < len(upcasts): ranges.remove(upcasts[kept_axis])
   sub = {n: n.replace(arg=n.arg.replace(kind=AxisType.REDUCE)) for n in ranges}
   return substitute(ast, sub) if sub else ast
 
