@@ -125,11 +125,13 @@ class _Names:
 
 
 def quantize_model(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]],
-                   sites: list[Site] | None = None, means: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+                   sites: list[Site] | None = None, means: dict[str, np.ndarray] | None = None,
+                   weights: bool = True) -> onnx.ModelProto:
   """A new model: the weights of every quantizable node (`sites`, default all) int8 per output channel, and a
   QuantizeLinear -> DequantizeLinear pair on every activation in `ranges` ((lowest, highest) as calibrated).
   `means` (activation -> its mean per channel: `mean_axis`) corrects each node's bias by what rounding its weights
-  shifts the mean output by (`bias_shift`)."""
+  shifts the mean output by (`bias_shift`). `weights=False` leaves the weights float (the activations' share of the
+  error: bench/quantize_budget.py)."""
   if _opset(model) < MIN_OPSET:
     raise QuantizeError(f"opset {_opset(model)}: quantizing needs opset {MIN_OPSET} or newer (per-channel "
                         f"DequantizeLinear); convert the model with onnx.version_converter first")
@@ -143,13 +145,14 @@ def quantize_model(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
   biases = {graph.node[s.index].input[2] for s in sites if len(graph.node[s.index].input) > 2}
   before: dict[int, list[onnx.NodeProto]] = {}
   after: dict[int, list[onnx.NodeProto]] = {}
-  weights: dict[tuple[str, int], str] = {}
-  for site in sites:
+  quantized: dict[tuple[str, int], str] = {}
+  for site in sites if weights else []:
     key = (site.weight, site.axis)
     w = numpy_helper.to_array(inits[site.weight])
-    if key not in weights: weights[key] = _weight_dq(site, w, names, new_inits, before.setdefault(site.index, []))
+    if key not in quantized:
+      quantized[key] = _weight_dq(site, w, names, new_inits, before.setdefault(site.index, []))
     node = graph.node[site.index]
-    node.input[1] = weights[key]
+    node.input[1] = quantized[key]
     mean = (means or {}).get(site.activation)
     if mean is not None: _correct_bias(site, node, w, np.asarray(mean), inits, names, new_inits, after)
   acts = {}
@@ -164,7 +167,7 @@ def quantize_model(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
   graph.ClearField("node")
   graph.node.extend(nodes)
   graph.initializer.extend(new_inits)
-  _prune(graph, {s.weight for s in sites} | biases)
+  if weights: _prune(graph, {s.weight for s in sites} | biases)
   onnx.checker.check_model(out)
   return out
 

@@ -87,6 +87,22 @@ def test_quantized_model_runs_close_to_float_and_is_deterministic():
   assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
 
 
+def test_activations_only_keeps_the_float_weights():
+  """weights=False: the same activation pairs, every weight the float initializer (no DequantizeLinear reads one)."""
+  model = _model()
+  x = RNG.standard_normal((2, 2, 5, 5)).astype(np.float32)
+  f = ReferenceEvaluator(model).run(["f"], {"x": x})[0]
+  ranges = {"x": (float(x.min()), float(x.max())), "f": (float(f.min()), float(f.max()))}
+  out = q.quantize_model(model, ranges, weights=False)
+  floats, inits = _inits(model), _inits(out)
+  for site in q.quantizable(model): np.testing.assert_array_equal(inits[site.weight], floats[site.weight])
+  assert not any(name.endswith("_quantized") and value.dtype == np.int8 for name, value in inits.items())
+  ops = [n.op_type for n in out.graph.node]
+  assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 2
+  want, got = ReferenceEvaluator(model).run(None, {"x": x})[0], ReferenceEvaluator(out).run(None, {"x": x})[0]
+  assert 0 < np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+
+
 def test_bias_correction_restores_the_mean_output():
   """On an input equal to the calibrated mean everywhere, the corrected int8 weights give the float output."""
   model = _model()
