@@ -214,7 +214,11 @@ def search_options(fn):
 
 
 def quantize_options(fn):
-  """--quantize, --calibration, --calibration-method and --percentile of compile."""
+  """--quantize, --calibration, --calibration-method, --percentile and --keep-float of compile."""
+  fn = click.option("--keep-float", "keep_float", multiple=True, metavar="NAMES",
+                    help="With --quantize: nodes (by name: their weights) or activations (by tensor name) that stay "
+                         "float, comma-separated or repeated (mixed precision; bench/quantize_budget.py "
+                         "--per-node shows what each costs).")(fn)
   fn = click.option("--percentile", default=None, type=float, metavar="P",
                     help="With --calibration-method percentile: the percentile of the calibration values each "
                          "activation's range ends at (default 99.99).")(fn)
@@ -278,7 +282,7 @@ def quantize_options(fn):
 @search_options
 def compile_command(model, target, out_dir, name, force, embed_weights, npm_name, npm_version, weight_chunk_mb,
                     input_shapes, dims, consts, max_context, states, beam, tuning, cpu, beam_budget, jobs, beam_cluster,
-                    precision, max_bytes, quantize, calibration, calibration_method, percentile):
+                    precision, max_bytes, quantize, calibration, calibration_method, percentile, keep_float):
   """Compile MODEL into an artifact folder OUT (with --quantize int8: its int8 form, calibrated on --calibration)."""
   from tgc.aot.compile import compile_model
   from tgc.aot.tune import SearchOptions
@@ -290,7 +294,8 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
                  consts=const_arrays, const_files=const_paths, states=parse_states(states), max_context=max_context,
                  beam=beam, cpu=cpu, search=search, max_bytes=limit, precision=precision,
                  emit_options={"npm_name": npm_name, "npm_version": npm_version, "weight_chunk_mb": weight_chunk_mb})
-  quantized = _quantized(model, target, out_dir, options, quantize, calibration, calibration_method, percentile)
+  quantized = _quantized(model, target, out_dir, options, quantize, calibration, calibration_method, percentile,
+                         keep_float)
   report = quantized.compiled if quantized else compile_model(model, target, out_dir, **options)
   click.echo(f"compiled {report.name} for {report.target} in {report.seconds:.2f} s")
   click.echo(f"  kernels       {report.kernels} ({report.calls} calls per run)")
@@ -303,17 +308,20 @@ def compile_command(model, target, out_dir, name, force, embed_weights, npm_name
   if quantized: _quantize_report(quantized)
 
 
-def _quantized(model, target, out_dir, options: dict, quantize, calibration, method, percentile):
+def _quantized(model, target, out_dir, options: dict, quantize, calibration, method, percentile, keep_float):
   """The quantized compile when --quantize is given (None otherwise); the options' combinations checked."""
+  keep = tuple(dict.fromkeys(n.strip() for names in keep_float for n in names.split(",") if n.strip()))
   if quantize is None:
-    for flag, value in (("--calibration", calibration), ("--percentile", percentile)):
+    for flag, value in (("--calibration", calibration), ("--percentile", percentile),
+                        ("--keep-float", keep or None)):
       if value is not None: raise UserError(f"{flag} applies with --quantize int8 only")
     return None
   if calibration is None: raise UserError("--quantize needs --calibration DIR (a folder of .npy inputs)")
   if percentile is not None and method != "percentile":
     raise UserError(f"--percentile applies with --calibration-method percentile, not {method}")
   from tgc.aot.quantize import DEFAULT_PERCENTILE, QuantizeOptions, quantize_and_compile
-  request = QuantizeOptions(calibration, method, DEFAULT_PERCENTILE if percentile is None else percentile, quantize)
+  request = QuantizeOptions(calibration, method, DEFAULT_PERCENTILE if percentile is None else percentile, quantize,
+                            keep)
   return quantize_and_compile(model, target, out_dir, request, **options)
 
 
@@ -321,6 +329,7 @@ def _quantize_report(q) -> None:
   method = f"{q.method} {q.percentile:g}" if q.method == "percentile" else q.method
   click.echo(f"  quantized     int8 weights in {q.nodes} nodes, {q.activations} activations uint8 ({method}, "
              f"{q.samples} calibration samples, {q.calibrate_s:.1f} s)")
+  if q.kept_float: click.echo(f"  kept float    {', '.join(q.kept_float)}")
   click.echo(f"  weights       {_bytes(q.compiled.weights_bytes)}, float {_bytes(q.float_weights_bytes)}")
   click.echo(f"  {'output':<13} {'max abs err':>12} {'/ largest':>10} {'cosine':>9}   (against the float model)")
   for o in q.outputs:

@@ -14,6 +14,10 @@
 3. The artifact runs on the calibration samples; per output, the report gives its largest error relative to the
    float model's largest magnitude and the cosine similarity (the worst sample's) against the float artifact.
 
+`--keep-float NAMES` (mixed precision): the named nodes keep their float weights and the named activations
+are not quantized (`bench/quantize_budget.py --per-node` measures what each node and activation costs); the
+manifest records the names, so the rebuilt reference leaves them float too.
+
 Calibration data (`DIR`): either one `NAME.npy` per model input, holding one sample (the input's shape) or samples
 stacked along a new leading axis, or one subfolder per sample (in name order) holding one `NAME.npy` per input.
 A `/` in an input name is a `_` in its file name."""
@@ -44,6 +48,7 @@ class QuantizeOptions:
   method: str = "minmax"
   percentile: float = DEFAULT_PERCENTILE
   dtype: str = "int8"
+  keep_float: tuple[str, ...] = ()     # node names (their weights) and activation names that stay float
 
 
 @dataclass
@@ -69,6 +74,7 @@ class QuantizeReport:
   outputs: list[OutputError] = field(default_factory=list)
   calibrate_s: float = 0.0
   percentile: float = DEFAULT_PERCENTILE
+  kept_float: tuple[str, ...] = ()
 
 
 class _Steps:
@@ -234,7 +240,22 @@ def record(options: QuantizeOptions, ranges: dict[str, tuple[float, float]], mea
           "calibration": os.path.abspath(options.calibration),
           "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in ranges.items()}, "means": means}
   if options.method == "percentile": info["percentile"] = options.percentile
+  if options.keep_float: info["keep_float"] = sorted(options.keep_float)
   return info
+
+
+def kept_float(sites: list, keep: tuple[str, ...], what: str) -> list:
+  """The sites whose weights are quantized: all but the nodes named in `keep` (mixed precision). A name in `keep`
+  that is neither a quantizable node nor the activation one reads is a UserError naming it (`what`: the model)."""
+  known = {s.node for s in sites} | {s.activation for s in sites}
+  for name in keep:
+    if name not in known:
+      nodes = ", ".join(s.node for s in sites[:6]) + (", ..." if len(sites) > 6 else "")
+      raise UserError(f"--keep-float {name!r}: {what} has no quantizable node or activation of that name "
+                      f"(nodes: {nodes})")
+  left = [s for s in sites if s.node not in keep]
+  if not left: raise UserError(f"--keep-float: every quantizable node of {what} is kept float; nothing to quantize")
+  return left
 
 
 def quantize_and_compile(model: str, target: str, out_dir: str, options: QuantizeOptions,
@@ -251,6 +272,7 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
   sites = quantizable(float_model)
   if not sites: raise UserError(f"{spec.text}: nothing to quantize (no Conv, MatMul or Gemm with a float32 "
                                 f"initializer as its weight)")
+  sites = kept_float(sites, options.keep_float, spec.text)
   axes = {s.activation: mean_axis(s.op) for s in reversed(sites)}     # the first node's axis when several
   axes = dict(reversed(list(axes.items())))
   outputs = [o.name for o in float_model.graph.output]
@@ -270,6 +292,7 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
       ranges, means, floats = calibrate(runtime, samples, axes, outputs, options, steps)
     float_bytes = int(art.weights_bytes)
   calibrate_s = time.perf_counter() - start
+  ranges = {k: v for k, v in ranges.items() if k not in options.keep_float}
   try: quantized = quantize_model(float_model, ranges, sites, {k: np.asarray(v) for k, v in means.items()})
   except QuantizeError as error: raise UserError(f"{spec.text}: {error}") from error
   steps(f"quantized {len(sites)} nodes' weights and {len(ranges)} activations; compiling")
@@ -278,4 +301,4 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
   with artifact_runtime(open_artifact(out_dir)) as runtime:
     got = [run_values(runtime, sample) for sample in samples]
   return QuantizeReport(report, len(samples), options.method, len(sites), len(ranges), float_bytes,
-                        output_errors(floats, got), calibrate_s, options.percentile)
+                        output_errors(floats, got), calibrate_s, options.percentile, options.keep_float)

@@ -126,12 +126,15 @@ def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> tu
 
 def quantized_model(model, info: dict):
   """The quantized model an artifact was compiled from (`tgc compile --quantize`): the float model rewritten with
-  the activation ranges its manifest records (the same ranges give the same model)."""
-  from tgc.frontend.onnx.quantize import QuantizeError, quantize_model
+  the activation ranges its manifest records, the nodes it kept float left out (the same record gives the same
+  model)."""
+  from tgc.frontend.onnx.quantize import QuantizeError, quantizable, quantize_model
   ranges = info.get("ranges")
   if not isinstance(ranges, dict): raise UserError("the artifact's quantize record has no activation ranges")
   means = {k: np.asarray(v, np.float64) for k, v in (info.get("means") or {}).items()}
-  try: return quantize_model(model, {k: (float(v[0]), float(v[1])) for k, v in ranges.items()}, means=means)
+  keep = set(info.get("keep_float") or ())
+  sites = [s for s in quantizable(model) if s.node not in keep]
+  try: return quantize_model(model, {k: (float(v[0]), float(v[1])) for k, v in ranges.items()}, sites, means)
   except (QuantizeError, TypeError, IndexError, ValueError) as error:
     raise UserError(f"cannot rebuild the quantized model from the artifact's record ({describe(error)})") from error
 

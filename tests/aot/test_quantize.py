@@ -83,6 +83,36 @@ def test_subfolder_layout_and_percentile(tmp_path, cnn):
   assert tgc("validate", out).exit_code == 0
 
 
+def test_keep_float_nodes_and_activations(tmp_path, cnn):
+  """--keep-float conv2 --keep-float f: conv2's weights stay float (and its input r1 is quantized for no node
+  then), the Gemm reads a float f; the manifest records the names and validate rebuilds the same model."""
+  model, cal = cnn
+  out = tmp_path / "q"
+  result = tgc("compile", model, "-o", out, "--quantize", "int8", "--calibration", cal, "--keep-float", "conv2",
+               "--keep-float", "f")
+  assert result.exit_code == 0, result.output
+  assert "int8 weights in 2 nodes, 1 activations uint8" in result.output and "kept float    conv2, f" in result.output
+  info = json.loads((out / "manifest.json").read_text())["source"]["quantize"]
+  assert info["keep_float"] == ["conv2", "f"] and sorted(info["ranges"]) == ["x"]
+  from safetensors.numpy import load_file
+  weights = load_file(str(out / "weights.safetensors"))
+  assert any(v.dtype == np.int8 for v in weights.values())
+  assert any(v.dtype == np.float32 and v.size == 16 * 8 * 9 for v in weights.values())     # conv2 float
+  result = tgc("validate", out)
+  assert result.exit_code == 0 and "quantized to int8" in result.output, result.output
+
+
+@pytest.mark.parametrize("keep, words", [("conv9", ["'conv9'", "no quantizable node", "conv1"]),
+                                         ("conv1,conv2,fc", ["every quantizable node"])])
+def test_keep_float_errors(tmp_path, cnn, keep, words):
+  model, cal = cnn
+  out = tmp_path / "q"
+  user_error(tgc("compile", model, "-o", out, "--quantize", "int8", "--calibration", cal, "--keep-float", keep),
+             "--keep-float", *words)
+  assert not out.exists()
+  user_error(tgc("compile", model, "-o", out, "--keep-float", "conv1"), "--keep-float", "--quantize")
+
+
 def test_range_stats_percentile():
   values = RNG.standard_normal((4, 10000)).astype(np.float32)
   stats = RangeStats(99.9, values.size)
