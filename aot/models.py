@@ -24,6 +24,7 @@ from tgc.frontend.tensor import Tensor
 from tgc.frontend.jit import (PORTABLE_MAX_BUFFERS, Capture, JitError, NothingTracedError, TensorSpec,
                              TensorTooLargeError, placeholder, trace, _flatten_tensors)
 from tgc.frontend.limits import SizeLimits
+from tgc.frontend import winograd
 from tgc.codegen.knobs import KERNEL_MAX_BUFFERS
 from tgc.codegen.target import Target
 from tgc.frontend.nn import get_state_dict
@@ -244,9 +245,10 @@ def trace_model(loaded: LoadedModel, target: Target | None = None) -> Capture:
     return [t for _, t in named]
   input_names = [n for n, _ in loaded.inputs]
   try:
-    capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
-                    max_buffers=max_buffers,
-                    states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)
+    with winograd.enabled(target is not None and target.winograd):
+      capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
+                      max_buffers=max_buffers,
+                      states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)
   except TensorTooLargeError as error: raise UserError(f"{loaded.spec.text}: {error}") from None
   except NothingTracedError as error: raise UserError(f"{loaded.spec.text}: the model returned no Tensor") from error
   except JitError as error: raise UserError(f"{loaded.spec.text}: {error}") from error

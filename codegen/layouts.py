@@ -97,9 +97,24 @@ def channels_last(items: list, values: dict[UOp, UOp]) -> dict[UOp, tuple[int, .
     for ld in _open_loads(it.ast):
       n = values[it.bufs[ld.src[0].arg[0]]]
       dims = _image_dims(n.shape)
-      if dims is not None: reads.append((n, _image_access(row_major(ld.src[1]), n.shape, dims)))
+      if dims is not None and not _batched_product(it.ast, ld, n.shape):
+        reads.append((n, _image_access(row_major(ld.src[1]), n.shape, dims)))
   kept = {n for n, access in reads if access == "odd groups"}
   return {n: _channels_last_order(n) for n, access in reads if access == "channels" and n not in kept}
+
+
+def _batched_product(ast: UOp, ld: UOp, shape: tuple) -> bool:
+  """Whether `ld` reads a 4-D image-like value (N, C, H, W) in a kernel whose other loads change with the output
+  axis that indexes N: a batch of matrix products, each with operands of its own (Winograd's products), not a
+  convolution (whose weights are the same for every image of a batch)."""
+  big = [i for i, s in enumerate(shape) if highest(s) > 1]
+  if len(big) != 4: return False
+  st = strides(shape)
+  terms, _ = split_terms(row_major(ld.src[1]))
+  batch = [t for t, k in terms.items() if t.op is Ops.RANGE and t.arg.kind is AxisType.GLOBAL and
+           _dim_of_step(k, st) == big[0]]
+  others = [u for u in ast.toposort() if u.op is Ops.LOAD and u is not ld]
+  return any(any(n is r for n in u.src[1].toposort()) for u in others for r in batch)
 
 
 def _follow_outputs(items: list, values: dict[UOp, UOp], picked: dict[UOp, tuple[int, ...]]) -> None:

@@ -27,25 +27,47 @@ def split_pieces(item) -> list:
   if not cuts or math.prod(len(c) + 1 for c in cuts.values()) > MAX_PARTS: return [item]
   parts = [ast]
   for r, points in sorted(cuts.items(), key=lambda kv: kv[0].arg.id):
-    cut = [_cut(p, r.arg, 0, r.src[0].arg, sorted(points)) for p in parts]
+    # a part an earlier cut left without selects along r (the other piece of a concatenation of a stack of phases
+    # and a value) stays whole
+    cut = [_cut(p, r.arg, 0, r.src[0].arg, sorted(points)) if _selects_along(p, r.arg) else [p] for p in parts]
     if any(c is None for c in cut): return [item]
     parts = [q for c in cut for q in c]
   return [replace(item, ast=p, meta=dict(item.meta)) for p in parts]
 
 
+def _selects_along(ast: UOp, arg: RangeArg) -> bool:
+  """Whether a select of `ast` compares its range numbered `arg`."""
+  return any(u.op is Ops.RANGE and u.arg == arg for c in _comparisons(ast, computed_only=False) for u in c.toposort())
+
+
 def _cuts(ast: UOp, phases: set[UOp]) -> dict[UOp, set[int]]:
   """Per output range, where the selects between two computed values change sides (`r + k < c`: at c - k). With
-  `phases` (ranges over the phases of a stack), only along those, where any select counts (a stack of phases is a
-  sum of pieces each zero outside its phase)."""
+  `phases` (ranges over the phases of a stack), along those, where any select counts (a stack of phases is a sum of
+  pieces each zero outside its phase), and along the ranges of the selects the stored value is made of at its root
+  (a concatenation of a stack of phases and another value: a Winograd convolution's output tiles beside a branch),
+  not along the selects inside a phase (an upsampling's clamped edges)."""
   cuts: dict[UOp, set[int]] = {}
+  root = set(_root_comparisons(ast.src[0].src[2])) if phases else set()
   for cmp in _comparisons(ast, computed_only=not phases):
     terms, k = split_terms(cmp.src[0])
     if len(terms) != 1: continue
     (r, coef), = terms.items()
-    if not _splittable(r) or coef != 1 or (phases and r not in phases): continue
+    if not _splittable(r) or coef != 1 or (phases and r not in phases and cmp not in root): continue
     at = cmp.src[1].arg - k
     if 0 < at < r.src[0].arg: cuts.setdefault(r, set()).add(at)
   return cuts
+
+
+def _root_comparisons(value: UOp) -> list[UOp]:
+  """The `x < constant` comparisons of the selects between two computed values that `value` is at its root (a
+  concatenation: a select between its pieces, each maybe a select between further pieces)."""
+  out, todo = [], [value]
+  while todo:
+    w = todo.pop()
+    if w.op is not Ops.WHERE or w.src[1].op is Ops.CONST or w.src[2].op is Ops.CONST: continue
+    out += [u for u in w.src[0].toposort() if u.op is Ops.CMPLT and u.src[1].op is Ops.CONST]
+    todo += [w.src[1], w.src[2]]
+  return out
 
 
 def _comparisons(ast: UOp, computed_only: bool) -> list[UOp]:

@@ -190,6 +190,12 @@ class Target:
     """Kernels can run on several CPU threads through the artifact's parallel-for."""
     return self.cpu is not None
 
+  @property
+  def winograd(self) -> bool:
+    """3x3 convolutions in Winograd's form (frontend/winograd.py): measured to pay on CPUs; GPU kernels keep the
+    direct sum (their register blocks and work-groups were not measured with it)."""
+    return self.cpu is not None
+
   def vector_lanes(self, itemsize: int) -> int:
     """Lanes of one SIMD register for elements of `itemsize` bytes (GPU languages: 4-wide vector types)."""
     return self.cpu.vector_bytes // itemsize if self.cpu is not None else 4

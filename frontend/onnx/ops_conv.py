@@ -6,7 +6,7 @@ import numpy as np
 from tgc.ir import dtypes
 from tgc.ir.sint import simplified
 from tgc.frontend.tensor import Tensor
-from tgc.frontend import functional
+from tgc.frontend import functional, winograd
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx import compose_nn as nn
 from tgc.frontend.onnx.quantized_compute import quantized_conv, quantized_max_pool
@@ -23,6 +23,8 @@ def conv(ctx: NodeContext):
   group = int(ctx.attr("group", 1))
   quantized = quantized_conv(ctx, x, w, b, strides, pads, dilations, group)
   if quantized is not None: return quantized
+  if ctx.is_const(1) and w.dtype == dtypes.float32 and winograd.applies(x, w.shape, strides, pads, dilations, group):
+    return winograd.conv2d(x, ctx.const_value(1), b, pads)
   return functional.conv(x, w, b, strides, pads, dilations, group).cast(x.dtype)
 
 

@@ -111,6 +111,22 @@ def test_a_grouped_convolution_over_odd_groups_keeps_its_input_as_it_is():
       channels_last, per_group
 
 
+def test_a_batch_of_matrix_products_keeps_its_operand_as_it_is():
+  """(16, C, H, W) values reduced over C by weights that change with the first index (Winograd's 16 products) are a
+  batch of products, no convolution: stored as they are, the products read their columns (pixels) contiguously.
+  The same value reduced by one weight for every batch index (a convolution) is stored channels last."""
+  for batched in (True, False):
+    x = Tensor(RNG.standard_normal((16, 32, 8, 8)).astype(np.float32))
+    w = Tensor(RNG.standard_normal((16 if batched else 1, 24, 32, 1, 1)).astype(np.float32))
+    v = (x + 1.0).contiguous().reshape(16, 1, 32, 8, 8)      # an intermediate, image-like
+    items, _ = schedule([(v * w).sum(2).uop], _alloc("c"))
+    product = items[-1]
+    pos = next(i for i, b in enumerate(product.bufs) if b is not product.bufs[0] and np.prod(b.arg[1]) == 16 * 32 * 64)
+    load = _loads(product.ast, pos)[0]
+    channel = next(r for r in Kernel(product.ast).ranges() if r.arg.kind is AxisType.REDUCE)
+    assert (stride(load.src[1], channel) == 1) != batched, batched
+
+
 def test_each_kernel_is_built_once_in_its_layout(monkeypatch):
   built, build = [], scheduler._build
   monkeypatch.setattr(scheduler, "_build", lambda n, *rest: built.append(n) or build(n, *rest))

@@ -72,3 +72,19 @@ def test_phases_compute_what_numpy_computes(device):
   left, right = np.concatenate([e[:, :1], e[:, :-1]], 1), np.concatenate([e[:, 1:], e[:, -1:]], 1)
   want = np.stack([e * 0.75 + left * 0.25, e * 0.75 + right * 0.25], -1).reshape(3, 16)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["numpy", "c"])
+def test_a_concatenation_of_phases_and_a_value_is_cut_along_both(device):
+  """An upsampled map (a stack of two phases) concatenated with another map along the rows: one kernel per phase of
+  the first piece and one for the second (which has no phases: left whole), three in all, each computing its own
+  values only; and numpy's values."""
+  a, b = _arr(3, 8), _arr(2, 16)
+  out = Tensor.cat(_upsample2(Tensor(a, device=device).exp()), Tensor(b, device=device).sigmoid(), dim=0)
+  items, _ = schedule([out.uop], _alloc(device))
+  assert len(items) == 3
+  assert sorted(sum(n.op is Ops.EXP2 for n in it.ast.toposort()) for it in items) == [1, 3, 3]   # sigmoid: one
+  e = np.exp(a)
+  left, right = np.concatenate([e[:, :1], e[:, :-1]], 1), np.concatenate([e[:, 1:], e[:, -1:]], 1)
+  up = np.stack([e * 0.75 + left * 0.25, e * 0.75 + right * 0.25], -1).reshape(3, 16)
+  np.testing.assert_allclose(out.numpy(), np.concatenate([up, 1 / (1 + np.exp(-b))]), rtol=1e-5, atol=1e-6)
