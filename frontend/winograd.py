@@ -4,13 +4,14 @@ Networks", 2016).
 
   V = Bᵀ d B     each 4x4 input tile d (tiles 2 apart) and channel: sums of strided views, no multiplications
   U = G g Gᵀ     each 3x3 kernel g: computed here with numpy, the weights being compile-time constants
-  M = U · V      for each of the 16 positions of a tile: (out channels x in channels) . (in channels x tiles)
+  M = V · U      for each of the 16 positions of a tile: (tiles x in channels) . (in channels x out channels)
   Y = Aᵀ M A     each 2x2 output tile
 
 The image is first split into its even and odd columns, so each tile's columns are contiguous reads; the 16
 transformed tiles and the 4 output phases are stacks that the scheduler cuts into one kernel per piece
-(codegen/pieces.py). `applies` says where it pays (docs/benchmarks.md: on CPUs, maps of 14x14 and more); whoever
-traces a model for a target that wants it sets `enabled` (aot.models)."""
+(codegen/pieces.py); every intermediate keeps channels last. `applies` says where it pays (docs/benchmarks.md: 32+
+channels, even output sides of 14 or more); whoever traces a model for a target that wants it sets `enabled`
+(aot.models)."""
 from __future__ import annotations
 import contextlib
 import contextvars
@@ -62,7 +63,7 @@ def _combine(pieces: list, matrix: np.ndarray) -> list:
   return out
 
 
-def weights(w: np.ndarray) -> np.ndarray:
+def transformed_weights(w: np.ndarray) -> np.ndarray:
   """U for each of the 16 tile positions, (16, out channels, in channels), position nu*4 + xi (column nu, row xi)."""
   u = np.einsum("xi,nj,ocij->nxoc", G, G, np.asarray(w, np.float64))
   return u.reshape(TILE * TILE, w.shape[0], w.shape[1]).astype(np.float32)
@@ -88,7 +89,7 @@ def conv2d(x, w: np.ndarray, bias, pads):
   transformed = _combine(columns, B_T)                                                   # Bᵀ over the columns: nu
   v = [t for c in transformed for t in _combine([_shifted(c, 1, i - top, th, m) for i in range(a)], B_T)]
   v = functional.stack(v, 0).contiguous().reshape(a * a, bs * th * tw, cin)           # position nu*a + xi
-  u = type(x)(np.ascontiguousarray(weights(w).transpose(0, 2, 1)), x.device)           # (16, cin, cout)
+  u = type(x)(np.ascontiguousarray(transformed_weights(w).transpose(0, 2, 1)), x.device)   # (16, cin, cout)
   products = v.matmul(u)                                                                 # (16, tiles, cout)
   tiles = [products[k].reshape(bs, th, tw, cout) for k in range(a * a)]
   rows = []

@@ -29,7 +29,7 @@ def test_same_values_as_the_direct_convolution(bs, cin, cout, h, w, pads):
 
 def test_weight_transform_is_g_g_gt():
   w = RNG.standard_normal((3, 2, 3, 3))
-  u = winograd.weights(w)
+  u = winograd.transformed_weights(w)
   for o in range(3):
     for c in range(2):
       full = winograd.G @ w[o, c] @ winograd.G.T          # rows xi, columns nu
