@@ -191,17 +191,18 @@ class RangeStats:
 
 
 
-def calibrate(runtime, samples: list[dict], axes: dict[str, int], outputs: list[str], options: QuantizeOptions,
-              steps: _Steps) -> tuple[dict, dict, list[dict[str, np.ndarray]]]:
-  """Run the float artifact (returning the activations too) on every sample: each activation's range and its mean
-  per channel along `axes[name]` (the bias correction's), and the float model's `outputs` per sample."""
+def calibrate(run, samples: list[dict], axes: dict[str, int], outputs: list[str], options: QuantizeOptions,
+              steps) -> tuple[dict, dict, list[dict[str, np.ndarray]]]:
+  """Run the float model returning the activations too (`run`: sample -> values by name) on every sample: each
+  activation's range and its mean per channel along `axes[name]` (the bias correction's), and the float model's
+  `outputs` per sample. `steps(text)` reports progress."""
   percentile = 100.0 if options.method == "minmax" else options.percentile
   stats: dict[str, RangeStats] = {}
   sums: dict[str, np.ndarray] = {}
   counts: dict[str, int] = {}
   floats = []
   for i, sample in enumerate(samples):
-    got = {**run_values(runtime, sample), **sample}      # an activation may be a model input
+    got = {**run(sample), **sample}      # an activation may be a model input
     for name, axis in axes.items():
       value = np.asarray(got[name], np.float32)
       if name not in stats: stats[name] = RangeStats(percentile, value.size * len(samples))
@@ -264,7 +265,7 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
   into `out_dir` (`compile_options`: those of `compile_model`); report each output's error against the float
   model on the samples. Nothing is written to `out_dir` when any step fails."""
   import onnx
-  from tgc.frontend.onnx.quantize import QuantizeError, mean_axis, quantizable, quantize_model, with_outputs
+  from tgc.frontend.onnx.quantize import QuantizeError, activation_axes, quantizable, quantize_model, with_outputs
   spec = check_request(model, target, options)
   steps = _Steps(spec.stem)
   try: float_model = onnx.load(spec.path)
@@ -273,8 +274,7 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
   if not sites: raise UserError(f"{spec.text}: nothing to quantize (no Conv, MatMul or Gemm with a float32 "
                                 f"initializer as its weight)")
   sites = kept_float(sites, options.keep_float, spec.text)
-  axes = {s.activation: mean_axis(s.op) for s in reversed(sites)}     # the first node's axis when several
-  axes = dict(reversed(list(axes.items())))
+  axes = activation_axes(sites)
   outputs = [o.name for o in float_model.graph.output]
   known = {t.name for t in float_model.graph.initializer} | set(compile_options.get("consts") or {})
   sample_files(options.calibration, [i.name for i in float_model.graph.input if i.name not in known])
@@ -289,7 +289,8 @@ def quantize_and_compile(model: str, target: str, out_dir: str, options: Quantiz
     samples = read_samples(options.calibration, art.inputs)
     if not samples: raise UserError(f"--calibration {options.calibration}: no samples")
     with artifact_runtime(art) as runtime:
-      ranges, means, floats = calibrate(runtime, samples, axes, outputs, options, steps)
+      ranges, means, floats = calibrate(lambda sample: run_values(runtime, sample), samples, axes, outputs, options,
+                                        steps)
     float_bytes = int(art.weights_bytes)
   calibrate_s = time.perf_counter() - start
   ranges = {k: v for k, v in ranges.items() if k not in options.keep_float}

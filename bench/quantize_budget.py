@@ -26,6 +26,7 @@ import onnx  # noqa: E402
 import corpus  # noqa: E402
 import onnx_models  # noqa: E402
 from corpus import ort_session  # noqa: E402
+from tgc.aot import quantize as calibration  # noqa: E402
 from tgc.frontend.onnx import quantize as q  # noqa: E402
 
 
@@ -41,39 +42,23 @@ def load(name: str, corpus_dir: str):
 
 
 def calibrate(model, sites, samples: list[dict]) -> tuple[dict, dict]:
-  """Each quantizable node's activation: its (lowest, highest) over the samples and its mean per channel."""
-  acts = list(dict.fromkeys(s.activation for s in sites))
-  axes = {s.activation: q.mean_axis(s.op) for s in reversed(sites)}
-  sess = ort_session(q.with_outputs(model, acts).SerializeToString())
+  """Each quantizable node's activation: its (lowest, highest) over the samples and its mean per channel, as
+  `--quantize` calibrates them (`aot.quantize.calibrate`, min/max), the float model run by onnxruntime."""
+  axes = q.activation_axes(sites)
+  sess = ort_session(q.with_outputs(model, list(axes)).SerializeToString())
   names = [o.name for o in sess.get_outputs()]
-  ranges, sums, counts = {}, {}, {}
-  for feed in samples:
-    got = {**dict(zip(names, sess.run(None, feed))), **feed}
-    for a in acts:
-      v = np.asarray(got[a], np.float32)
-      lo, hi = float(v.min()), float(v.max())
-      old = ranges.get(a, (lo, hi))
-      ranges[a] = (min(old[0], lo), max(old[1], hi))
-      rows = np.moveaxis(v, axes[a], -1).reshape(-1, v.shape[axes[a]])
-      sums[a] = sums.get(a, 0.0) + rows.sum(axis=0, dtype=np.float64)
-      counts[a] = counts.get(a, 0) + rows.shape[0]
-  return ranges, {a: sums[a] / counts[a] for a in acts}
+  ranges, means, _ = calibration.calibrate(lambda feed: dict(zip(names, sess.run(None, feed))), samples, axes, [],
+                                           calibration.QuantizeOptions(""), lambda text: None)
+  return ranges, {k: np.asarray(v) for k, v in means.items()}
 
 
-def errors(quantized, feeds: list[dict], floats: list[list[np.ndarray]]) -> tuple[float, float]:
-  """(largest error / the float output's largest magnitude, worst cosine) over all outputs and inputs."""
+def errors(quantized, feeds: list[dict], floats: list[dict]) -> tuple[float, float]:
+  """(largest error / the float output's largest magnitude, worst cosine) over all outputs and inputs, as the
+  `--quantize` report measures them (`aot.quantize.output_errors`)."""
   sess = ort_session(quantized.SerializeToString())
-  got = [sess.run(None, feed) for feed in feeds]
-  worst, cosine = 0.0, 1.0
-  for k in range(len(floats[0])):
-    want = [np.asarray(f[k], np.float64).ravel() for f in floats]
-    have = [np.asarray(g[k], np.float64).ravel() for g in got]
-    largest = max(float(np.abs(w).max(initial=0.0)) for w in want) or 1.0
-    worst = max(worst, max(float(np.abs(h - w).max(initial=0.0)) for h, w in zip(have, want)) / largest)
-    for h, w in zip(have, want):
-      norms = float(np.linalg.norm(h) * np.linalg.norm(w))
-      if norms: cosine = min(cosine, float(h @ w) / norms)
-  return worst, cosine
+  names = [o.name for o in sess.get_outputs()]
+  outputs = calibration.output_errors(floats, [dict(zip(names, sess.run(None, feed))) for feed in feeds])
+  return max(o.relative for o in outputs), min(o.cosine for o in outputs)
 
 
 def budget(name: str, corpus_dir: str, samples: int, evals: int, per_node: bool) -> None:
@@ -83,7 +68,8 @@ def budget(name: str, corpus_dir: str, samples: int, evals: int, per_node: bool)
   feeds = [inputs(seed) for seed in range(samples + 1, samples + evals + 1)]
   ranges, means = calibrate(model, sites, cal)
   float_sess = ort_session(model.SerializeToString())
-  floats = [float_sess.run(None, feed) for feed in feeds]
+  float_names = [o.name for o in float_sess.get_outputs()]
+  floats = [dict(zip(float_names, float_sess.run(None, feed))) for feed in feeds]
   print(f"\n{name}: {len(sites)} nodes with int8 weights, {len(ranges)} activations, {samples} calibration and "
         f"{evals} other inputs\n\n| form | max err / largest | cosine |\n|---|---|---|")
   forms = [("everything (as --quantize int8)", q.quantize_model(model, ranges, sites, means)),

@@ -193,6 +193,13 @@ def mean_axis(op: str) -> int:
   return 1 if op == "Conv" else -1
 
 
+def activation_axes(sites: list[Site]) -> dict[str, int]:
+  """Each activation the sites read, once, in graph order, with the `mean_axis` of the first node reading it."""
+  axes: dict[str, int] = {}
+  for s in sites: axes.setdefault(s.activation, mean_axis(s.op))
+  return axes
+
+
 def bias_shift(site: Site, node: onnx.NodeProto, w: np.ndarray, mean: np.ndarray) -> np.ndarray | None:
   """How much the int8 weights move each output's mean: (dequantized - float weights) applied to the
   activation's mean per channel; None when the mean does not fit the weights."""
