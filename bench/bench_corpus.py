@@ -7,12 +7,15 @@ the fraction of this machine's roofline it reaches (runtimes/roofline.py).
     python bench/bench_corpus.py                      # every model, markdown
     python bench/bench_corpus.py gpt2 ppocr_det       # some of them
     python bench/bench_corpus.py --cpu x86-64-v3      # kernels for another CPU level
+    python bench/bench_corpus.py --mask-cpuid         # ... and onnxruntime as on an AVX2 machine too
     python bench/bench_corpus.py --json rows.json     # the rows as JSON too
 
 Per model: `tgc compile` (target c, heuristics), every output against onnxruntime's (max abs error relative to the
 largest reference value), then interleaved timing of the one-thread engines (one run of each in turn, after warm-up;
 medians), then each two-thread engine in a block of its own, then a profiled run of the artifact (-DTG_PROFILE):
-its slowest kernel, and the kernels below 10% of the roofline that take 5% of the run or more. A model that fails
+its slowest kernel, and the kernels below 10% of the roofline that take 5% of the run or more. With `--mask-cpuid`
+the whole run sees x86-64-v3's CPUID (bench/cpuid_mask.py): onnxruntime runs its AVX2 kernels, not the AVX-512 or
+VNNI ones of a newer machine, against artifacts compiled with `--cpu x86-64-v3`. A model that fails
 to compile or run is listed with its error and left out of the means. Measure on a quiet machine: the load average
 is printed with the results."""
 from __future__ import annotations
@@ -31,6 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import numpy as np  # noqa: E402
 
 import corpus  # noqa: E402
+import cpuid_mask  # noqa: E402
 from bench_cpu import interleaved, machine  # noqa: E402
 from corpus import ort_session  # noqa: E402
 
@@ -136,7 +140,8 @@ def markdown(rows: list[dict], s: dict, info: dict) -> str:
   lines.append(f"\n{info['date']}; {info['cpu']}; kernels for {info['kernel_level']}; {info['cores']} cores, "
                f"1-minute load {info['load_1min']:.2f} at the end; roofline: {info['peak_gflops']:.0f} GFLOP/s, "
                f"{info['copy_gbs']:.1f} GB/s; C compiler {info['cc']}; onnxruntime {info['onnxruntime']}; "
-               f"numpy {info['numpy']}; Python {info['python']}; {info['wall_s']:.0f} s in all")
+               f"numpy {info['numpy']}; Python {info['python']}; CPUID seen: {info['cpuid']}; "
+               f"{info['wall_s']:.0f} s in all")
   return "\n".join(lines)
 
 
@@ -149,7 +154,14 @@ def main(argv=None) -> int:
   ap.add_argument("--budget", type=float, default=1.5, help="seconds of timed runs per engine and model")
   ap.add_argument("--keep", metavar="DIR", help="write the artifacts here (default: a temp dir)")
   ap.add_argument("--json", metavar="FILE", help="also write the rows, summary and machine as JSON")
+  ap.add_argument("--mask-cpuid", action="store_true",
+                  help=f"run everything as on an {cpuid_mask.LEVEL} machine (implies --cpu {cpuid_mask.LEVEL})")
   args = ap.parse_args(argv)
+  if args.mask_cpuid:
+    if args.cpu not in (None, cpuid_mask.LEVEL):
+      ap.error(f"--mask-cpuid reports {cpuid_mask.LEVEL}: it goes with --cpu {cpuid_mask.LEVEL}, not {args.cpu}")
+    args.cpu = cpuid_mask.LEVEL
+    cpuid_mask.masked_process(os.path.join(tempfile.gettempdir(), "tgc-bench-cpuid"))
   entries = corpus.entries(args.corpus)
   if not entries:
     print(f"no corpus in {args.corpus}: run `python bench/corpus.py build` first", file=sys.stderr)
@@ -176,7 +188,7 @@ def main(argv=None) -> int:
   level = cpu_level(args.cpu or "native")
   peak = roofline.measure(level.vector_bytes, level.cc_flags)
   info = dict(machine(), kernel_level=level.level, peak_gflops=peak.gflops, copy_gbs=peak.gbytes,
-              wall_s=time.perf_counter() - start)
+              wall_s=time.perf_counter() - start, cpuid=cpuid_mask.level_seen())
   s = summary(rows)
   print(markdown(rows, s, info))
   if args.json:

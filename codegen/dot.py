@@ -3,8 +3,10 @@
 A reduction that sums products of small integers (8-bit values converted to float32 or int32, an activation minus its
 zero point: a QDQ convolution or matrix product computed on its 8-bit values) multiplies and adds g products per
 32-bit lane in one instruction where the C target's CPU level has one (`CPU.dot`, the kinds of `INSTRUCTIONS`: x86's
-pmaddwd takes pairs of int16, VNNI's vpdpbusd and Arm's sdot groups of four 8-bit values). Three steps, one per
-stage of lowering:
+pmaddwd takes pairs of int16, VNNI's vpdpbusd and Arm's sdot groups of four 8-bit values; `madd4` is vpdpbusd's
+four uint8 x int8 done in two pmaddwd on x86 levels without VNNI, its operands split into their even and odd bytes).
+A level tries its kinds in the order of `TRIED` (the 8-bit groups of four, then pmaddwd's pairs of int16 for the
+integers too wide for 8 bits). Three steps, one per stage of lowering:
 
 1. `dot_unroll` (heuristics): a reduce axis is unrolled by g, when every reduction of the kernel is such a sum:
    (one integer value the VECTOR lanes share) x (8-bit weights that differ per lane). An axis g divides, else one
@@ -38,7 +40,14 @@ from tgc.codegen.knobs import DOT_MAX_PADDING
 I32, U32 = dtypes.int32, dtypes.uint32
 # the instructions by CPU.dot: (products per 32-bit lane, element type of the shared integers, of the weights)
 INSTRUCTIONS = {"madd": (2, dtypes.int16, dtypes.int16), "vnni": (4, dtypes.uint8, dtypes.int8),
-                "sdot": (4, dtypes.int8, dtypes.int8)}
+                "madd4": (4, dtypes.uint8, dtypes.int8), "sdot": (4, dtypes.int8, dtypes.int8)}
+# the kinds a CPU.dot tries, in order (every x86 level has pmaddwd for integers wider than 8 bits)
+TRIED = {"vnni": ("vnni", "madd"), "madd4": ("madd4", "madd")}
+
+
+def tried(kind: str) -> tuple[str, ...]:
+  """The instructions a level whose CPU.dot is `kind` tries, in order ("": none)."""
+  return TRIED.get(kind, (kind,) if kind else ())
 EXACT = 1 << 24                                    # float32 holds every integer below this
 
 
@@ -113,16 +122,19 @@ def _dot_kernel(ast: UOp, kind: str, constant: frozenset) -> bool:
 
 
 def dot_unroll(k: Kernel, kind: str, constant: frozenset) -> Kernel:
-  """`k` with a reduce axis unrolled by the products per lane of the target's dot-product instruction (`kind`, "":
-  none), when the kernel's reductions are sums it takes: the innermost axis the group divides, else the one it pads
-  least (at most DOT_MAX_PADDING: the weights are stored padded)."""
-  if not kind or not _dot_kernel(k.ast, kind, constant): return k
-  group = INSTRUCTIONS[kind][0]
-  sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
-  padding = [(-(-n // group) * group - n) / n for n in sizes]
-  best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
-  if best is None or padding[best] > DOT_MAX_PADDING: return k
-  return try_opt(k, Opt(OptOps.UNROLL, best, group))
+  """`k` with a reduce axis unrolled by the products per lane of the first dot-product instruction the target tries
+  (`tried(kind)`, "": none) that takes the kernel's reductions: the innermost axis its group divides, else the one it
+  pads least (at most DOT_MAX_PADDING: the weights are stored padded)."""
+  for kd in tried(kind):
+    if not _dot_kernel(k.ast, kd, constant): continue
+    group = INSTRUCTIONS[kd][0]
+    sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
+    padding = [(-(-n // group) * group - n) / n for n in sizes]
+    best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
+    if best is None or padding[best] > DOT_MAX_PADDING: continue
+    if math.prod(sizes) <= group: continue        # one group is the whole sum: no reduction left for the DOT rule
+    return try_opt(k, Opt(OptOps.UNROLL, best, group))
+  return k
 
 
 def _gate_operand(c: UOp, a: UOp, w: UOp, z: UOp) -> UOp | None:
@@ -144,9 +156,12 @@ def dot_prepare(ast: UOp, kind: str, constant: frozenset) -> tuple[UOp, UOp | No
   stores inside the VECTOR lanes; (`ast`, None) when the kernel has none."""
   if not kind: return ast, None
   prepared = graph_rewrite(ast, gated_products)
-  if not _dot_kernel(prepared, kind, constant): return ast, None
-  return prepared, next((n for n in prepared.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
-                         Kernel.size(n) == INSTRUCTIONS[kind][0]), None)
+  for kd in tried(kind):
+    if not _dot_kernel(prepared, kd, constant): continue
+    inner = next((n for n in prepared.toposort() if n.op is Ops.RANGE and n.arg.kind is AxisType.UNROLL and
+                  Kernel.size(n) == INSTRUCTIONS[kd][0]), None)
+    if inner is not None: return prepared, inner
+  return ast, None
 
 
 # ---------------------------------------------------------------- 3.: vector reductions to DOT, after vectorization
@@ -261,7 +276,11 @@ def _shift(terms: list, act) -> int:
 
 
 def _dot_reduce(ctx: tuple[str, int], red: UOp) -> UOp | None:
-  kind, vector_bytes = ctx
+  kinds, vector_bytes = ctx
+  return next((d for d in (_dot_reduce_as(kind, vector_bytes, red) for kind in kinds) if d is not None), None)
+
+
+def _dot_reduce_as(kind: str, vector_bytes: int, red: UOp) -> UOp | None:
   group, act, wt = INSTRUCTIONS[kind]
   body, rest = red.src[0], red.src[1:]
   lanes = body.dtype.count
@@ -289,6 +308,6 @@ dot_products = PatternMatcher([
 
 
 def dot_rewrite(ast: UOp, kind: str, vector_bytes: int) -> UOp:
-  """`ast` (vectorized) with its reductions of 8-bit products summed by the dot-product instruction `kind` (a key of
-  INSTRUCTIONS) on vectors of up to `vector_bytes`."""
-  return graph_rewrite(ast, dot_products, ctx=(kind, vector_bytes))
+  """`ast` (vectorized) with its reductions of 8-bit products summed by the first dot-product instruction of those a
+  level whose CPU.dot is `kind` tries that takes them (`tried`), on vectors of up to `vector_bytes`."""
+  return graph_rewrite(ast, dot_products, ctx=(tried(kind), vector_bytes))

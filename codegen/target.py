@@ -18,9 +18,10 @@ FMA), `x86-64-v4` (AVX-512), `x86-64-v4+vnni` (AVX-512 VNNI: Ice Lake, Zen 4 and
 e.g. Snapdragon 855 and newer), `generic` (plain C99 without vector types, for compilers without GCC/Clang vector
 extensions).
 
-`CPU.dot` names the integer dot-product instructions a level has (codegen/dot.py): `madd` (x86 pmaddwd: pairs of
-int16 into int32 lanes), `vnni` (AVX-512 VNNI vpdpbusd: groups of four uint8 x int8 added into the int32 lanes),
-`sdot` (Arm: groups of four int8); "" for none."""
+`CPU.dot` names the integer dot-product instructions a level has (codegen/dot.py): `vnni` (AVX-512 VNNI vpdpbusd:
+groups of four uint8 x int8 added into the int32 lanes), `madd4` (the same four products in two pmaddwd, x86 levels
+without VNNI), `sdot` (Arm: groups of four int8); "" for none. Every x86 level also takes pmaddwd's pairs of int16 for
+integers wider than 8 bits (`dot.tried`)."""
 from __future__ import annotations
 import os
 import platform
@@ -50,7 +51,7 @@ class CPU:
   l1d_bytes: int = 32 * 1024
   l2_bytes: int = 512 * 1024
   requested: str = ""            # what --cpu asked for ("portable", "native" or the level itself)
-  dot: str = ""                  # integer dot-product instructions: madd | vnni | sdot | "" (module docstring)
+  dot: str = ""                  # integer dot-product instructions: madd4 | vnni | sdot | "" (module docstring)
 
   @property
   def cc_flags(self) -> tuple[str, ...]: return ((f"-march={self.march}",) if self.march else ()) + self.tune
@@ -64,10 +65,10 @@ class CPU:
 
 _WIDE = ("-mprefer-vector-width=512",)
 CPU_LEVELS: dict[str, CPU] = {
-  "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2", dot="madd"),
-  "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3", dot="madd"),
+  "x86-64-v2": CPU("x86-64-v2", "x86_64", 16, 16, False, False, "x86-64-v2", dot="madd4"),
+  "x86-64-v3": CPU("x86-64-v3", "x86_64", 32, 16, True, False, "x86-64-v3", dot="madd4"),
   # the generic tuning of x86-64-v4 splits 512-bit vectors in two (half speed): the kernels' vectors are 512 bits
-  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", _WIDE, dot="madd"),
+  "x86-64-v4": CPU("x86-64-v4", "x86_64", 64, 32, True, False, "x86-64-v4", _WIDE, dot="madd4"),
   "x86-64-v4+vnni": CPU("x86-64-v4+vnni", "x86_64", 64, 32, True, False, "x86-64-v4", _WIDE + ("-mavx512vnni",),
                         dot="vnni"),
   "armv8-a": CPU("armv8-a", "aarch64", 16, 32, True, False, "armv8-a"),

@@ -85,8 +85,20 @@ _VEC_C = {"f32": ("float", 4), "i32": ("int", 4), "u32": ("unsigned int", 4), "i
 _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 # integer dot products by CPU level (Target.cpu.dot): the header, then per vector bytes the integer type and the
 # function's prefix (x86: __m128i/_mm, __m256i/_mm256, __m512i/_mm512; Arm: 16-byte NEON only)
-_DOT_HEADER = {"madd": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
+_DOT_HEADER = {"madd": "immintrin.h", "madd4": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
 _X86_VECTORS = {16: ("__m128i", "_mm"), 32: ("__m256i", "_mm256"), 64: ("__m512i", "_mm512")}
+
+
+def _madd4_helper(nbytes: int) -> str:
+  """VNNI's dot product (four uint8 x int8 per 32-bit lane, added to acc) in two pmaddwd: the even and the odd bytes
+  of each 16-bit half, zero-extended (a) and sign-extended (b) to int16, pairs (0, 2) and (1, 3)."""
+  m, fn = _X86_VECTORS[nbytes]
+  si = "_si128" if nbytes == 16 else f"_si{nbytes * 8}"
+  return (f"#if TG_SIMD\nstatic inline {m} tg_dot4{fn}({m} acc, {m} a, {m} b) {{\n"
+          f"  {m} even = {fn}_madd_epi16({fn}_and{si}(a, {fn}_set1_epi16(255)), "
+          f"{fn}_srai_epi16({fn}_slli_epi16(b, 8), 8));\n"
+          f"  {m} odd = {fn}_madd_epi16({fn}_srli_epi16(a, 8), {fn}_srai_epi16(b, 8));\n"
+          f"  return {fn}_add_epi32(acc, {fn}_add_epi32(even, odd));\n}}\n#endif")
 # masked loads and stores of 32-bit lanes by vector bytes: the macro that allows them, the load of `p` under mask
 # `m`, the store of `x` (AVX: the mask is the integer vector itself, its sign bits; AVX-512: a mask register of the
 # lanes that are not 0)
@@ -176,6 +188,9 @@ class CRenderer(CStyleRenderer):
     if vecs: out.append(NEEDS_SIMD)
     if any(u.op is Ops.DOT for u in program):
       out.append(f"#if TG_SIMD\n#include <{_DOT_HEADER[self.target.cpu.dot]}>\n#endif")
+      if self.target.cpu.dot == "madd4":
+        sizes = {u.dtype.count * u.dtype.itemsize for u in program if u.op is Ops.DOT and u.src[0].dtype.itemsize == 1}
+        out += [_madd4_helper(n) for n in sorted(sizes)]
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
@@ -228,19 +243,23 @@ class CRenderer(CStyleRenderer):
     if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
     if u.op is Ops.BITCAST: return f"(({vector_type(d) if d.count > 1 else self.type_name(d)})({s[0]}))"
     if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
-    if u.op is Ops.DOT: return self._dot(d, *s[:2], s[2] if len(s) > 2 else self.render_vector(["0"] * d.count, d))
+    if u.op is Ops.DOT:
+      acc = s[2] if len(s) > 2 else self.render_vector(["0"] * d.count, d)
+      return self._dot(d, s[0], s[1], acc, u.src[0].dtype)
     return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
             Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})"}[u.op].format(*s)
 
-  def _dot(self, d: DType, a: str, b: str, acc: str) -> str:
-    """acc plus the integer dot products of a and b per 32-bit lane, in the CPU level's instruction: x86 pmaddwd
-    (pairs of int16, then an add), VNNI vpdpbusd (four uint8 x int8, added by the one instruction), Arm sdot (four
+  def _dot(self, d: DType, a: str, b: str, acc: str, operand: DType) -> str:
+    """acc plus the integer dot products of a and b per 32-bit lane, in the instruction the operand type says (the
+    CPU level's kind, or pmaddwd's pairs of int16 that every x86 level falls back to): x86 pmaddwd (then an add), VNNI
+    vpdpbusd (four uint8 x int8, added by the one instruction; `madd4`: the same in two pmaddwd), Arm sdot (four
     int8)."""
     kind, t = self.target.cpu.dot, vector_type(d)
     if kind == "sdot": return f"(({t})vdotq_s32((int32x4_t)({acc}), (int8x16_t)({a}), (int8x16_t)({b})))"
     m, fn = _X86_VECTORS[d.count * d.itemsize]
+    if operand.scalar == dtypes.int16: return f"({acc}+({t}){fn}_madd_epi16(({m})({a}), ({m})({b})))"
     if kind == "vnni": return f"(({t}){fn}_dpbusd_epi32(({m})({acc}), ({m})({a}), ({m})({b})))"
-    return f"({acc}+({t}){fn}_madd_epi16(({m})({a}), ({m})({b})))"
+    return f"(({t})tg_dot4{fn}(({m})({acc}), ({m})({a}), ({m})({b})))"
 
   def _select(self, mask: str, a: str, b: str, d: DType) -> str:
     if d.scalar.is_int or d.scalar.is_bool: return f"(({mask}&{a})|(~{mask}&{b}))"

@@ -1,13 +1,15 @@
 """Integer dot products (codegen/dot.py): a matrix product of 8-bit values (uint8 activations minus a zero point or
 int8 ones, int8 weights, summed in float32 or int32) unrolls its reduction by the products one instruction sums, and
-each CPU level spells its instruction (x86-64-v3/v4: pmaddwd, x86-64-v4+vnni: vpdpbusd, armv8.2-a+dotprod: sdot;
-the 8-bit ones take uint8 minus a zero point shifted into their operand, plus a sum of the weights);
-levels without one (armv8-a, generic) and operands the instruction cannot hold keep the lane-by-lane sums; a
-reduction the group does not divide is padded. The kernels give numpy's integer results exactly on random data of odd
+each CPU level spells its instruction (x86-64-v2/v3/v4: four uint8 x int8 in two pmaddwd, x86-64-v4+vnni:
+vpdpbusd, armv8.2-a+dotprod: sdot; the 8-bit ones take uint8 minus a zero point shifted into their operand, plus a
+sum of the weights); x86 levels take integers wider than 8 bits as pmaddwd's pairs of int16; levels without one
+(armv8-a, generic) and operands no instruction holds keep the lane-by-lane sums; a reduction the group does not
+divide is padded. The kernels give numpy's integer results exactly on random data of odd
 sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
 from __future__ import annotations
 import os
 import platform
+import re
 import shutil
 import subprocess
 
@@ -26,9 +28,16 @@ from tgc.runtimes import get_runtime
 
 RNG = np.random.default_rng(20)
 # the instruction of each level with a dot product, for vectors of the level's full width
-SPELLING = {"x86-64-v2": "_mm_madd_epi16", "x86-64-v3": "_mm256_madd_epi16", "x86-64-v4": "_mm512_madd_epi16",
+SPELLING = {"x86-64-v2": "tg_dot4_mm(", "x86-64-v3": "tg_dot4_mm256(", "x86-64-v4": "tg_dot4_mm512(",
             "x86-64-v4+vnni": "_mm512_dpbusd_epi32", "armv8.2-a+dotprod": "vdotq_s32"}
-INSTRUCTIONS = {"madd": "_madd_epi16", "vnni": "_dpbusd_epi32", "sdot": "vdotq_s32"}
+# a call of each instruction in a kernel (pmaddwd's own, not those inside madd4's helper)
+INSTRUCTIONS = {"madd": r"\)_mm\d*_madd_epi16\(", "madd4": r"tg_dot4_mm\d*\(", "vnni": r"_dpbusd_epi32\(",
+                "sdot": r"vdotq_s32\("}
+
+
+def called(src: str) -> list[str]:
+  """The dot-product instructions the kernel source calls."""
+  return [kind for kind, call in INSTRUCTIONS.items() if re.search(call, src)]
 W_POS = 2       # the kernel's arguments: output, activations, weights
 
 
@@ -89,40 +98,48 @@ def test_each_level_spells_its_instruction(level):
 def test_levels_without_one_sum_lane_by_lane(level):
   x, w, zero = case(5, 38, 48, signed=False)
   src = program(x, w, zero, level, float_sum=True).src
-  assert not any(i in src for i in INSTRUCTIONS.values())
+  assert called(src) == []
 
 
-def test_operands_the_instruction_cannot_hold_are_summed_as_before():
-  """int16 activations fit pmaddwd's pairs of int16, not the 8-bit operands of vpdpbusd and sdot."""
+@pytest.mark.parametrize("level, fits", [("x86-64-v3", True), ("x86-64-v4+vnni", True), ("armv8.2-a+dotprod", False)])
+def test_operands_too_wide_for_8_bits_are_pmaddwd_pairs(level, fits):
+  """int16 activations fit pmaddwd's pairs of int16 (every x86 level), not the 8-bit operands of the groups of four
+  (x86's first choice, Arm's sdot): on x86 a pair-unrolled pmaddwd sum, numpy's integers exactly; on Arm lane by
+  lane."""
   x, w = RNG.integers(-30000, 30000, (5, 40)).astype(np.int16), RNG.integers(-128, 128, (40, 48)).astype(np.int8)
-  for level, fits in (("x86-64-v3", True), ("x86-64-v4+vnni", False), ("armv8.2-a+dotprod", False)):
-    src = program(x, w, 0, level, float_sum=False).src
-    assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in src) == fits, level
+  prg = program(x, w, 0, level, float_sum=False)
+  assert called(prg.src) == (["madd"] if fits else [])
+  if fits: assert any(o.op is OptOps.UNROLL and o.amount == 2 for o in prg.opts)
+  if not runs_here(level): return
+  got = run_here(prg, matmul_arguments(prg, x, w, np.int32))
+  np.testing.assert_array_equal(got, reference(x, w, 0))
 
 
 @pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])
 @pytest.mark.parametrize("shape", [(5, 38, 24), (7, 131, 40), (1, 12, 72)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4", "x86-64-v4+vnni"])
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4", "x86-64-v4+vnni"])
 @pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
 def test_matches_numpy_integers(level, shape, float_sum, signed):
   if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
   x, w, zero = case(*shape, signed=signed)
   prg = program(x, w, zero, level, float_sum)
-  assert INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src
+  assert called(prg.src) == [CPU_LEVELS[level].dot]
   got = run_here(prg, matmul_arguments(prg, x, w, np.float32 if float_sum else np.int32))
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
-@pytest.mark.parametrize("level, k, paired", [("x86-64-v3", 37, True), ("x86-64-v3", 3, True),
-                                               ("x86-64-v4+vnni", 37, True), ("x86-64-v4+vnni", 7, True),
-                                               ("x86-64-v4+vnni", 5, False)])
-def test_odd_reductions_stay_exact(level, k, paired):
-  """A reduction the group does not divide is padded when that costs at most a third more products (37 -> 38 or 40,
-  7 -> 8, 3 -> 4: the last copies add zero), else summed lane by lane (5 -> 8); exact either way."""
-  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
+@pytest.mark.parametrize("level, k, instruction", [("x86-64-v3", 37, "madd4"), ("x86-64-v3", 3, "madd"),
+                                                    ("x86-64-v4+vnni", 37, "vnni"), ("x86-64-v4+vnni", 7, "vnni"),
+                                                    ("x86-64-v4+vnni", 5, "madd"), ("armv8.2-a+dotprod", 5, None)])
+def test_odd_reductions_stay_exact(level, k, instruction):
+  """A reduction the group does not divide is padded when that costs at most a third more products (37 -> 40, 7 -> 8:
+  the last copies add zero); else the next instruction the level tries (x86: 5 in pmaddwd's 3 pairs; 3 in 2 pairs,
+  where 3 -> 4 would be one group, the whole sum), else summed lane by lane (sdot: 5 -> 8 is too much); exact either
+  way."""
   x, w, zero = case(3, k, 24, signed=False)
   prg = program(x, w, zero, level, float_sum=True)
-  assert (INSTRUCTIONS[CPU_LEVELS[level].dot] in prg.src) == paired
+  assert called(prg.src) == ([instruction] if instruction else [])
+  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
   got = run_here(prg, matmul_arguments(prg, x, w, np.float32))
   np.testing.assert_array_equal(got, reference(x, w, zero))
 

@@ -182,11 +182,12 @@ def test_qlinear_conv_is_bit_exact(tmp_path, cin, weight_max, exact_in_float):
   report = compile_model(str(path), "c", str(tmp_path / "c"), force=True)
   with open(f"{report.out_dir}/model.c") as f: source = f.read()
   # the accumulators: float32 vectors when exact in float, int32 vectors otherwise; where the default CPU level has
-  # integer dot products (x86-64-v3: pmaddwd), the sums of the 8-bit values are those, into int32 accumulators
-  dot = cpu_level("portable").dot == "madd"
+  # integer dot products (x86-64-v3: four uint8 x int8 in two pmaddwd), the sums of the 8-bit values are those, into
+  # int32 accumulators
+  dot = cpu_level("portable").dot == "madd4"
   assert bool(re.search(r"tg_f32x\d+ acc", source)) == (exact_in_float and not dot)
   assert bool(re.search(r"tg_i32x\d+ acc", source)) == (not exact_in_float or dot)
-  assert ("_mm256_madd_epi16" in source) == (exact_in_float and dot)
+  assert ("tg_dot4_mm256(" in source) == (exact_in_float and dot)
   ref = ReferenceEvaluator(str(path))
   with runner_class("c")(report.out_dir) as runner:
     for seed in range(2):
