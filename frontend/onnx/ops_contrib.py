@@ -38,7 +38,7 @@ def _quantize(ctx: NodeContext, v: Tensor, scale: Tensor, zero_point: Tensor | N
   lo, hi = (0.0, 255.0) if out == dtypes.uint8 else (-128.0, 127.0)
   q = (v / scale.reshape(()).cast(dtypes.float32)).round()
   if zero_point is not None: q = q + zero_point.reshape(()).cast(dtypes.float32)
-  return q.clip(lo, hi).cast(out)
+  return q.clip(lo, hi).cast(out).contiguous()      # stored as 8 bits between kernels, as QuantizeLinear's are
 
 
 def _binary(ctx: NodeContext, op) -> Tensor:
