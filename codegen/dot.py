@@ -216,14 +216,15 @@ def _plus_const(u: UOp) -> tuple[UOp, int]:
 
 def _element_read(a: UOp, bits: int) -> tuple[UOp | None, UOp, int, int] | None:
   """`a` as (gate, load, add, fill): `load + add` where `gate` holds (always where it is None), `fill` elsewhere,
-  for a load of `bits`-bit integers converted to int32: `x + k`, `where(gate, x + k1, 0) + k2`; else None."""
+  for a load of `bits`-bit integers converted to int32: `x + k`, `where(gate, x + k1, f) + k2` (a padding of value
+  f: a zero point); else None."""
   a, outer = _plus_const(a)
-  gate = None
-  if a.op is Ops.WHERE and a.src[2].op is Ops.CONST and a.src[2].arg == 0: gate, a = a.src[0], a.src[1]
+  gate, other = None, 0
+  if a.op is Ops.WHERE and a.src[2].op is Ops.CONST: gate, a, other = a.src[0], a.src[1], a.src[2].arg
   a, inner = _plus_const(a)
   if gate is None and inner: return None
   if a.op is not Ops.CAST or a.src[0].op is not Ops.LOAD or 8 * a.src[0].dtype.itemsize != bits: return None
-  return gate, a.src[0], inner + outer, outer
+  return gate, a.src[0], inner + outer, other + outer
 
 
 def _loaded_word(acts: list[UOp], act) -> UOp | None:

@@ -323,10 +323,10 @@ def _conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stri
 
 
 # ---------------------------------------------------------------- convolution
-def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, pad_value: float = 0.0):
   """Convolution (cross-correlation, as torch) over N spatial dims, N = weight.ndim - 2: x (batch, cin, *in),
   weight (cout, cin/groups, *kernel) -> (batch, cout, *out), out = floor((in + pads - dilation*(k-1) - 1)
-  / stride) + 1."""
+  / stride) + 1; the padding reads `pad_value`."""
   if not isinstance(weight, type(x)): weight = type(x)(weight, x.device)
   nd = weight.ndim - 2
   if nd < 1 or x.ndim != nd + 2:
@@ -348,7 +348,7 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1)
   if bias is not None and tuple(bias.shape) != (cout,):
     raise ValueError(f"conv: bias {tuple(bias.shape)} does not match {cout} output channels")
   dt = promote(x.dtype, weight.dtype)
-  xp = x.cast(dt).pad(((0, 0), (0, 0)) + tuple(pads))
+  xp = x.cast(dt).pad(((0, 0), (0, 0)) + tuple(pads), value=pad_value)
   win = _pool(xp, kernel, stride, dilation)                      # (bs, cin, *out, *kernel)
   outs = win.shape[2:2 + nd]
   rcout = cout // groups

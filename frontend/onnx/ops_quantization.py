@@ -11,7 +11,8 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
-from tgc.frontend.onnx.quantized_compute import EIGHT_BIT, exact_float_operands, record_dequantized
+from tgc.frontend.onnx.quantized_compute import (EIGHT_BIT, exact_float_operands, record_dequantized, shifted_conv,
+                                                  shifted_matmul)
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -78,7 +79,7 @@ def qlinear_matmul(ctx: NodeContext):
   a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (ctx.input(i) for i in range(8))
   per_tensor = b.ndim == 2 and (a_zp is None or a_zp.numel() == 1)
   exact = exact_float_operands(ctx, a, a_zp, 3, b_zp, None, (0,)) if per_tensor else None
-  if exact is not None: acc = exact[0].matmul(exact[1])
+  if exact is not None: acc = shifted_matmul(*exact)
   else: acc = _minus_zero_point(a, a_zp, (-1, 1)).matmul(_minus_zero_point(b, b_zp))
   scale = _scalar_or(a_scale, (-1, 1)) * _scalar_or(b_scale, (-1,)) / y_scale.reshape(())
   return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else a).dtype)
@@ -89,8 +90,11 @@ def qlinear_conv(ctx: NodeContext):
   x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (ctx.input(i) for i in range(9))
   strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
   exact = exact_float_operands(ctx, x, x_zp, 3, w_zp, 8, tuple(range(1, w.ndim)))
-  xi, wi = exact or (_minus_zero_point(x, x_zp), _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1)))
-  acc = functional.conv(xi, wi, None, strides, pads, dilations, int(ctx.attr("group", 1)))
+  group = int(ctx.attr("group", 1))
+  if exact is not None: acc = shifted_conv(*exact, strides, pads, dilations, group)
+  else:
+    xi, wi = _minus_zero_point(x, x_zp), _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1))
+    acc = functional.conv(xi, wi, None, strides, pads, dilations, group)
   if bias is not None: acc = acc + bias.cast(acc.dtype).reshape(channel_shape(acc))
   scale = x_scale.reshape(()) * _scalar_or(w_scale, channel_shape(acc)) / y_scale.reshape(())
   return _requantize(acc, scale, y_zp, (y_zp if y_zp is not None else x).dtype)

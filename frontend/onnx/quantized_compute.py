@@ -18,7 +18,7 @@ points are read dequantized."""
 from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
-from tgc.ir import dtypes
+from tgc.ir import Ops, dtypes
 from tgc.frontend.tensor import Tensor
 from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext
@@ -34,6 +34,7 @@ class Dequantized:
   scale: np.ndarray      # float32, 0-d or 1-d
   zero: np.ndarray       # int64, same shape as scale
   axis: int | None
+  values: np.ndarray | None = None     # q's values when they are constants (weights)
 
 
 def record_dequantized(ctx: NodeContext, out: Tensor, axis: int, block: int) -> None:
@@ -47,7 +48,8 @@ def record_dequantized(ctx: NodeContext, out: Tensor, axis: int, block: int) -> 
   zero = np.asarray(ctx.const_value(2), np.int64) if ctx.input(2) is not None else np.zeros_like(scale, np.int64)
   if scale.size == 1: scale, zero, axis = scale.reshape(()), zero.reshape(()), None
   elif scale.ndim != 1: return
-  graph.dequantized[out.uop] = Dequantized(x, scale, zero, axis)
+  graph.dequantized[out.uop] = Dequantized(x, scale, zero, axis, np.asarray(ctx.const_value(0)) if ctx.is_const(0)
+                                           else None)
 
 
 def _source(ctx: NodeContext, t: Tensor | None) -> Dequantized | None:
@@ -56,23 +58,22 @@ def _source(ctx: NodeContext, t: Tensor | None) -> Dequantized | None:
   return graph.dequantized.get(t.uop)
 
 
-def _activation(ctx: NodeContext, t: Tensor) -> tuple[Tensor, float] | None:
-  """A per-tensor dequantized activation as (q - zero in float32, its scale)."""
+def _activation(ctx: NodeContext, t: Tensor) -> tuple[Tensor, int, float] | None:
+  """A per-tensor dequantized activation as (q in float32, its zero point, its scale)."""
   src = _source(ctx, t)
   if src is None or src.axis is not None: return None
-  q = src.q.cast(dtypes.float32)
-  zero = int(src.zero)
-  return (q - float(zero) if zero else q), float(src.scale)
+  return src.q.cast(dtypes.float32), int(src.zero), float(src.scale)
 
 
 def _weight(ctx: NodeContext, t: Tensor, channels: int, axis: int,
-            cast: bool = True) -> tuple[Tensor, np.ndarray] | None:
+            cast: bool = True) -> tuple[Tensor, np.ndarray, np.ndarray | None] | None:
   """Dequantized weights with zero points 0 and one scale or one per output channel (`axis`), as (q in float32, or
-  as stored without `cast`, the `channels` scales)."""
+  as stored without `cast`, the `channels` scales, q's values when they are constants)."""
   src = _source(ctx, t)
   if src is None or np.any(src.zero != 0): return None
   if src.axis is not None and (src.axis % t.ndim != axis or src.scale.shape[0] != channels): return None
-  return src.q.cast(dtypes.float32) if cast else src.q, np.broadcast_to(src.scale, (channels,)).astype(np.float32)
+  scales = np.broadcast_to(src.scale, (channels,)).astype(np.float32)
+  return (src.q.cast(dtypes.float32) if cast else src.q), scales, src.values
 
 
 def _scaled(acc: Tensor, sx: float, sw: np.ndarray | None, channel_axis: int) -> Tensor:
@@ -88,9 +89,10 @@ def quantized_conv(ctx: NodeContext, x: Tensor, w: Tensor, b: Tensor | None, str
   """Conv of a dequantized activation (and dequantized or float weights) on its 8-bit values, or None."""
   act = _activation(ctx, x)
   if act is None or w.dtype != dtypes.float32: return None
-  xq, sx = act
-  wq, sw = _weight(ctx, w, w.shape[0], 0) or (w, None)
-  y = _scaled(functional.conv(xq, wq, None, strides, pads, dilations, group), sx, sw, 1)
+  xq, zero, sx = act
+  wq, sw, values = _weight(ctx, w, w.shape[0], 0) or (w, None, None)
+  values = values if exact_without_zero(xq, values, tuple(range(1, w.ndim))) else None
+  y = _scaled(shifted_conv(xq, zero, wq, values, strides, pads, dilations, group), sx, sw, 1)
   return y + b.reshape((1, -1) + (1,) * (y.ndim - 2)) if b is not None else y
 
 
@@ -99,11 +101,46 @@ def quantized_matmul(ctx: NodeContext, a: Tensor, b: Tensor, b_transposed: bool 
   one scale or one per output column, or float) on the activation's 8-bit values; or None."""
   act = _activation(ctx, a)
   if act is None or b.ndim != 2 or b.dtype != dtypes.float32: return None
-  aq, sa = act
+  aq, zero, sa = act
   n = b.shape[0] if b_transposed else b.shape[1]
   # the 8-bit weights as stored: matmul repacks them before converting them (`Tensor.matmul`)
-  bq, sb = _weight(ctx, b, n, 0 if b_transposed else 1, cast=False) or (b, None)
-  return _scaled(aq.matmul(bq.T if b_transposed else bq), sa, sb, -1)
+  bq, sb, values = _weight(ctx, b, n, 0 if b_transposed else 1, cast=False) or (b, None, None)
+  if values is not None and b_transposed: values = values.T
+  values = values if exact_without_zero(aq, values, (0,)) else None
+  return _scaled(shifted_matmul(aq, zero, bq.T if b_transposed else bq, values), sa, sb, -1)
+
+
+# ---------------------------------------------------------------- zero points outside the reduction
+def exact_without_zero(x: Tensor, w: np.ndarray | None, reduce_axes: tuple[int, ...], bias: float = 0.0) -> bool:
+  """Whether the float32 sums of the 8-bit `x` (converted, not minus its zero point) times the integer weights `w`
+  (summed over `reduce_axes`), plus `bias`, stay exact: every partial sum below 2**24."""
+  if w is None or w.dtype.kind not in "iu": return False
+  if x.dtype != dtypes.float32 or x.uop.op is not Ops.CAST or x.uop.src[0].dtype not in EIGHT_BIT: return False
+  largest = 255 if x.uop.src[0].dtype == dtypes.uint8 else 128
+  return largest * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0)) + bias < FLOAT_EXACT
+
+
+def _weight_sums(zero: int, values: np.ndarray, reduce_axes: tuple[int, ...], shape, device: str) -> Tensor:
+  sums = zero * values.astype(np.int64).sum(axis=reduce_axes)
+  return Tensor(sums.astype(np.float32), device=device).reshape(shape)
+
+
+def shifted_conv(xf: Tensor, zero: int, wf: Tensor, values: np.ndarray | None, strides, pads, dilations,
+                 group: int) -> Tensor:
+  """conv(xf - zero, wf). With the weights' integer values (`values`, when `exact_without_zero`): conv(xf padded with
+  `zero`, wf) - zero * (each output channel's weight sum), the same integers, so that the reduction reads the 8-bit
+  values as they are (codegen/dot.py: one 32-bit load per four channels and no sum of the weights beside the
+  products) and the zero point costs one subtraction per output."""
+  if not zero or values is None:
+    return functional.conv(xf - float(zero) if zero else xf, wf, None, strides, pads, dilations, group)
+  y = functional.conv(xf, wf, None, strides, pads, dilations, group, pad_value=float(zero))
+  return y - _weight_sums(zero, values, tuple(range(1, values.ndim)), (1, -1) + (1,) * (y.ndim - 2), y.device)
+
+
+def shifted_matmul(af: Tensor, zero: int, b: Tensor, values: np.ndarray | None) -> Tensor:
+  """(af - zero) @ b, as af @ b - zero * (b's column sums) with b's integer values (see `shifted_conv`)."""
+  if not zero or values is None: return (af - float(zero) if zero else af).matmul(b)
+  return af.matmul(b) - _weight_sums(zero, values, (0,), (-1,), af.device)
 
 
 def quantized_max_pool(ctx: NodeContext, x: Tensor, pool) -> Tensor | None:
@@ -121,12 +158,14 @@ FLOAT_EXACT = 1 << 24      # every integer up to this magnitude is a float32
 
 
 def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_zero, bias_index: int | None,
-                         reduce_axes: tuple[int, ...]) -> tuple[Tensor, Tensor] | None:
-  """(x - x_zero, w) as float32 when the integer sums of products of a QLinearConv/QLinearMatMul are exact in float32:
-  constant weights with zero points 0 and constant zero points, and |x - x_zero| * sum |w| (per output, over the
-  `reduce_axes` of the weights) + |bias| below 2**24 (a bound from the weights' values). Then the float32
-  accumulation gives the int32 accumulator bit for bit, and the product reads the 8-bit tensors converted on load
-  (SIMD) instead of int32 copies. None otherwise (the int32 arithmetic stays)."""
+                         reduce_axes: tuple[int, ...]) -> tuple[Tensor, int, Tensor, np.ndarray | None] | None:
+  """(x as float32, x's zero point, w as float32, w's values or None) when the integer sums of products of a
+  QLinearConv/QLinearMatMul are exact in float32: constant weights with zero points 0 and constant zero points, and
+  |x - x_zero| * sum |w| (per output, over the `reduce_axes` of the weights) + |bias| below 2**24 (a bound from the
+  weights' values). Then the float32 accumulation gives the int32 accumulator bit for bit, and the product reads the
+  8-bit tensors converted on load (SIMD) instead of int32 copies; w's values come with them when the sums of x
+  itself are exact too (`exact_without_zero`: the zero point can go outside the reduction, `shifted_conv`). None
+  otherwise (the int32 arithmetic stays)."""
   if x.dtype not in EIGHT_BIT or not ctx.is_const(w_index): return None
   if any(z is not None and not ctx.is_const(i) for i, z in ((2, x_zero), (w_index + 2, w_zero))): return None
   w = np.asarray(ctx.const_value(w_index))
@@ -135,10 +174,11 @@ def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_ze
   zx = int(np.asarray(ctx.const_value(2)).reshape(-1)[0]) if x_zero is not None else 0
   if x_zero is not None and np.unique(np.asarray(ctx.const_value(2))).size > 1: return None
   lo, hi = (0, 255) if x.dtype == dtypes.uint8 else (-128, 127)
-  bound = max(abs(lo - zx), abs(hi - zx)) * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0))
+  bias = 0.0
   if bias_index is not None and ctx.input(bias_index) is not None:
     if not ctx.is_const(bias_index): return None
-    bound += float(np.abs(np.asarray(ctx.const_value(bias_index), np.int64)).max(initial=0))
-  if bound >= FLOAT_EXACT: return None
+    bias = float(np.abs(np.asarray(ctx.const_value(bias_index), np.int64)).max(initial=0))
+  bound = max(abs(lo - zx), abs(hi - zx)) * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0))
+  if bound + bias >= FLOAT_EXACT: return None
   xf = x.cast(dtypes.float32)
-  return (xf - float(zx) if zx else xf), ctx.input(w_index).cast(dtypes.float32)
+  return xf, zx, ctx.input(w_index).cast(dtypes.float32), w if exact_without_zero(xf, w, reduce_axes, bias) else None
