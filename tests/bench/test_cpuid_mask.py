@@ -1,0 +1,42 @@
+"""bench/cpuid_mask.py: a process re-run with the shim preloaded sees x86-64-v3's CPUID (AVX2 and FMA on, the
+AVX-512 family and VNNI off, in numpy's own detection), and its faults that are not CPUID still crash it."""
+from __future__ import annotations
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
+                                reason="the CPUID mask needs Linux on x86-64")
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {bench!r})
+import cpuid_mask
+cpuid_mask.masked_process({cache!r})
+from numpy._core._multiarray_umath import __cpu_features__ as f
+print(f["AVX2"], f["FMA3"], any(v for k, v in f.items() if "AVX512" in k or "VNNI" in k))
+"""
+
+
+def test_masked_process_reports_x86_64_v3(tmp_path):
+  script = tmp_path / "probe.py"
+  script.write_text(SCRIPT.format(bench=BENCH, cache=str(tmp_path / "cache")))
+  run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+  if "CPUID faulting is not available" in run.stderr: pytest.skip("this kernel or CPU cannot make CPUID fault")
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.split() == ["True", "True", "False"]
+
+
+def test_other_faults_still_crash(tmp_path):
+  """A segmentation fault that is no CPUID goes to the handler installed before (here the default: the process dies
+  of SIGSEGV), not into a loop."""
+  script = tmp_path / "crash.py"
+  script.write_text(SCRIPT.format(bench=BENCH, cache=str(tmp_path / "cache")).split("from numpy")[0] +
+                    "import ctypes\nctypes.string_at(8)\n")
+  run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+  if "CPUID faulting is not available" in run.stderr: pytest.skip("this kernel or CPU cannot make CPUID fault")
+  assert run.returncode == -11, (run.returncode, run.stderr)
