@@ -43,12 +43,12 @@ INSTRUCTIONS = {"madd": (2, dtypes.int16, dtypes.int16), "vnni": (4, dtypes.uint
                 "madd4": (4, dtypes.uint8, dtypes.int8), "sdot": (4, dtypes.int8, dtypes.int8)}
 # the kinds a CPU.dot tries, in order (every x86 level has pmaddwd for integers wider than 8 bits)
 TRIED = {"vnni": ("vnni", "madd"), "madd4": ("madd4", "madd")}
+EXACT = 1 << 24                                    # float32 holds every integer below this
 
 
 def tried(kind: str) -> tuple[str, ...]:
   """The instructions a level whose CPU.dot is `kind` tries, in order ("": none)."""
   return TRIED.get(kind, (kind,) if kind else ())
-EXACT = 1 << 24                                    # float32 holds every integer below this
 
 
 # ---------------------------------------------------------------- integer values

@@ -85,7 +85,7 @@ _VEC_C = {"f32": ("float", 4), "i32": ("int", 4), "u32": ("unsigned int", 4), "i
 _CMP = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 # integer dot products by CPU level (Target.cpu.dot): the header, then per vector bytes the integer type and the
 # function's prefix (x86: __m128i/_mm, __m256i/_mm256, __m512i/_mm512; Arm: 16-byte NEON only)
-_DOT_HEADER = {"madd": "immintrin.h", "madd4": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
+_DOT_HEADER = {"madd4": "immintrin.h", "vnni": "immintrin.h", "sdot": "arm_neon.h"}
 _X86_VECTORS = {16: ("__m128i", "_mm"), 32: ("__m256i", "_mm256"), 64: ("__m512i", "_mm512")}
 
 
