@@ -16,8 +16,8 @@ medians), then each two-thread engine in a block of its own (twice, in turn: the
 profiled run of the artifact (-DTG_PROFILE): its slowest kernel, and the kernels below 10% of the roofline that take
 5% of the run or more. With `--mask-cpuid` the whole run sees x86-64-v3's CPUID (bench/cpuid_mask.py): onnxruntime
 runs its AVX2 kernels, not the AVX-512 or VNNI ones of a newer machine, against artifacts compiled with `--cpu
-x86-64-v3`. A model that fails to compile or run is listed with its error and left out of the means. Measure on a quiet machine: the load average
-is printed with the results."""
+x86-64-v3`. A model that fails to compile or run is listed with its error and left out of the means. Measure on a
+quiet machine: the load average is printed with the results."""
 from __future__ import annotations
 import argparse
 import json

@@ -15,12 +15,12 @@ LEVEL = "x86-64-v3"
 
 
 def _library(cache: str) -> str:
-  """The shim, built with the system C compiler into `cache` when its source is newer."""
+  """The shim, built with tgc's C compiler (`config.cc`) into `cache` when its source is newer."""
+  from tgc.ir.config import config
   lib = os.path.join(cache, "cpuid_mask.so")
   if not os.path.exists(lib) or os.path.getmtime(lib) < os.path.getmtime(SOURCE):
     os.makedirs(cache, exist_ok=True)
-    cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", SOURCE, "-o", lib], check=True)
+    subprocess.run([config.cc, "-O2", "-shared", "-fPIC", SOURCE, "-o", lib], check=True)
   return lib
 
 

@@ -125,10 +125,10 @@ def dot_unroll(k: Kernel, kind: str, constant: frozenset) -> Kernel:
   """`k` with a reduce axis unrolled by the products per lane of the first dot-product instruction the target tries
   (`tried(kind)`, "": none) that takes the kernel's reductions: the innermost axis its group divides, else the one it
   pads least (at most DOT_MAX_PADDING: the weights are stored padded)."""
+  sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
   for kd in tried(kind):
     if not _dot_kernel(k.ast, kd, constant): continue
     group = INSTRUCTIONS[kd][0]
-    sizes = [Kernel.size(r) for r in k.axes((AxisType.REDUCE,))]
     padding = [(-(-n // group) * group - n) / n for n in sizes]
     best = min(range(len(sizes)), key=lambda i: (padding[i], -i), default=None)
     if best is None or padding[best] > DOT_MAX_PADDING: continue

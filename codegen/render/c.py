@@ -93,9 +93,8 @@ def _madd4_helper(nbytes: int) -> str:
   """VNNI's dot product (four uint8 x int8 per 32-bit lane, added to acc) in two pmaddwd: the even and the odd bytes
   of each 16-bit half, zero-extended (a) and sign-extended (b) to int16, pairs (0, 2) and (1, 3)."""
   m, fn = _X86_VECTORS[nbytes]
-  si = "_si128" if nbytes == 16 else f"_si{nbytes * 8}"
   return (f"#if TG_SIMD\nstatic inline {m} tg_dot4{fn}({m} acc, {m} a, {m} b) {{\n"
-          f"  {m} even = {fn}_madd_epi16({fn}_and{si}(a, {fn}_set1_epi16(255)), "
+          f"  {m} even = {fn}_madd_epi16({fn}_and_si{nbytes * 8}(a, {fn}_set1_epi16(255)), "
           f"{fn}_srai_epi16({fn}_slli_epi16(b, 8), 8));\n"
           f"  {m} odd = {fn}_madd_epi16({fn}_srli_epi16(a, 8), {fn}_srai_epi16(b, 8));\n"
           f"  return {fn}_add_epi32(acc, {fn}_add_epi32(even, odd));\n}}\n#endif")

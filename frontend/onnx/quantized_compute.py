@@ -116,8 +116,7 @@ def exact_without_zero(x: Tensor, w: np.ndarray | None, reduce_axes: tuple[int, 
   (summed over `reduce_axes`), plus `bias`, stay exact: every partial sum below 2**24."""
   if w is None or w.dtype.kind not in "iu": return False
   if x.dtype != dtypes.float32 or x.uop.op is not Ops.CAST or x.uop.src[0].dtype not in EIGHT_BIT: return False
-  largest = 255 if x.uop.src[0].dtype == dtypes.uint8 else 128
-  return largest * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0)) + bias < FLOAT_EXACT
+  return _sums_exact(x.uop.src[0].dtype, 0, _abs_sum(w, reduce_axes), bias)
 
 
 def _weight_sums(zero: int, values: np.ndarray, reduce_axes: tuple[int, ...], shape, device: str) -> Tensor:
@@ -157,6 +156,18 @@ def quantized_max_pool(ctx: NodeContext, x: Tensor, pool) -> Tensor | None:
 FLOAT_EXACT = 1 << 24      # every integer up to this magnitude is a float32
 
 
+def _abs_sum(w: np.ndarray, reduce_axes: tuple[int, ...]) -> float:
+  """The largest sum of |w| over `reduce_axes` (one per output)."""
+  return float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0))
+
+
+def _sums_exact(dtype, zero: int, abs_sum: float, bias: float) -> bool:
+  """Whether every partial sum of (an 8-bit `dtype` value - `zero`) times weights whose |sums| reach `abs_sum`, plus
+  a bias of up to `bias`, stays below 2**24."""
+  lo, hi = (0, 255) if dtype == dtypes.uint8 else (-128, 127)
+  return max(abs(lo - zero), abs(hi - zero)) * abs_sum + bias < FLOAT_EXACT
+
+
 def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_zero, bias_index: int | None,
                          reduce_axes: tuple[int, ...]) -> tuple[Tensor, int, Tensor, np.ndarray | None] | None:
   """(x as float32, x's zero point, w as float32, w's values or None) when the integer sums of products of a
@@ -164,7 +175,7 @@ def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_ze
   |x - x_zero| * sum |w| (per output, over the `reduce_axes` of the weights) + |bias| below 2**24 (a bound from the
   weights' values). Then the float32 accumulation gives the int32 accumulator bit for bit, and the product reads the
   8-bit tensors converted on load (SIMD) instead of int32 copies; w's values come with them when the sums of x
-  itself are exact too (`exact_without_zero`: the zero point can go outside the reduction, `shifted_conv`). None
+  itself are exact too (as `exact_without_zero` says: the zero point can go outside the reduction, `shifted_conv`). None
   otherwise (the int32 arithmetic stays)."""
   if x.dtype not in EIGHT_BIT or not ctx.is_const(w_index): return None
   if any(z is not None and not ctx.is_const(i) for i, z in ((2, x_zero), (w_index + 2, w_zero))): return None
@@ -173,12 +184,11 @@ def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_ze
   if w_zero is not None and np.any(np.asarray(ctx.const_value(w_index + 2)) != 0): return None
   zx = int(np.asarray(ctx.const_value(2)).reshape(-1)[0]) if x_zero is not None else 0
   if x_zero is not None and np.unique(np.asarray(ctx.const_value(2))).size > 1: return None
-  lo, hi = (0, 255) if x.dtype == dtypes.uint8 else (-128, 127)
   bias = 0.0
   if bias_index is not None and ctx.input(bias_index) is not None:
     if not ctx.is_const(bias_index): return None
     bias = float(np.abs(np.asarray(ctx.const_value(bias_index), np.int64)).max(initial=0))
-  bound = max(abs(lo - zx), abs(hi - zx)) * float(np.abs(w.astype(np.int64)).sum(axis=reduce_axes).max(initial=0))
-  if bound + bias >= FLOAT_EXACT: return None
-  xf = x.cast(dtypes.float32)
-  return xf, zx, ctx.input(w_index).cast(dtypes.float32), w if exact_without_zero(xf, w, reduce_axes, bias) else None
+  abs_sum = _abs_sum(w, reduce_axes)
+  if not _sums_exact(x.dtype, zx, abs_sum, bias): return None
+  wf = ctx.input(w_index).cast(dtypes.float32)
+  return x.cast(dtypes.float32), zx, wf, w if _sums_exact(x.dtype, 0, abs_sum, bias) else None

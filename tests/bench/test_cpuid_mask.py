@@ -17,16 +17,23 @@ import sys
 sys.path.insert(0, {bench!r})
 import cpuid_mask
 cpuid_mask.masked_process({cache!r})
-from numpy._core._multiarray_umath import __cpu_features__ as f
+"""
+PROBE = """from numpy._core._multiarray_umath import __cpu_features__ as f
 print(f["AVX2"], f["FMA3"], any(v for k, v in f.items() if "AVX512" in k or "VNNI" in k))
 """
 
 
-def test_masked_process_reports_x86_64_v3(tmp_path):
+def run_masked(tmp_path, tail: str) -> subprocess.CompletedProcess:
+  """A script that re-runs itself under the mask, then runs `tail`; skipped where CPUID cannot be made to fault."""
   script = tmp_path / "probe.py"
-  script.write_text(SCRIPT.format(bench=BENCH, cache=str(tmp_path / "cache")))
+  script.write_text(SCRIPT.format(bench=BENCH, cache=str(tmp_path / "cache")) + tail)
   run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
   if "CPUID faulting is not available" in run.stderr: pytest.skip("this kernel or CPU cannot make CPUID fault")
+  return run
+
+
+def test_masked_process_reports_x86_64_v3(tmp_path):
+  run = run_masked(tmp_path, PROBE)
   assert run.returncode == 0, run.stderr
   assert run.stdout.split() == ["True", "True", "False"]
 
@@ -34,9 +41,5 @@ def test_masked_process_reports_x86_64_v3(tmp_path):
 def test_other_faults_still_crash(tmp_path):
   """A segmentation fault that is no CPUID goes to the handler installed before (here the default: the process dies
   of SIGSEGV), not into a loop."""
-  script = tmp_path / "crash.py"
-  script.write_text(SCRIPT.format(bench=BENCH, cache=str(tmp_path / "cache")).split("from numpy")[0] +
-                    "import ctypes\nctypes.string_at(8)\n")
-  run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-  if "CPUID faulting is not available" in run.stderr: pytest.skip("this kernel or CPU cannot make CPUID fault")
+  run = run_masked(tmp_path, "import ctypes\nctypes.string_at(8)\n")
   assert run.returncode == -11, (run.returncode, run.stderr)

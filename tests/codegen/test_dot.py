@@ -33,12 +33,12 @@ SPELLING = {"x86-64-v2": "tg_dot4_mm(", "x86-64-v3": "tg_dot4_mm256(", "x86-64-v
 # a call of each instruction in a kernel (pmaddwd's own, not those inside madd4's helper)
 INSTRUCTIONS = {"madd": r"\)_mm\d*_madd_epi16\(", "madd4": r"tg_dot4_mm\d*\(", "vnni": r"_dpbusd_epi32\(",
                 "sdot": r"vdotq_s32\("}
+W_POS = 2       # the kernel's arguments: output, activations, weights
 
 
 def called(src: str) -> list[str]:
   """The dot-product instructions the kernel source calls."""
   return [kind for kind, call in INSTRUCTIONS.items() if re.search(call, src)]
-W_POS = 2       # the kernel's arguments: output, activations, weights
 
 
 def case(m: int, k: int, n: int, signed: bool) -> tuple[np.ndarray, np.ndarray, int]:
