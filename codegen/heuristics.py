@@ -21,8 +21,8 @@ from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
-from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, MASKED_MIN_FILL, MAX_GATHER_SHARE, PADDED_VECTORS,
-                               SHORT_TAPS, UNROLLED_TAPS)
+from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, GATHER_WORTH_OPS, MASKED_MIN_FILL, MAX_GATHER_SHARE,
+                               PADDED_VECTORS, SHORT_TAPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
                                        reduce_body_loads, streamed_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
@@ -68,6 +68,17 @@ def _gather_share(k: Kernel, r: UOp, constant: frozenset, masked: bool = False, 
   return bad / max(total, 1)
 
 
+def _float_ops_per_access(k: Kernel) -> float:
+  """Float arithmetic of the kernel per load and store (an elementwise erf reads one value and computes about 30)."""
+  nodes = k.ast.toposort()
+  ops = sum(1 for n in nodes if n.op in _FLOAT_ARITHMETIC and n.dtype.is_float)
+  return ops / max(sum(1 for n in nodes if n.op in (Ops.LOAD, Ops.STORE)), 1)
+
+
+_FLOAT_ARITHMETIC = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.RECIP, Ops.EXP2,
+                               Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.WHERE})
+
+
 def _fill(n: int, w: int) -> float:
   """The share of the lanes of vectors of `w` lanes that an axis of `n` fills (the last vector padded)."""
   return n / (-(-n // w) * w)
@@ -106,7 +117,8 @@ def _pick_vector(k: Kernel, target: Target, constant: frozenset) -> tuple[Opt | 
         # most lanes that move as vectors
         key = (share > MAX_GATHER_SHARE, kind == "reduce", -w * (1 - share) * _fill(n, w), -i)
         if best_key is None or key < best_key: best, best_key = opt, key
-  if best is None or best_key[0]: return None, None
+  # lane-by-lane accesses cost less than computing every lane alone where the kernel is mostly arithmetic
+  if best is None or best_key[0] and _float_ops_per_access(k) < GATHER_WORTH_OPS: return None, None
   return best, best_key
 
 

@@ -27,7 +27,10 @@ def unswitch_gated_loops(program: list[UOp]) -> list[UOp]:
       out.append(program[i])
       i += 1
       continue
-    out += _versioned(program[i:end + 1], position, i)
+    loop = program[i:end + 1]
+    if loop[-1].op is not Ops.ENDRANGE:       # the last loop, closed where the program ends: close it here
+      loop.append(UOp(Ops.ENDRANGE, dtypes.bool, (program[i],)))
+    out += _versioned(loop, position, i)
     i = end + 1
   return out
 
@@ -51,11 +54,12 @@ def _versioned(loop: list[UOp], position: dict[UOp, int], start: int) -> list[UO
 
 
 def _innermost_end(program: list[UOp], start: int) -> int | None:
-  """The position of the ENDRANGE closing the loop opened at `start`, when no other loop opens inside it."""
+  """The position of the ENDRANGE closing the loop opened at `start`, when no other loop opens inside it; the
+  program's last position for the last loop opened (output loops close where the program ends)."""
   for j in range(start + 1, len(program)):
     if program[j].op in (Ops.RANGE, Ops.IF, Ops.DEFINE_LOCAL, Ops.BARRIER): return None
     if program[j].op is Ops.ENDRANGE: return j if program[j].src[0] is program[start] else None
-  return None
+  return len(program) - 1
 
 
 def _gate(u: UOp) -> UOp | None:

@@ -127,12 +127,22 @@ def _per_lane(ctx: VectorCtx, s: UOp) -> bool:
 
 
 def _clamp(idx: UOp, v: UOp) -> UOp | None:
-  """The clamp `flat < n ? flat : n-1` of a padded output axis in `idx`, or None."""
+  """The clamp `flat < n ? flat : n-1` of a padded output axis in `idx`, or None. The compare may be on `flat - d`
+  (`r*16 + v < 742 ? r*16 + 8 + v : 749`: the simplifier moved the constant of the second vector of an upcast
+  axis across)."""
   for w in idx.toposort():
-    if w.op is Ops.WHERE and w.src[0].op is Ops.CMPLT and w.src[0].src[0] is w.src[1] and w.src[2].op is Ops.CONST \
-       and loop_end(w.src[0], v):
+    if w.op is Ops.WHERE and w.src[0].op is Ops.CMPLT and w.src[2].op is Ops.CONST and loop_end(w.src[0], v) and \
+       (w.src[0].src[0] is w.src[1] or _shifted_clamp(w)):
       return w
   return None
+
+
+def _shifted_clamp(w: UOp) -> bool:
+  """`a < n ? a + d : n + d - 1` for a constant d: the clamp of `a + d` at n + d - 1."""
+  (a, n), flat, fill = w.src[0].src, w.src[1], w.src[2]
+  if n.op is not Ops.CONST: return False
+  (terms_a, const_a), (terms_f, const_f) = split_terms(a), split_terms(flat)
+  return terms_a == terms_f and fill.arg == n.arg + const_f - const_a - 1
 
 
 def unclamped(idx: UOp, v: UOp) -> tuple[UOp, UOp] | None:
@@ -195,18 +205,21 @@ def mask_gates(gates: tuple, v: UOp, lane_masks: bool) -> bool:
 
 def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
-  time, or it is `outer*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750 keys; `outer`
-  a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than one vector).
+  time, or it is `outer*k*lanes + c*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750
+  keys; `outer` a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than
+  one vector; k, c >= 0 when the axis is upcast too: the second vector of a 16-column block is `gidx2*16 + 8 + v`).
   The gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses
   unless the renderer's masked accesses are single instructions (`lane_condition`)."""
   nodes = gate.toposort()
   if any(n.op is Ops.DEFINE_VAR for n in nodes): return True
+  lanes = v.src[0].arg
   for n in nodes:
     if n.op is Ops.CMPLT and n.src[1].op is Ops.CONST:
       terms, const = split_terms(n.src[0])
       outer = [(t, c) for t, c in terms.items() if t is not v]
-      if const == 0 and terms.get(v) == 1 and (not outer or len(outer) == 1 and v not in outer[0][0].toposort() and
-                                               outer[0][1] == v.src[0].arg): return True
+      if const >= 0 and const % lanes == 0 and terms.get(v) == 1 and \
+         (not outer or len(outer) == 1 and v not in outer[0][0].toposort() and outer[0][1] > 0 and
+          outer[0][1] % lanes == 0): return True
   return False
 
 

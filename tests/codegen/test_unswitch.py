@@ -135,3 +135,23 @@ def test_a_lane_mask_that_changes_with_the_loop_versions_each_iteration():
   fast, slow = _copies(out)
   assert all(len(u.src) == 2 for u in fast if u.op is Ops.LOAD) and not any(u.op is Ops.WHERE for u in fast)
   assert any(u.op is Ops.WHERE for u in slow)
+
+
+def test_the_last_loop_closed_where_the_program_ends_is_versioned_too():
+  """Output loops have no ENDRANGE: they close where the program ends. The innermost one of a softmax's last pass
+  (a vector loop along a row of 750 keys, masked at its end) is versioned per iteration like a reduce loop, so on
+  AVX2 every vector but the row's last is a plain load and store (`vmaskmovps` stores are slow on some CPUs)."""
+  program = _vector_mask_program(mask_inside=True)[:-2]          # no ENDRANGEs: both loops close at the end
+  out = unswitch_gated_loops(program)
+  ops = [u.op for u in out]
+  assert ops.count(Ops.IF) == 1 and ops.count(Ops.RANGE) == 2 and ops.index(Ops.RANGE, 1) < ops.index(Ops.IF)
+  fast, slow = _copies(out)
+  assert all(len(u.src) == 2 for u in fast if u.op is Ops.LOAD) and all(len(u.src) == 3 for u in fast
+                                                                      if u.op is Ops.STORE)
+  assert any(len(u.src) == 3 for u in slow if u.op is Ops.LOAD)
+  x = RNG.standard_normal((3, 750)).astype(np.float32) * 4
+  items, _ = schedule([Tensor(x, device="c").softmax(-1).uop], _alloc("c"))
+  v3 = Target.make("c", cpu="x86-64-v3")
+  source = lower(items[-1].ast, v3, name="normalize").src
+  plain, masked = source.split("} else {")
+  assert "tg_mstore_f32x8(" not in plain.split("if (")[-1] and "tg_mstore_f32x8(" in masked
