@@ -31,7 +31,10 @@ def _expand_reduce(red: UOp) -> UOp | None:
 
 
 def _expand_store(st: UOp) -> UOp | None:
-  ups = _ranges_of(st, AxisType.UPCAST)
+  # the longest upcast outermost: a register block's copies of the load that moves along it are each used for the
+  # copies of the shorter axes right away, while those of the shorter axes stay in registers (4 rows x 2 weight
+  # vectors holds 2 weight vectors and one broadcast row at a time, not 4 broadcast rows)
+  ups = sorted(_ranges_of(st, AxisType.UPCAST), key=lambda r: -r.src[0].arg)
   if not ups: return None
   return UOp(Ops.SINK, dtypes.bool, tuple(substitute(st, m) for m in _combos(ups)))
 

@@ -174,3 +174,15 @@ def test_gather_by_loaded_indices_reads_lane_by_lane():
   t, i = c(table), c(idx)
   _, out = run_on_c(t[i], [Opt("VECTOR", 1, 8)])
   np.testing.assert_array_equal(to_numpy(out), table[idx])
+
+
+def test_a_register_block_copies_its_longest_axis_outermost():
+  """A matmul block of 4 rows x 2 weight vectors: the expanded stores (whose order is the order of the block's
+  multiply-adds) go row by row, each row's broadcast used by both weight vectors at once, so the 2 weight vectors are
+  what stays in registers, not 4 broadcast rows (codegen/expand.py)."""
+  a, b = RNG.standard_normal((8, 16), dtype=np.float32), RNG.standard_normal((16, 32), dtype=np.float32)
+  it, _, _ = kernel(c(a) @ c(b))
+  ast = expand(Kernel(it.ast).apply_all([Opt("VECTOR", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 4)]).ast)
+  stores = [s for s in ast.toposort() if s.op is Ops.STORE]
+  rows = [next(ld for ld in s.src[2].toposort() if ld.op is Ops.LOAD and ld.src[0].arg[0] == 1) for s in stores]
+  assert len(stores) == 8 and [rows.index(r) for r in rows] == [0, 0, 2, 2, 4, 4, 6, 6]
