@@ -21,8 +21,8 @@ from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
-from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, GATHER_WORTH_OPS, MASKED_MIN_FILL, MAX_GATHER_SHARE,
-                               PADDED_VECTORS, SHORT_TAPS, UNROLLED_TAPS)
+from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, GATHER_WORTH_OPS, MASKED_MIN_FILL,
+                               MAX_GATHER_SHARE, PADDED_VECTORS, SHORT_TAPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
                                        reduce_body_loads, streamed_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
