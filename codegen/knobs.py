@@ -13,6 +13,7 @@ RECOMPUTE_MAX_OPS = 16      # a value with an exp/log/sin that several kernels c
 BATCH_MAX_SPAN = 2          # reductions over slices batched: a group computes at most this many steps per step it uses
 MAX_GATHER_SHARE = 0.2      # a VECTOR axis along which more of the memory accesses are lane by lane is not worth it
 GATHER_WORTH_OPS = 8        # ... unless the kernel computes this many float ops per access (an erf of a transpose)
+TRANSCENDENTAL_OPS = 10     # ... an exp2, log2 or sin counted as this many (tg_exp2: polynomial, reduction, scaling)
 KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no limit (C): more fusion recomputes more
                             # (a recurrence's elementwise state, fused into every later step's kernel)
 
