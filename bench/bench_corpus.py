@@ -40,6 +40,7 @@ from corpus import ort_session  # noqa: E402
 
 TWO_THREAD_BLOCKS = 4     # blocks of half the one-thread rounds per two-thread engine, in turn
 
+
 def _runs_for(seconds: float, budget: float, lo: int = 5, hi: int = 30) -> int:
   """Rounds that fit `budget` seconds per engine for a run of `seconds`."""
   return max(lo, min(hi, int(budget / max(seconds, 1e-6))))

@@ -207,7 +207,8 @@ def loop_end(gate: UOp, v: UOp) -> bool:
   """Whether a gate is the end of a padded loop along vector range `v`: it compares with a size known only at run
   time, or it is `outer*k*lanes + c*lanes + v < constant` (a fixed axis no vector width divides: a softmax's 750
   keys; `outer` a loop, or its part of a task loop it was folded into: `gidx0 % 47`; none for an axis shorter than
-  one vector; k, c >= 0 when the axis is upcast too: the second vector of a 16-column block is `gidx2*16 + 8 + v`).
+  one vector; k >= 1 and c >= 0 when the axis is upcast too: the second vector of a 16-column block is
+  `gidx2*16 + 8 + v`).
   The gates masked vector accesses are used for; other gates (a convolution's padding) keep lane-by-lane accesses
   unless the renderer's masked accesses are single instructions (`lane_condition`)."""
   nodes = gate.toposort()
