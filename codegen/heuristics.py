@@ -21,6 +21,7 @@ from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
+from tgc.codegen.linearize import loop_dependencies
 from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, GATHER_WORTH_OPS, MASKED_MIN_FILL,
                                MAX_GATHER_SHARE, PADDED_VECTORS, SHORT_TAPS, TRANSCENDENTAL_OPS, UNROLLED_TAPS)
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
@@ -72,24 +73,15 @@ def _float_ops_per_access(k: Kernel) -> float:
   """Float arithmetic of the kernel per load and store, each counted as often as it runs (a reduction's body once per
   step) and an exp2, log2 or sin as TRANSCENDENTAL_OPS: an elementwise erf reads one value and computes about 30, a
   softmax's sum of exponentials about 13 per value it reads."""
-  memo: dict[UOp, frozenset] = {}
+  nodes = k.ast.toposort()
+  loops = loop_dependencies(nodes, lambda r: r.arg.kind is AxisType.REDUCE)
   ops = accesses = 0
-  for n in k.ast.toposort():
-    runs = math.prod(Kernel.size(r) for r in _reduce_ranges(n, memo))
+  for n in nodes:
+    runs = math.prod(Kernel.size(r) for r in loops[n])
     if n.op in _FLOAT_ARITHMETIC and n.dtype.is_float:
       ops += runs * (TRANSCENDENTAL_OPS if n.op in (Ops.EXP2, Ops.LOG2, Ops.SIN) else 1)
     elif n.op in (Ops.LOAD, Ops.STORE): accesses += runs
   return ops / max(accesses, 1)
-
-
-def _reduce_ranges(n: UOp, memo: dict[UOp, frozenset]) -> frozenset:
-  """The reduce loops value `n` is computed in (a reduction's result is outside its own); sources come first in a
-  toposort, so theirs are in `memo`."""
-  if n not in memo:
-    if n.op is Ops.RANGE: memo[n] = frozenset((n,)) if n.arg.kind is AxisType.REDUCE else frozenset()
-    elif n.op is Ops.REDUCE: memo[n] = _reduce_ranges(n.src[0], memo) - set(n.src[1:])
-    else: memo[n] = frozenset().union(*(_reduce_ranges(s, memo) for s in n.src))
-  return memo[n]
 
 
 _FLOAT_ARITHMETIC = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.RECIP, Ops.EXP2,

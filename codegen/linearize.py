@@ -8,6 +8,7 @@ that contains everything they depend on: address arithmetic and whatever a reduc
 of the loops they do not depend on; the rest is computed where it is first used. The result is what renderers
 walk."""
 from __future__ import annotations
+from typing import Callable
 from tgc.ir import Ops, UOp, AxisType, dtypes
 from tgc.codegen.expand import COMBINE
 
@@ -22,17 +23,23 @@ def reduce_identity(op: Ops, dtype):
   return 0 if dtype.is_unsigned else -(1 << (8 * dtype.itemsize - 1))
 
 
+def loop_dependencies(nodes: list[UOp], is_loop: Callable[[UOp], bool]) -> dict[UOp, frozenset]:
+  """The loops each of `nodes` (a toposort) depends on: the RANGEs `is_loop` accepts that it reads (a REDUCE closes
+  its own ranges)."""
+  deps: dict[UOp, frozenset] = {}
+  for n in nodes:
+    if n.op is Ops.RANGE and is_loop(n): deps[n] = frozenset([n])
+    elif n.op is Ops.REDUCE: deps[n] = deps[n.src[0]] - frozenset(n.src[1:])
+    else: deps[n] = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
+  return deps
+
+
 class _Linearizer:
   def __init__(self, sink: UOp, grid_kinds: tuple[AxisType, ...]):
     self.nodes = sink.toposort()
     self.position = {n: i for i, n in enumerate(self.nodes)}
     self.grid_kinds = grid_kinds
-    # the loops each node depends on (a REDUCE closes its own ranges)
-    self.deps: dict[UOp, frozenset] = {}
-    for n in self.nodes:
-      if n.op is Ops.RANGE and n.arg.kind not in grid_kinds: self.deps[n] = frozenset([n])
-      elif n.op is Ops.REDUCE: self.deps[n] = self.deps[n.src[0]] - frozenset(n.src[1:])
-      else: self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src)) if n.src else frozenset()
+    self.deps = loop_dependencies(self.nodes, lambda r: r.arg.kind not in grid_kinds)
     self.groups: dict[tuple, list[UOp]] = {}
     for n in self.nodes:
       if n.op is Ops.REDUCE: self.groups.setdefault(tuple(n.src[1:]), []).append(n)
