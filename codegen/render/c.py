@@ -17,7 +17,7 @@ Integer dot products (DOT: codegen/dot.py) are the CPU level's intrinsics, from 
 from __future__ import annotations
 from tgc.ir import Ops, UOp, DType, dtypes
 from tgc.codegen.registry import TargetSpec
-from tgc.codegen.render.cstyle import CStyleRenderer, zero_rows
+from tgc.codegen.render.cstyle import CStyleRenderer, number_side, zero_rows
 
 _MATH = ((Ops.EXP2, "exp2"), (Ops.LOG2, "log2"), (Ops.SIN, "sin"), (Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"),
          (Ops.RINT, "rint"), (Ops.POW, "pow"))
@@ -235,6 +235,8 @@ class CRenderer(CStyleRenderer):
     if u.op is Ops.WHERE: return self._select(s[0], s[1], s[2], d)
     if u.op is Ops.MAX:
       if not d.scalar.is_float: return self._select(f"({s[0]}>{s[1]})", s[0], s[1], d)
+      k = number_side(u)
+      if k is not None: return self._select(f"({s[k]}>{s[1 - k]})", s[k], s[1 - k], d)
       return self._select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))", s[0], s[1], d)
     if u.op is Ops.RECIP: return f"(1.0f/{s[0]})"
     if u.op is Ops.EXP2: return f"tg_exp2_f32x{d.count}({s[0]})"

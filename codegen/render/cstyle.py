@@ -136,6 +136,8 @@ class CStyleRenderer:
   def render_alu(self, u: UOp, s: list[str]) -> str:
     d = u.src[0].dtype
     if u.op is Ops.MAX:
+      k = number_side(u)
+      if d.is_float and k is not None: return f"((({s[k]})>({s[1 - k]}))?({s[k]}):({s[1 - k]}))"
       if d.is_float: return f"((({s[0]})>({s[1]})||({s[0]})!=({s[0]}))?({s[0]}):({s[1]}))"
       return f"(({s[0]})>({s[1]})?({s[0]}):({s[1]}))"
     if u.op in (Ops.IDIV, Ops.MOD):
@@ -417,6 +419,19 @@ def _sum(body: KernelBody, terms, const: int) -> str:
   """sum(term * coefficient) + const as C spells it."""
   parts = [body.r(t) if c == 1 else f"{body.r(t)}*{c}" for t, c in terms] + ([str(const)] if const else [])
   return " + ".join(parts) or "0"
+
+
+def _number(u: UOp) -> bool:
+  """Whether `u` is a constant that is not NaN (a scalar, or one broadcast into every lane)."""
+  if u.op is Ops.VECTORIZE: return all(_number(x) for x in u.src)
+  return u.op is Ops.CONST and not (isinstance(u.arg, float) and math.isnan(u.arg))
+
+
+def number_side(u: UOp) -> int | None:
+  """The source of MAX `u` that is a constant other than NaN (a ReLU's 0, a clip's bound), else None. With one
+  such side k, max(x, k) is `k > x ? k : x`: a NaN x fails the comparison and is the result, as max's NaN x must
+  be, so the test for NaN is not needed (x86: one maxps)."""
+  return next((i for i, x in enumerate(u.src) if _number(x)), None)
 
 
 def load_gate(u: UOp) -> UOp | None:

@@ -113,6 +113,20 @@ def test_vector_kernels_compute_what_numpy_computes(name):
   np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("opts", [[Opt("VECTOR", 1, 8)], []], ids=["vector", "scalar"])
+def test_max_against_a_constant_keeps_nan_without_testing_for_it(opts):
+  """A ReLU's or a clip's bound is a number: `k > x ? k : x` is max(x, k) and lets a NaN x through, with no x != x."""
+  x = RNG.standard_normal((4, 32)).astype(np.float32)
+  x[0, :5] = [np.nan, -np.nan, np.inf, -np.inf, -0.0]
+  x[3, 7] = np.nan
+  fn = lambda t: t.maximum(0.0) + (-t).maximum(-1.5) + t.clip(-0.25, 0.75)  # noqa: E731
+  want = fn(Tensor(x, device="numpy")).numpy()
+  prg, out = run_on_c(fn(c(x)), opts)
+  assert "!=" not in prg.function
+  np.testing.assert_array_equal(np.isnan(to_numpy(out)), np.isnan(want))
+  np.testing.assert_allclose(to_numpy(out), want, rtol=1e-6)
+
+
 EXP2_DRIVER = """
 void run(float *o, const float *x, int n) {
   int i;
