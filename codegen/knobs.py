@@ -29,7 +29,8 @@ SHORT_TAPS = 7              # a reduction whose every axis is at most this long 
 UNROLLED_TAPS = 9           # ... is unrolled from its innermost axis up to this many copies (overlapping windows)
 RELAYOUT_MAX_GROWTH = 1.25  # weights stored in read order may take this many times the bytes they come from
 MIN_TASKS = 16              # outer loops are folded into the task loop until it has this many iterations
-PARALLEL_MIN_OPS = 1 << 20  # a C kernel goes to the thread pool at this much arithmetic per launch ...
+PARALLEL_MIN_OPS = 1 << 20  # a C kernel goes to the thread pool at this much work per launch (ops, transcendentals
+                            # at TRANSCENDENTAL_OPS) ...
 PARALLEL_MIN_BYTES = 1 << 20  # ... or this much memory traffic (about ten microseconds of work)
 POOL_RUNS_PER_THREAD = 4    # the thread pool hands out a job's task indices in about this many runs per thread
 

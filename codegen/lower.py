@@ -19,7 +19,7 @@ from tgc.codegen.relayout import GPU_ORDER, Relayout, relayout
 from tgc.codegen.linearize import linearize
 from tgc.codegen.unswitch import unswitch_gated_loops
 from tgc.codegen.heuristics import hand_coded_opts
-from tgc.codegen.knobs import MIN_TASKS
+from tgc.codegen.knobs import MIN_TASKS, TRANSCENDENTAL_OPS
 from tgc.codegen.gpu_tiles import stage
 from tgc.codegen.precision import half_precision
 from tgc.codegen.render import get_renderer, KernelParam
@@ -50,6 +50,7 @@ class KernelProgram:
   # the AST's argument positions the kernel's arguments 0, 1, ... stand for (a weight folded into another is dropped)
   args: tuple[int, ...] = ()
   variables: tuple[str, ...] = ()       # the sizes known only at run time it takes after its buffers, by name
+  work: int = 0                         # ops per launch, an exp2, log2 or sin as TRANSCENDENTAL_OPS (thread pool)
 
 
 def _grid(k_ast: UOp, max_dims: int, max_per_dim: int | tuple[int, ...] | None = None) -> tuple[UOp, tuple, tuple]:
@@ -201,10 +202,12 @@ def _local_parents(ast: UOp) -> dict[int, int]:
   return {n.arg.id: n.arg.parent for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind in _LOCALS}
 
 
-def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
-  """Arithmetic ops and bytes loaded/stored by one work-item (C: the whole kernel, its output loops included),
-  counting each vector lane. Of an IF ... ELSE ... ENDIF only the first branch counts (the two do the same work)."""
-  loops, n, nbytes, mult, skipping = [], 0, 0, 1, False
+def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int, int]:
+  """Arithmetic ops, bytes loaded/stored and work (the ops, each exp2, log2 or sin counted as TRANSCENDENTAL_OPS:
+  what a C kernel's launch costs, which decides whether the thread pool takes it) by one work-item (C: the whole
+  kernel, its output loops included), counting each vector lane. Of an IF ... ELSE ... ENDIF only the first branch
+  counts (the two do the same work)."""
+  loops, n, nbytes, extra, mult, skipping = [], 0, 0, 0, 1, False
   for u in program:
     if u.op in (Ops.ELSE, Ops.ENDIF): skipping = u.op is Ops.ELSE
     elif skipping: continue
@@ -215,10 +218,11 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int]:
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
         and u.dtype.scalar != INDEX and not (u.op is Ops.ASSIGN and u.src[1].op is Ops.DOT):
       n += mult * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
+      if u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN): extra += mult * u.dtype.count * (TRANSCENDENTAL_OPS - 1)
     elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: nbytes += mult * u.dtype.count * u.dtype.itemsize
     elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
       nbytes += mult * u.src[2].dtype.count * u.src[2].dtype.itemsize
-  return n, nbytes
+  return n, nbytes, n + extra
 
 
 def _as_loop(ast: UOp, expand_lanes: bool) -> UOp:
@@ -324,11 +328,11 @@ def lower(ast: UOp, target: Target, opts: list[Opt] | None = None,
   rendered = renderer.render_kernel(name, program, lsz, note)
   function, prefix = rendered.function, list(rendered.prefix)
   src = "\n".join(prefix + [function])
-  ops, nbytes = count_ops(program, not target.has_workgroups)
+  ops, nbytes, work = count_ops(program, not target.has_workgroups)
   work_items = 1 if not target.has_workgroups else highest_prod(gsz)
   return KernelProgram(name, src, function, tuple(prefix), gsz, lsz, len(done.args), tuple(done.opts),
                        ops * work_items, rendered.params, nbytes * work_items, rendered.shared_bytes, rendered.features,
-                       done.relayouts, done.args, rendered.variables)
+                       done.relayouts, done.args, rendered.variables, work * work_items)
 
 
 def _compact_args(ast: UOp, nbufs: int) -> tuple[UOp, tuple[int, ...]]:

@@ -54,9 +54,9 @@ def _glue(cm: CompiledModel, params: dict[str, list[Param]]) -> str:
 
 
 def _parallel(k: KernelProgram) -> str:
-  """Whether a launch may go to the parallel-for: a C expression on the kernel's op and byte counts (model.c's
-  TG_PARALLEL thresholds); a kernel with one task iteration never does."""
-  return f"TG_PARALLEL({k.ops}.0, {k.bytes}.0)" if not is_static(k.global_size[0]) or k.global_size[0] > 1 else "0"
+  """Whether a launch may go to the parallel-for: a C expression on the kernel's work (its ops, transcendentals at
+  their cost) and byte counts (model.c's TG_PARALLEL thresholds); a kernel with one task iteration never does."""
+  return f"TG_PARALLEL({k.work}.0, {k.bytes}.0)" if not is_static(k.global_size[0]) or k.global_size[0] > 1 else "0"
 
 
 def _state_code(cm: CompiledModel, sym: str) -> dict[str, str]:

@@ -59,6 +59,19 @@ def compiled(case: ModelCase, cpu: str = "native"):
                           [(s.name, b) for s, b in cap.outputs], weights)
 
 
+def test_exponentials_count_at_their_cost_for_the_thread_pool():
+  """A sigmoid over 96K values has fewer ops (an exp counted once) and bytes than the pool's thresholds, but the work
+  of its exponentials (each at TRANSCENDENTAL_OPS) passes them: it goes to the thread pool."""
+  from tgc.codegen.knobs import PARALLEL_MIN_BYTES, PARALLEL_MIN_OPS, TRANSCENDENTAL_OPS
+  from tgc.emit.c import _parallel
+  x = np.random.default_rng(5).standard_normal((96, 1024)).astype(np.float32)
+  cm = compiled(ModelCase("sig", lambda device: lambda x: x.sigmoid(), {"x": x}), cpu="x86-64-v3")
+  (k,) = cm.kernels.values()
+  assert k.ops < PARALLEL_MIN_OPS and k.bytes < PARALLEL_MIN_BYTES
+  assert k.work == k.ops + x.size * (TRANSCENDENTAL_OPS - 1) >= PARALLEL_MIN_OPS
+  assert _parallel(k) == f"TG_PARALLEL({k.work}.0, {k.bytes}.0)"
+
+
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
   case = net_case()
