@@ -17,7 +17,8 @@ TRANSCENDENTAL_OPS = 10     # ... an exp2, log2 or sin counted as this many (tg_
 KERNEL_MAX_BUFFERS = 16     # buffers a kernel binds where the target sets no limit (C): more fusion recomputes more
                             # (a recurrence's elementwise state, fused into every later step's kernel)
 
-# ---------------------------------------------------------------- CPUs (heuristics.py, lower.py, relayout.py, dot.py)
+# ---------------------------------------------------------------- CPUs (heuristics.py, lower.py, relayout.py, dot.py,
+#                                                                   unswitch.py)
 PADDED_VECTORS = 8          # an output axis of at least this many full vectors may be padded to a multiple of the lanes
 MASKED_MIN_FILL = 0.85      # ... a shorter one, where masked accesses are single instructions, when its values fill
                             # this share of the padded lanes (14 pixels of a row in 16 lanes, 7 in 8)
@@ -28,6 +29,7 @@ DOT_MAX_PADDING = 0.34      # a reduce axis may be padded by this fraction for a
 SHORT_TAPS = 7              # a reduction whose every axis is at most this long (a depthwise conv's, a pooling's) ...
 UNROLLED_TAPS = 9           # ... is unrolled from its innermost axis up to this many copies (overlapping windows)
 RELAYOUT_MAX_GROWTH = 1.25  # weights stored in read order may take this many times the bytes they come from
+NEST_INNER_MAX = 8          # a gated reduce nest is versioned whole when its innermost loop is this short (unswitch.py)
 MIN_TASKS = 16              # outer loops are folded into the task loop until it has this many iterations
 PARALLEL_MIN_OPS = 1 << 20  # a C kernel goes to the thread pool at this much work per launch (ops, transcendentals
                             # at TRANSCENDENTAL_OPS) ...

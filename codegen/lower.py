@@ -206,11 +206,14 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int, int]:
   """Arithmetic ops, bytes loaded/stored and work (the ops, each exp2, log2 or sin counted as TRANSCENDENTAL_OPS:
   what a C kernel's launch costs, which decides whether the thread pool takes it) by one work-item (C: the whole
   kernel, its output loops included), counting each vector lane. Of an IF ... ELSE ... ENDIF only the first branch
-  counts (the two do the same work)."""
-  loops, n, nbytes, extra, mult, skipping = [], 0, 0, 0, 1, False
+  counts (the two do the same work); IFs nest."""
+  loops, n, nbytes, extra, mult = [], 0, 0, 0, 1
+  skipping = 0      # while an ELSE branch is skipped: 1 + the IFs open inside it (its ENDIF ends the skip)
   for u in program:
-    if u.op in (Ops.ELSE, Ops.ENDIF): skipping = u.op is Ops.ELSE
-    elif skipping: continue
+    if skipping:
+      skipping += {Ops.IF: 1, Ops.ENDIF: -1}.get(u.op, 0)
+      continue
+    if u.op is Ops.ELSE: skipping = 1
     elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(int(u.src[0].vmax)); mult *= loops[-1]     # a size known at run time: at its largest
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()

@@ -7,17 +7,26 @@ with them. An innermost loop whose gated loads all have gates computed before it
 The first copy is the interior of the image (almost every iteration): one basic block of loads and FMAs, nothing
 for the compiler to keep apart. The second handles the borders as before.
 
+Before that, a whole reduce loop nest whose scalar gates are comparisons of sums of its loops (the taps) and values
+from before it (the output position) is versioned the same way on a test that they hold for every tap: the largest
+and smallest values of each side, read off the sums, when its innermost loop is at most NEST_INNER_MAX long: an RGB
+stem's channel loop (3 channels) is too short to carry a test per tap; over its whole 7x7 window the test is made
+once per block of outputs. A longer innermost loop (64 channels) keeps its test per tap.
+
 A gate may be a mask per lane (a vector access past the end of a size known at run time): the copy runs when every
 lane holds, a condition read off the mask's form (`r*16 + lane < T` for all 16 lanes is `r*16 + 15 < T`). When such
 a mask changes with the loop itself (the vector loop over a softmax row of run-time length), each iteration is
 versioned instead: the mask's test is one scalar comparison, true in every iteration but the last. Works on
 linearized programs."""
 from __future__ import annotations
-from tgc.ir import Ops, UOp, dtypes
+from tgc.ir import Ops, GroupOp, UOp, AxisType, dtypes
+from tgc.ir.symbolic import build_sum, simplify, split_terms
+from tgc.codegen.knobs import NEST_INNER_MAX
 
 
 def unswitch_gated_loops(program: list[UOp]) -> list[UOp]:
   """`program` with each innermost loop that reads through gates versioned on them (see the module docstring)."""
+  program = _versioned_nests(program)
   out: list[UOp] = []
   position = {u: i for i, u in enumerate(program)}
   i = 0
@@ -39,7 +48,7 @@ def _versioned(loop: list[UOp], position: dict[UOp, int], start: int) -> list[UO
   """The loop `RANGE ... ENDRANGE` (at `start` in the program) versioned on its gates, or as it was."""
   gates = _gates(loop[1:-1])
   if not gates: return loop
-  if all(position.get(g, len(position)) < start for g in gates):      # all computed before it: version the loop
+  if all(position.get(g, start) < start for g in gates):      # all computed before it: version the loop
     test = _every_lane_of(gates, strict=False)
     return [*_new_nodes(test, set(), position, start), UOp(Ops.IF, dtypes.bool, (test,)),
             *_ungated(loop, set(gates)), UOp(Ops.ELSE, dtypes.bool, ()), *loop, UOp(Ops.ENDIF, dtypes.bool, ())]
@@ -51,6 +60,103 @@ def _versioned(loop: list[UOp], position: dict[UOp, int], start: int) -> list[UO
   return [loop[0], *hoisted, *_new_nodes(test, {loop[0], *hoisted}, position, start),
           UOp(Ops.IF, dtypes.bool, (test,)), *_ungated(rest, set(gates)), UOp(Ops.ELSE, dtypes.bool, ()), *rest,
           UOp(Ops.ENDIF, dtypes.bool, ()), loop[-1]]
+
+
+def _versioned_nests(program: list[UOp]) -> list[UOp]:
+  """`program` with each outermost reduce loop nest whose scalar gates are affine tests of its loops versioned on
+  a test that they hold for every value of those loops (see the module docstring)."""
+  out: list[UOp] = []
+  position = {u: i for i, u in enumerate(program)}
+  i = 0
+  while i < len(program):
+    u = program[i]
+    end = _nest_end(program, i) if u.op is Ops.RANGE and u.arg.kind is AxisType.REDUCE else None
+    test = _nest_test(program, i, end, position) if end is not None else None
+    if test is None:
+      out.append(u)
+      i += 1
+      continue
+    nest, gates = program[i:end + 1], set(_gates(program[i + 1:end]))
+    out += [*_new_nodes(test, set(), position, i), UOp(Ops.IF, dtypes.bool, (test,)), *_used(_ungated(nest, gates)),
+            UOp(Ops.ELSE, dtypes.bool, ()), *nest, UOp(Ops.ENDIF, dtypes.bool, ())]
+    i = end + 1
+  return out
+
+
+def _used(segment: list[UOp]) -> list[UOp]:
+  """The segment without the arithmetic nothing in it reads any more (the gates of a copy without gated loads)."""
+  read = {s for u in segment for s in u.src}
+  kept = [u for u in segment if u.op not in GroupOp.ALU or u in read]
+  return kept if len(kept) == len(segment) else _used(kept)
+
+
+def _nest_end(program: list[UOp], start: int) -> int | None:
+  """The position of the ENDRANGE closing the loop opened at `start`, when only loops open inside it."""
+  depth = 0
+  for j in range(start + 1, len(program)):
+    op = program[j].op
+    if op in (Ops.IF, Ops.ELSE, Ops.ENDIF, Ops.DEFINE_LOCAL, Ops.BARRIER): return None
+    if op is Ops.RANGE: depth += 1
+    elif op is Ops.ENDRANGE:
+      if depth == 0: return j if program[j].src[0] is program[start] else None
+      depth -= 1
+  return None
+
+
+def _nest_test(program: list[UOp], start: int, end: int, position: dict[UOp, int]) -> UOp | None:
+  """A scalar that holds only when every gate of the nest program[start..end] holds for all values of its loops
+  (each gate an AND of comparisons of sums of the loops and values from before the nest), when some gate depends
+  on them (else None: the innermost loops are versioned as before)."""
+  body = program[start + 1:end]
+  gates = _gates(body)
+  loops = {u for u in program[start:end] if u.op is Ops.RANGE}
+  inner = program[max(i for i, u in enumerate(program[:end]) if u.op is Ops.RANGE)]
+  if inner.src[0].op is not Ops.CONST or inner.src[0].arg > NEST_INNER_MAX: return None    # it carries its own test
+  if not gates or any(g.dtype.count != 1 for g in gates) or \
+     not any(n in loops for g in gates for n in g.toposort()):
+    return None
+  parts = [_throughout(g, loops) for g in gates]
+  if any(p is None for p in parts): return None
+  test = simplify(_all(parts))
+  if test.op is Ops.CONST: return None       # never (a gate of the nest's own loops: r < 2 for r up to 7) or always
+  inside = set(program[start:end + 1])
+  if any(n in inside and (n.op in (Ops.RANGE, Ops.LOAD) or n.op.name.startswith("DEFINE")) for n in test.toposort()):
+    return None
+  return test
+
+
+def _throughout(gate: UOp, loops: set[UOp]) -> UOp | None:
+  """A scalar that holds only when `gate` holds for every value of `loops` (ranges from 0): an AND of its parts,
+  x < y as the largest x < the smallest y, not(x < y) as the largest y < the smallest x + 1; None for other forms."""
+  if not any(n in loops for n in gate.toposort()): return gate
+  # a & b throughout -> a throughout & b throughout
+  if gate.op is Ops.AND:
+    a, b = (_throughout(s, loops) for s in gate.src)
+    return None if a is None or b is None else UOp(Ops.AND, dtypes.bool, (a, b))
+  # not (x < y): y <= x
+  if gate.op is Ops.CMPNE and gate.src[1].op is Ops.CONST and gate.src[1].arg is True and \
+     gate.src[0].op is Ops.CMPLT and gate.src[0].src[0].dtype.is_int:
+    x, y = gate.src[0].src
+    hi, lo = _extreme(y, loops, largest=True), _extreme(x, loops, largest=False)
+    return None if hi is None or lo is None else UOp(Ops.CMPLT, dtypes.bool, (hi, lo + UOp.const(lo.dtype, 1)))
+  if gate.op is Ops.CMPLT and gate.src[0].dtype.is_int:
+    hi, lo = _extreme(gate.src[0], loops, largest=True), _extreme(gate.src[1], loops, largest=False)
+    return None if hi is None or lo is None else UOp(Ops.CMPLT, dtypes.bool, (hi, lo))
+  return None
+
+
+def _extreme(x: UOp, loops: set[UOp], largest: bool) -> UOp | None:
+  """The largest (or smallest) value of integer sum `x` over its loops' values (each from 0 to its constant end
+  - 1), as a sum of what it adds besides them; None when x depends on a loop otherwise than by a term of the sum."""
+  terms, const = split_terms(x)
+  rest: dict[UOp, int] = {}
+  for t, c in terms.items():
+    if t in loops:
+      if t.src[0].op is not Ops.CONST: return None
+      const += c * (t.src[0].arg - 1) if (c > 0) == largest else 0
+    elif any(n in loops for n in t.toposort()): return None
+    else: rest[t] = c
+  return build_sum(x.dtype, rest, const)
 
 
 def _innermost_end(program: list[UOp], start: int) -> int | None:
@@ -135,7 +241,7 @@ def _new_nodes(test: UOp, ready: set[UOp], position: dict[UOp, int], start: int)
   """The ops of `test` not computed where it goes (before `start`, or in `ready`), in order; constants are spelled
   where used. Ops are shared (the same op is the same node): one the program computes later is computed here too."""
   return [u for u in test.toposort()
-          if u.op is not Ops.CONST and u not in ready and position.get(u, len(position)) >= start]
+          if u.op is not Ops.CONST and u not in ready and position.get(u, start) >= start]
 
 
 def _ungated(segment: list[UOp], gates: set[UOp]) -> list[UOp]:

@@ -33,6 +33,24 @@ def test_padded_convolution_is_versioned_and_correct():
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_stem_convolution_is_versioned_around_its_whole_reduction():
+  """An RGB stem (3 channels, 7x7 taps, stride 2, padding 3): the channel loop is too short to carry a test per tap,
+  so the whole reduction is versioned on its gates holding for every tap: one test per block of outputs before the
+  tap loops, with no gated load in the first copy; both copies agree with the reference (borders and interior)."""
+  x = RNG.standard_normal((1, 3, 20, 18)).astype(np.float32)
+  w = RNG.standard_normal((16, 3, 7, 7)).astype(np.float32)
+  stem = lambda device: Tensor(x, device=device).conv2d(Tensor(w, device=device), stride=2, padding=3)  # noqa: E731
+  items, _ = schedule([stem("c").uop], _alloc("c"))
+  conv = max(items, key=lambda it: sum(1 for n in it.ast.toposort() if n.op is Ops.LOAD and len(n.src) > 2))
+  program = lower(conv.ast, Target.make("c", cpu="x86-64-v3"), name="stem", weights={2: w.size})
+  body = program.function.split("\n")
+  first_reduce = next(i for i, line in enumerate(body) if "for (int ridx" in line)
+  assert body[first_reduce - 1].strip().startswith("if (")              # the test, before the tap loops
+  interior = body[first_reduce:next(i for i, line in enumerate(body) if line.strip() == "} else {")]
+  assert not any("?" in line and "data1[" in line for line in interior)  # plain loads inside
+  np.testing.assert_allclose(stem("c").numpy(), stem("numpy").numpy(), rtol=1e-4, atol=1e-4)
+
+
 def _gated_loop_program(gate_inside: bool) -> list[UOp]:
   """RANGE r; LOAD(buf, r, gate) accumulated; ENDRANGE, with the gate computed before the loop or inside it."""
   idx = lambda n, k: UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), RangeArg(k, AxisType.REDUCE))
