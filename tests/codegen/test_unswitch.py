@@ -77,6 +77,23 @@ def test_only_loops_with_gates_computed_outside_are_versioned():
   assert unswitch_gated_loops(_gated_loop_program(gate_inside=True)) == _gated_loop_program(gate_inside=True)
 
 
+def test_a_test_of_several_gates_is_computed_in_a_program_that_repeats_ops():
+  """A nest versioned whole repeats its ops in both copies: a node's place in the program is no longer below the
+  count of distinct nodes, and the AND of a loop's gates, new, must still be computed before its IF."""
+  idx = lambda n, k: UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), RangeArg(k, AxisType.REDUCE))
+  outer, r = idx(3, 0), idx(8, 1)
+  buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (1, False))
+  g1, g2 = outer.lt(2), (outer * 2).lt(3)
+  acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (UOp.const(dtypes.float32, 0.0),), 0)
+  a, b = UOp(Ops.LOAD, dtypes.float32, (buf, outer * 8 + r, g1)), UOp(Ops.LOAD, dtypes.float32, (buf, r, g2))
+  repeated = [outer * 2] * 40                                      # the same op again and again, as two copies do
+  program = [outer, *repeated, g1, g2, acc, r, a, b, UOp(Ops.ASSIGN, dtypes.float32, (acc, a + b)),
+             UOp(Ops.ENDRANGE, dtypes.bool, (r,)), UOp(Ops.ENDRANGE, dtypes.bool, (outer,))]
+  out = unswitch_gated_loops(program)
+  test = next(u for u in out if u.op is Ops.IF).src[0]
+  assert test.op is Ops.AND and out.index(test) < out.index(next(u for u in out if u.op is Ops.IF))
+
+
 def test_loads_gated_outside_their_loop_read_a_zero_row():
   program = _gated_loop_program(gate_inside=False)
   rows = zero_rows(program)
