@@ -17,6 +17,12 @@ F16_TOLERANCE = 1e-2      # --precision f16: |got - ref| <= 1e-2 |ref| + 1e-2 ma
 # --quantize int8 against its quantized model: the same form; a value on a rounding boundary may go either way and
 # one activation's step carries through the layers (measured on ResNet-18, 4 seeds: up to 0.6e-2 of the largest)
 QUANTIZED_TOLERANCE = 1e-2
+# ONNX operators that round to integers inside a model (a QDQ or QOperator int8 model as a quantizer wrote it): its
+# artifact is held to QUANTIZED_TOLERANCE too (tgc sums the exact integer products, the reference float ones)
+QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QLinearAdd",
+                            "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearAveragePool",
+                            "QLinearGlobalAveragePool", "QLinearSoftmax", "QGemm", "DynamicQuantizeMatMul",
+                            "DynamicQuantizeLSTM", "MatMulIntegerToFloat"})
 
 
 def default_tolerance(dtype: np.dtype, tgc_dtype: str | None = None, ref: np.ndarray | None = None,
@@ -148,6 +154,8 @@ def _check_outputs(report: ValidateReport, art, got: dict, ref: dict, dims: dict
                    label: str = "") -> None:
   precision = art.manifest.get("target_info", {}).get("precision", "f32")
   if isinstance(art.source, dict) and art.source.get("quantize"): precision = "int8"
+  if any(n.get("op") in QUANTIZING_OPS for k in art.manifest.get("kernels", []) for n in k.get("nodes", [])):
+    precision = "int8"
   at_sizes = " at " + ", ".join(f"{k}={v}" for k, v in dims.items()) if dims else ""
   for o in art.outputs:
     name = o["name"]

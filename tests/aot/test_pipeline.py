@@ -285,3 +285,30 @@ def test_validate_keeps_indices_within_their_table(tmp_path):
   path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
   compile_model(str(path), "c", str(tmp_path / "out"))
   assert validate.validate_artifact(str(tmp_path / "out")).ok
+
+
+def test_validate_holds_a_quantized_onnx_model_to_the_quantized_tolerance(tmp_path):
+  """An int8 QDQ model as a quantizer writes it (QuantizeLinear inside): tgc sums the exact integer products, the
+  reference float ones, so a value on a rounding boundary may go either way; validate uses QUANTIZED_TOLERANCE."""
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(0)
+  w = rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)
+  inits = [numpy_helper.from_array(np.float32(0.02), "xs"), numpy_helper.from_array(np.uint8(128), "xz"),
+           numpy_helper.from_array(w, "wq"), numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
+           numpy_helper.from_array(np.zeros(8, np.int8), "wz"), numpy_helper.from_array(np.float32(0.05), "ys"),
+           numpy_helper.from_array(np.uint8(128), "yz")]
+  nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+           helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+           helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+           helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+           helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+           helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+  graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])], inits)
+  path = tmp_path / "qdq.onnx"
+  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+  compile_model(str(path), "c", str(tmp_path / "out"))
+  report = validate.validate_artifact(str(tmp_path / "out"))
+  assert report.ok, report.checks
+  assert report.checks[0].rtol == validate.QUANTIZED_TOLERANCE
