@@ -119,8 +119,8 @@ def _nest_test(program: list[UOp], start: int, end: int, position: dict[UOp, int
   if any(p is None for p in parts): return None
   test = simplify(_all(parts))
   if test.op is Ops.CONST: return None       # never (a gate of the nest's own loops: r < 2 for r up to 7) or always
-  inside = set(program[start:end + 1])
-  if any(n in inside and (n.op in (Ops.RANGE, Ops.LOAD) or n.op.name.startswith("DEFINE")) for n in test.toposort()):
+  inside = set(program[start:end + 1])      # what the test reads from inside the nest is recomputed before it
+  if any(n in inside and n.op in (Ops.RANGE, Ops.LOAD, Ops.DEFINE_ACC, Ops.ASSIGN) for n in test.toposort()):
     return None
   return test
 

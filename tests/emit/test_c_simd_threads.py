@@ -1,8 +1,9 @@
 """The fast paths of C artifacts on a model big enough to use them (convolutions with BatchNorm, a depthwise
 convolution, pooling, a matmul with GELU, LayerNorm, softmax): the SIMD kernels and the plain C99 of the
 `generic` CPU level (built with `-DTG_NO_SIMD`) both compile with the strict flags under gcc and clang and match the
-numpy interpreter; the kernels really are vector code; threads give the same bytes as one thread, also through main.c, and allocate
-nothing while running; per-launch profiling; an armv8.2-a build under qemu runs NEON code and matches."""
+numpy interpreter; the kernels really are vector code; threads give the same bytes as one thread, also through
+main.c, and allocate nothing while running; a launch's work counts exponentials at their cost for the thread pool;
+per-launch profiling; an armv8.2-a build under qemu runs NEON code and matches."""
 from __future__ import annotations
 import os
 import subprocess

@@ -302,7 +302,8 @@ def test_random_constants_fold():
 
 
 def test_small_float_powers_are_multiplies():
-  x = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, False)), UOp.const(dtypes.index, 0)))
+  buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), (0, False))
+  x = UOp(Ops.LOAD, dtypes.float32, (buf, UOp.const(dtypes.index, 0)))
   cube = simplify(UOp(Ops.POW, dtypes.float32, (x, UOp.const(dtypes.float32, 3.0))))
   assert Ops.POW not in {n.op for n in cube.toposort()} and cube.op is Ops.MUL
   assert simplify(UOp(Ops.POW, dtypes.float32, (x, UOp.const(dtypes.float32, 2.5)))).op is Ops.POW
