@@ -16,7 +16,7 @@ GPU targets get work-group shapes for any extent, register blocks and work-group
 codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
-from tgc.ir import Ops, UOp, AxisType
+from tgc.ir import Ops, GroupOp, UOp, AxisType
 from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
@@ -79,7 +79,7 @@ def _float_ops_per_access(k: Kernel) -> float:
   for n in nodes:
     runs = math.prod(Kernel.size(r) for r in loops[n])
     if n.op in _FLOAT_ARITHMETIC and n.dtype.is_float:
-      ops += runs * (TRANSCENDENTAL_OPS if n.op in (Ops.EXP2, Ops.LOG2, Ops.SIN) else 1)
+      ops += runs * (TRANSCENDENTAL_OPS if n.op in GroupOp.Transcendental else 1)
     elif n.op in (Ops.LOAD, Ops.STORE): accesses += runs
   return ops / max(accesses, 1)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
+from tgc.ir import Ops, GroupOp, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.config import config
 from tgc.ir.symbolic import simplify
 from tgc.ir.sint import sint, highest, highest_prod, prod, simplified
@@ -221,7 +221,7 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int, int]:
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
         and u.dtype.scalar != INDEX and not (u.op is Ops.ASSIGN and u.src[1].op is Ops.DOT):
       n += mult * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
-      if u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN): extra += mult * u.dtype.count * (TRANSCENDENTAL_OPS - 1)
+      if u.op in GroupOp.Transcendental: extra += mult * u.dtype.count * (TRANSCENDENTAL_OPS - 1)
     elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: nbytes += mult * u.dtype.count * u.dtype.itemsize
     elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
       nbytes += mult * u.src[2].dtype.count * u.src[2].dtype.itemsize

@@ -218,7 +218,7 @@ def _shared_transcendentals(realize: set[UOp], users: dict[UOp, set[UOp]], sizes
       if n is not root: kernels[n] = kernels.get(n, frozenset()) | {root}
   out = set()
   for t, roots in kernels.items():
-    if t.op not in (Ops.EXP2, Ops.LOG2, Ops.SIN) or len(roots) < 2: continue
+    if t.op not in GroupOp.Transcendental or len(roots) < 2: continue
     shared, stack = {t}, [t]
     while stack:
       for u in users.get(stack.pop(), ()):

@@ -110,7 +110,7 @@ def _nest_test(program: list[UOp], start: int, end: int, position: dict[UOp, int
   body = program[start + 1:end]
   gates = _gates(body)
   loops = {u for u in program[start:end] if u.op is Ops.RANGE}
-  inner = program[max(i for i, u in enumerate(program[:end]) if u.op is Ops.RANGE)]
+  inner = [u for u in program[start:end] if u.op is Ops.RANGE][-1]
   if inner.src[0].op is not Ops.CONST or inner.src[0].arg > NEST_INNER_MAX: return None    # it carries its own test
   if not gates or any(g.dtype.count != 1 for g in gates) or \
      not any(n in loops for g in gates for n in g.toposort()):
