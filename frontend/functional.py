@@ -301,7 +301,7 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
   return x.permute(tuple(range(nl)) + tuple(nl + 2 * a for a in range(nk)) + tuple(nl + 2 * a + 1 for a in range(nk)))
 
 
-def _conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...],
+def conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...],
                op: str) -> list[tuple[int, int]]:
   """Per spatial axis (before, after): an int, one int per axis, one (before, after) pair per axis, a flat
   2*n tuple in axis order ((top, bottom, left, right) for 2-D), or "valid"/"same" (stride 1 only for "same";
@@ -340,7 +340,7 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1,
   stride, dilation = _tuple(stride, nd, "conv stride"), _tuple(dilation, nd, "conv dilation")
   if any(s < 1 for s in stride) or any(d < 1 for d in dilation):
     raise ValueError(f"conv: stride {stride} and dilation {dilation} must be positive")
-  pads = _conv_pads(padding, kernel, dilation, stride, "conv")
+  pads = conv_pads(padding, kernel, dilation, stride, "conv")
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
   if any(lowest_size(p) < d * (k - 1) + 1 for p, k, d in zip(padded, kernel, dilation)):
     raise ValueError(f"conv: input {x.shape} (padded spatial size {padded}) is smaller than the dilated kernel of "

@@ -16,6 +16,8 @@ and the Conv, MatMul and Gemm handlers ask for it (`quantized_conv`, `quantized_
 non-constant scales, per-axis activations, float8 inputs) keeps the literal form; dequantized weights with zero
 points are read dequantized."""
 from __future__ import annotations
+import contextlib
+import contextvars
 from dataclasses import dataclass
 import numpy as np
 from tgc.ir import Ops, dtypes
@@ -24,6 +26,19 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext
 
 EIGHT_BIT = (dtypes.int8, dtypes.uint8)
+ROW_CHANNELS = (2, 3)       # input channels of the 8-bit convolutions read by rows (`_rows_conv`)
+ROW_MIN_TAPS = 6            # ... with at least this many taps per row (3x3 over 2 channels: 6 in 8)
+DOT_GROUP = 4               # ... padded to a multiple of this (the bytes a dot-product instruction takes)
+_rows = contextvars.ContextVar("rows", default=False)
+
+
+@contextlib.contextmanager
+def rows_enabled(on: bool = True):
+  """Within the block, 8-bit convolutions over few channels may be read by rows (`_rows_conv`): the convolutions
+  traced there are for a target whose integer dot products read four consecutive bytes (codegen/dot.py)."""
+  token = _rows.set(on)
+  try: yield
+  finally: _rows.reset(token)
 
 
 @dataclass(frozen=True)
@@ -130,10 +145,42 @@ def shifted_conv(xf: Tensor, zero: int, wf: Tensor, values: np.ndarray | None, s
   `zero`, wf) - zero * (each output channel's weight sum), the same integers, so that the reduction reads the 8-bit
   values as they are (codegen/dot.py: one 32-bit load per four channels and no sum of the weights beside the
   products) and the zero point costs one subtraction per output."""
-  if not zero or values is None:
-    return functional.conv(xf - float(zero) if zero else xf, wf, None, strides, pads, dilations, group)
-  y = functional.conv(xf, wf, None, strides, pads, dilations, group, pad_value=float(zero))
+  if zero and values is None:
+    return functional.conv(xf - float(zero), wf, None, strides, pads, dilations, group)
+  y = _rows_conv(xf, zero, values, strides, pads, dilations, group)
+  if y is None: y = functional.conv(xf, wf, None, strides, pads, dilations, group, pad_value=float(zero))
+  if not zero: return y
   return y - _weight_sums(zero, values, tuple(range(1, values.ndim)), (1, -1) + (1,) * (y.ndim - 2), y.device)
+
+
+def _rows_conv(xf: Tensor, zero: int, values: np.ndarray | None, strides, pads, dilations,
+               group: int) -> Tensor | None:
+  """conv(xf padded with `zero`, the weights `values`) of a 2-D convolution over an 8-bit image of ROW_CHANNELS
+  channels (an RGB stem), as a convolution of one channel over its rows: the image padded, stored channels last and
+  realized (one 8-bit buffer), each row of W pixels of C channels read as one row of W*C values, the kernel's KW taps
+  of C channels as KW*C taps side by side, strided by C times the stride. Zero taps make them a multiple of DOT_GROUP
+  (the row is padded on the right far enough for them to read inside it). Each output then sums KH runs of
+  consecutive bytes, which the dot-product instructions read four at a time (codegen/dot.py: one 32-bit load), where
+  the taps of C channels were bytes C apart (four loads, shifts and gates per group). None where it does not apply:
+  not enabled (`rows_enabled`), no 8-bit image, weights not known, groups, dilation, fewer than ROW_MIN_TAPS taps."""
+  src = xf.uop.src[0] if xf.uop.op is Ops.CAST else None
+  if not _rows.get() or src is None or src.dtype not in EIGHT_BIT or values is None or values.ndim != 4: return None
+  n, cin, h, w = xf.shape
+  cout, _, kh, kw = values.shape
+  if group != 1 or cin not in ROW_CHANNELS or tuple(dilations) != (1, 1) or kw * cin < ROW_MIN_TAPS: return None
+  if not all(isinstance(d, int) for d in (n, h, w)): return None
+  (top, bottom), (left, right) = functional.conv_pads(pads, (kh, kw), (1, 1), strides, "conv")
+  sy, sx = strides
+  padded = w + left + right
+  width = (padded - kw) // sx + 1                                  # output columns
+  taps = -(-kw * cin // DOT_GROUP) * DOT_GROUP                     # each row's taps, zeros past kw * cin
+  extra = max(0, -(-((width - 1) * sx * cin + taps - padded * cin) // cin))     # pixels the last zero taps read
+  image = xf._new(src).pad(((0, 0), (0, 0), (top, bottom), (left, right + extra)), value=zero)
+  rows = image.permute((0, 2, 3, 1)).reshape((n, 1, h + top + bottom, (padded + extra) * cin)).contiguous()
+  kernel = np.zeros((cout, 1, kh, taps), values.dtype)
+  kernel[..., :kw * cin] = values.transpose(0, 2, 3, 1).reshape(cout, 1, kh, kw * cin)
+  weights = Tensor(kernel, device=xf.device).cast(dtypes.float32)
+  return functional.conv(rows.cast(dtypes.float32), weights, None, (sy, sx * cin), 0, 1, 1)
 
 
 def shifted_matmul(af: Tensor, zero: int, b: Tensor, values: np.ndarray | None) -> Tensor:
