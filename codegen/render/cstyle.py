@@ -4,6 +4,7 @@ how arguments and indices are spelled, and the few ops whose spelling differs. A
 function and, as data, what callers need to know about it (`RenderedKernel`: the lines it needs before it, its
 parameters, workgroup memory bytes, device features), so that artifact writers and runtimes never parse source."""
 from __future__ import annotations
+import functools
 import math
 from dataclasses import dataclass, field
 from tgc.ir import Ops, GroupOp, UOp, DType, AxisType, dtypes
@@ -421,17 +422,23 @@ def _sum(body: KernelBody, terms, const: int) -> str:
   return " + ".join(parts) or "0"
 
 
-def _number(u: UOp) -> bool:
-  """Whether `u` is a constant that is not NaN (a scalar, or one broadcast into every lane)."""
-  if u.op is Ops.VECTORIZE: return all(_number(x) for x in u.src)
-  return u.op is Ops.CONST and not (isinstance(u.arg, float) and math.isnan(u.arg))
+@functools.lru_cache(maxsize=4096)
+def never_nan(u: UOp) -> bool:
+  """Whether `u` cannot be NaN: a constant other than NaN (a scalar, or one broadcast into every lane), an integer
+  converted to float (an 8-bit value dequantized), or a max or select of such values (a max pooling of them)."""
+  if u.op is Ops.CONST: return not (isinstance(u.arg, float) and math.isnan(u.arg))
+  if u.op is Ops.CAST: return not u.src[0].dtype.is_float or never_nan(u.src[0])
+  if u.op in (Ops.VECTORIZE, Ops.MAX): return all(never_nan(x) for x in u.src)
+  if u.op is Ops.WHERE: return never_nan(u.src[1]) and never_nan(u.src[2])
+  if u.op is Ops.GEP: return never_nan(u.src[0])
+  return False
 
 
 def number_side(u: UOp) -> int | None:
-  """The source of MAX `u` that is a constant other than NaN (a ReLU's 0, a clip's bound), else None. With one
-  such side k, max(x, k) is `k > x ? k : x`: a NaN x fails the comparison and is the result, as max's NaN x must
+  """The source of MAX `u` that cannot be NaN (a ReLU's 0, a clip's bound, a dequantized integer), else None. With
+  one such side k, max(x, k) is `k > x ? k : x`: a NaN x fails the comparison and is the result, as max's NaN x must
   be, so the test for NaN is not needed (x86: one maxps)."""
-  return next((i for i, x in enumerate(u.src) if _number(x)), None)
+  return next((i for i, x in enumerate(u.src) if never_nan(x)), None)
 
 
 def load_gate(u: UOp) -> UOp | None:

@@ -127,6 +127,25 @@ def test_max_against_a_constant_keeps_nan_without_testing_for_it(opts):
   np.testing.assert_allclose(to_numpy(out), want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("opts", [[Opt("VECTOR", 1, 8)], []], ids=["vector", "scalar"])
+def test_max_of_converted_integers_needs_no_nan_test(opts):
+  """A max of 8-bit values converted to float (a max pooling of dequantized values) cannot meet a NaN: no x != x;
+  a max of a float input beside them keeps its test and lets the input's NaN through."""
+  q = RNG.integers(0, 256, (4, 3, 32)).astype(np.uint8)
+  x = RNG.standard_normal((4, 32)).astype(np.float32)
+  x[1, 3] = np.nan
+  pooled = lambda t: t.cast(dtypes.float32).max(axis=1)  # noqa: E731
+  want = pooled(Tensor(q, device="numpy")).numpy()
+  prg, out = run_on_c(pooled(c(q)), opts)
+  assert "!=" not in prg.function
+  np.testing.assert_array_equal(to_numpy(out), want)
+  mixed = lambda t, u: t.cast(dtypes.float32).max(axis=1).maximum(u)  # noqa: E731
+  want = mixed(Tensor(q, device="numpy"), Tensor(x, device="numpy")).numpy()
+  prg, out = run_on_c(mixed(c(q), c(x)), opts)
+  np.testing.assert_array_equal(np.isnan(to_numpy(out)), np.isnan(want))
+  np.testing.assert_array_equal(to_numpy(out)[~np.isnan(want)], want[~np.isnan(want)])
+
+
 EXP2_DRIVER = """
 void run(float *o, const float *x, int n) {
   int i;
