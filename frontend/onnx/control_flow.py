@@ -46,9 +46,10 @@ def _loop(g: GraphBuilder, node, label: str, scope: Scope) -> list:
   names = list(node.input) + [""] * max(0, 2 - len(node.input))
   trip = scope.lookup(names[0], label, "Loop") if names[0] else None
   cond = scope.lookup(names[1], label, "Loop") if names[1] else None
-  for what, v in (("trip count M", trip), ("condition", cond)):
+  for what, name, v in (("trip count M", names[0], trip), ("condition", names[1], cond)):
     if v is not None and not isinstance(v, tuple):
-      raise OnnxError(f"node {label!r} (Loop): the {what} must be a compile-time constant to unroll the loop")
+      raise OnnxError(f"node {label!r} (Loop): the {what} ({name!r}) must be a compile-time constant to unroll the "
+                      f"loop; pin the graph input that sets it as a constant (--const)")
   if trip is None and cond is None:
     raise OnnxError(f"node {label!r} (Loop): a loop without trip count and condition never ends")
   max_trips = int(np.asarray(trip[0]).reshape(-1)[0]) if trip is not None else None

@@ -345,3 +345,30 @@ def test_loop_carrying_its_weights_on_c():
     reads_w = [c for c in manifest["calls"] if {"kind": "weight", "index": w_index} in c["args"]]
     assert len(reads_w) == 1, "the input projection ran step by step"
   np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_loop_with_a_trip_count_input_names_it():
+  """A Loop whose trip count is a graph input cannot be unrolled: the error names the node and the input and says how
+  to pin it; pinned (`consts`), the same model imports and runs the given number of steps."""
+  from tgc.frontend.onnx import OnnxError
+  body = helper.make_graph(
+    [helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+    "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2])],
+    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2])])
+  graph = helper.make_graph(
+    [helper.make_node("Constant", [], ["one"], value_float=1.0),
+     helper.make_node("Constant", [], ["go"], value_int=1),
+     helper.make_node("Cast", ["go"], ["go_b"], to=TensorProto.BOOL),
+     helper.make_node("Loop", ["steps", "go_b", "v0"], ["v"], body=body, name="counter")], "counted",
+    [helper.make_tensor_value_info("steps", TensorProto.INT64, []),
+     helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])],
+    [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  with pytest.raises(OnnxError, match=r"'counter' \(Loop\): the trip count M \('steps'\) must be .*--const"):
+    load_model(model)
+  g = load_model(model, consts={"steps": np.array(5, np.int64)})
+  v0 = np.array([1.0, -2.0], np.float32)
+  np.testing.assert_allclose(g(Tensor(v0, device="numpy"))[0].numpy(), v0 + 5)
