@@ -16,7 +16,7 @@ GPU targets get work-group shapes for any extent, register blocks and work-group
 codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
-from tgc.ir import Ops, GroupOp, UOp, AxisType
+from tgc.ir import Ops, GroupOp, UOp, AxisType, dtypes
 from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
@@ -282,15 +282,23 @@ def _order_loops(k: Kernel, constant: frozenset) -> Kernel:
 
 
 def _store_order(k: Kernel) -> Kernel:
-  """A kernel without vectors or a reduction (a copy into another layout: NCHW into a padded channels-last image)
-  gets the output loop its stores step through contiguously innermost: it writes whole cache lines one after
-  another and reads from a few streams at once, instead of writing each line again once per pass of the outer
-  loop. The other loops keep their order."""
-  if any(r.arg.kind is AxisType.VECTOR for r in k.ranges()): return k
+  """A kernel without a reduction (a copy into another layout: NCHW into a padded channels-last image; an elementwise
+  epilogue over a channels-last image, its channels in vectors) gets the output loop its stores step through
+  contiguously innermost (a step of 1, or of the lanes for the loop whose copies the VECTOR lanes are): it writes
+  whole cache lines one after another and reads from a few streams at once, instead of writing each line again once
+  per pass of the outer loop. The other loops keep their order. Not where values that loop alone sets are computed
+  (the channels' squeeze-and-excitation scales beside a vector epilogue): outermost, the compiler computes them once
+  per pass instead of once per pixel."""
   glob = k.axes(G)
+  vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
+  step = {r: Kernel.size(vec) if vec is not None and vec.arg.parent == r.arg.id else 1 for r in glob}
   stores = [n for n in k.ast.toposort() if n.op is Ops.STORE]
-  inner = [i for i, r in enumerate(glob) if stores and all(stride(s.src[1], r) == 1 for s in stores)]
+  inner = [i for i, r in enumerate(glob) if stores and all(stride(s.src[1], r) == step[r] for s in stores)]
   if len(glob) < 2 or not inner or inner[0] == len(glob) - 1: return k
+  r = glob[inner[0]]
+  if any(n.op in GroupOp.ALU and n.dtype.scalar not in (dtypes.index, dtypes.bool) and depends(n, r) and
+         not any(depends(n, o) for o in glob if o is not r) for n in k.ast.toposort()):
+    return k
   for i in range(inner[0], len(glob) - 1): k = try_opt(k, Opt(OptOps.SWAP, i, i + 1))
   return k
 

@@ -99,3 +99,29 @@ def test_compiles_to_fast_kernels_with_reference_results(tmp_path, name, build_m
     assert all(any(o[0] == "VECTOR" for o in k["opts"]) for k in reducing)
   if name == "stft":
     assert sum(k["ops"] > 5000 for k in kernels.values()) == 1      # one conv kernel, an elementwise one
+
+
+def test_an_lrn_between_convolutions_stores_contiguously_with_vector_square_roots(tmp_path):
+  """An LRN between two convolutions (GoogLeNet's): its elementwise kernels read and write the channels-last image
+  a convolution reads, their channels in vectors. The loop over the channels' vectors is innermost (whole cache lines
+  one after another, not one vector per line per pass of an outer channel loop), x ** 0.75 is two vector square
+  roots (sqrtf lane by lane kept each lane's errno: 16 scalar roots per vector), and the model matches onnxruntime
+  (onnx.reference's LRN sums another window)."""
+  ort = pytest.importorskip("onnxruntime")
+  nodes = [h.make_node("Conv", ["x", "w0"], ["c"], pads=[1] * 4), h.make_node("Relu", ["c"], ["r"]),
+           h.make_node("LRN", ["r"], ["n"], size=5, alpha=1e-3, beta=0.75, bias=1.0),
+           h.make_node("Conv", ["n", "w1"], ["y"])]
+  model = build(nodes, [("x", T.FLOAT, [1, 8, 20, 20])], [("y", [1, 8, 20, 20])],
+                [weight("w0", (32, 8, 3, 3), 1.0), weight("w1", (8, 32, 1, 1), 1.0)])
+  onnx.save(model, str(tmp_path / "lrn.onnx"))
+  report = compile_model(str(tmp_path / "lrn.onnx"), "c", str(tmp_path / "out"), force=True)
+  manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+  epilogues = [k["opts"] for k in manifest["kernels"] if k["name"].endswith("_relu_lrn")]
+  # the channels' vectors (the first output loop) moved innermost past the two pixel loops
+  assert epilogues and all(opts[0][0] == "VECTOR" and ["SWAP", 1, 2] in opts for opts in epilogues), epilogues
+  source = (tmp_path / "out" / "model.c").read_text()
+  assert re.search(r"tg_sqrt_f32x\d+\(", source) and not re.search(r"sqrtf\(alu", source)
+  x = RNG.standard_normal((1, 8, 20, 20)).astype(np.float32)
+  want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+  with CArtifact(report.out_dir) as art: got = art.run({"x": x})["y"]
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
