@@ -302,7 +302,7 @@ def _pool(x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[i
 
 
 def conv_pads(padding, kernel: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...],
-               op: str) -> list[tuple[int, int]]:
+              op: str) -> list[tuple[int, int]]:
   """Per spatial axis (before, after): an int, one int per axis, one (before, after) pair per axis, a flat
   2*n tuple in axis order ((top, bottom, left, right) for 2-D), or "valid"/"same" (stride 1 only for "same";
   the odd extra pad goes after, as torch)."""
