@@ -26,6 +26,7 @@ from tgc.frontend.jit import (PORTABLE_MAX_BUFFERS, Capture, JitError, NothingTr
 from tgc.frontend.limits import SizeLimits
 from tgc.frontend import winograd
 from tgc.frontend.onnx.quantized_compute import rows_enabled
+from tgc.codegen.dot import bytes_group
 from tgc.codegen.knobs import KERNEL_MAX_BUFFERS
 from tgc.codegen.target import Target
 from tgc.frontend.nn import get_state_dict
@@ -246,8 +247,8 @@ def trace_model(loaded: LoadedModel, target: Target | None = None) -> Capture:
     return [t for _, t in named]
   input_names = [n for n, _ in loaded.inputs]
   try:
-    dot = target is not None and bool(target.dot)
-    with winograd.enabled(target is not None and target.winograd), rows_enabled(dot):
+    rows = bytes_group(target.dot) if target is not None else 0
+    with winograd.enabled(target is not None and target.winograd), rows_enabled(rows):
       capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
                       max_buffers=max_buffers,
                       states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)

@@ -51,6 +51,12 @@ def tried(kind: str) -> tuple[str, ...]:
   return TRIED.get(kind, (kind,) if kind else ())
 
 
+def bytes_group(kind: str) -> int:
+  """How many consecutive 8-bit values the first instruction a level whose CPU.dot is `kind` tries takes per 32-bit
+  lane (0: none)."""
+  return INSTRUCTIONS[tried(kind)[0]][0] if kind else 0
+
+
 # ---------------------------------------------------------------- integer values
 def int_form(u: UOp) -> UOp | None:
   """The scalar `u` (float or integer) as an int32 expression of the same value, when it is computed from integers of

@@ -28,17 +28,17 @@ from tgc.frontend.onnx.registry import NodeContext
 EIGHT_BIT = (dtypes.int8, dtypes.uint8)
 ROW_CHANNELS = (2, 3)       # input channels of the 8-bit convolutions read by rows (`_rows_conv`)
 ROW_MIN_TAPS = 6            # ... with at least this many taps per row (3x3 over 2 channels: 6 in 8)
-DOT_GROUP = 4               # ... padded to a multiple of this (the bytes a dot-product instruction takes)
-_rows = contextvars.ContextVar("rows", default=False)
+_row_group = contextvars.ContextVar("row_group", default=0)
 
 
 @contextlib.contextmanager
-def rows_enabled(on: bool = True):
-  """Within the block, 8-bit convolutions over few channels may be read by rows (`_rows_conv`): the convolutions
-  traced there are for a target whose integer dot products read four consecutive bytes (codegen/dot.py)."""
-  token = _rows.set(on)
+def rows_enabled(group: int):
+  """Within the block, 8-bit convolutions over few channels are read by rows (`_rows_conv`), their taps padded to a
+  multiple of `group`: the convolutions traced there are for a target whose integer dot products take `group`
+  consecutive bytes (`codegen.dot.bytes_group`; 0: none, no rows)."""
+  token = _row_group.set(group)
   try: yield
-  finally: _rows.reset(token)
+  finally: _row_group.reset(token)
 
 
 @dataclass(frozen=True)
@@ -158,13 +158,14 @@ def _rows_conv(xf: Tensor, zero: int, values: np.ndarray | None, strides, pads, 
   """conv(xf padded with `zero`, the weights `values`) of a 2-D convolution over an 8-bit image of ROW_CHANNELS
   channels (an RGB stem), as a convolution of one channel over its rows: the image padded, stored channels last and
   realized (one 8-bit buffer), each row of W pixels of C channels read as one row of W*C values, the kernel's KW taps
-  of C channels as KW*C taps side by side, strided by C times the stride. Zero taps make them a multiple of DOT_GROUP
-  (the row is padded on the right far enough for them to read inside it). Each output then sums KH runs of
-  consecutive bytes, which the dot-product instructions read four at a time (codegen/dot.py: one 32-bit load), where
-  the taps of C channels were bytes C apart (four loads, shifts and gates per group). None where it does not apply:
-  not enabled (`rows_enabled`), no 8-bit image, weights not known, groups, dilation, fewer than ROW_MIN_TAPS taps."""
-  src = xf.uop.src[0] if xf.uop.op is Ops.CAST else None
-  if not _rows.get() or src is None or src.dtype not in EIGHT_BIT or values is None or values.ndim != 4: return None
+  of C channels as KW*C taps side by side, strided by C times the stride. Zero taps make them a multiple of the
+  bytes one dot product takes (`rows_enabled`; the row is padded on the right far enough for them to read inside
+  it). Each output then sums KH runs of consecutive bytes, which the dot-product instructions read four at a time
+  (codegen/dot.py: one 32-bit load), where the taps of C channels were bytes C apart (four loads, shifts and gates
+  per group). None where it does not apply: not enabled (`rows_enabled`), no 8-bit image, weights not known,
+  groups, dilation, fewer than ROW_MIN_TAPS taps."""
+  src, word = xf.uop.src[0] if xf.uop.op is Ops.CAST else None, _row_group.get()
+  if not word or src is None or src.dtype not in EIGHT_BIT or values is None or values.ndim != 4: return None
   n, cin, h, w = xf.shape
   cout, _, kh, kw = values.shape
   if group != 1 or cin not in ROW_CHANNELS or tuple(dilations) != (1, 1) or kw * cin < ROW_MIN_TAPS: return None
@@ -173,7 +174,7 @@ def _rows_conv(xf: Tensor, zero: int, values: np.ndarray | None, strides, pads, 
   sy, sx = strides
   padded = w + left + right
   width = (padded - kw) // sx + 1                                  # output columns
-  taps = -(-kw * cin // DOT_GROUP) * DOT_GROUP                     # each row's taps, zeros past kw * cin
+  taps = -(-kw * cin // word) * word                               # each row's taps, zeros past kw * cin
   extra = max(0, -(-((width - 1) * sx * cin + taps - padded * cin) // cin))     # pixels the last zero taps read
   image = xf._new(src).pad(((0, 0), (0, 0), (top, bottom), (left, right + extra)), value=zero)
   rows = image.permute((0, 2, 3, 1)).reshape((n, 1, h + top + bottom, (padded + extra) * cin)).contiguous()
