@@ -17,7 +17,7 @@ codegen/gpu_heuristics.py."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, GroupOp, UOp, AxisType, dtypes
-from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
+from tgc.codegen.opts import Kernel, Opt, OptError, OptOps, divisors
 from tgc.codegen.target import Target
 from tgc.codegen.render import get_renderer
 from tgc.codegen.vectorize import mask_gates, unclamped, unclamped_access
@@ -135,7 +135,8 @@ def _merged_vector(k: Kernel, target: Target, constant: frozenset) -> Kernel:
   """Kernel `k` with its VECTOR opt applied (`_pick_vector`), after a MERGE of two neighbouring output loops where
   that gives vectors of more lanes that move as vectors: a 1x1 convolution over an NCHW image of 14x14 pixels has no
   axis of 4 or more lanes (or a row of 14 in 16 padded lanes), its 196 pixels merged are 49 vectors of 4 (or 13 of
-  16, the last padded)."""
+  16, the last padded). Where the loads would still be gathered, an output loop read through an interleave is
+  split first (`_deinterleaved`)."""
   vec, key = _pick_vector(k, target, constant)
   lanes = target.vector_lanes(4)
   # fewer lanes, or lanes padded (a row of 14 in 16: the merged rows fill more of them) or gathered
@@ -145,7 +146,24 @@ def _merged_vector(k: Kernel, target: Target, constant: frozenset) -> Kernel:
       except OptError: continue
       mvec, mkey = _pick_vector(merged, target, constant)
       if mvec is not None and (key is None or mkey[:3] < key[:3]): return merged.apply(mvec)
+  if vec is None or key[0]:
+    split = _deinterleaved(k, target, constant, key)
+    if split is not None: return split
   return k if vec is None else k.apply(vec)
+
+
+def _deinterleaved(k: Kernel, target: Target, constant: frozenset, key: tuple | None) -> Kernel | None:
+  """Kernel `k` with an output loop split by a small factor u into copies (UPCAST) and the rest vectorized, where
+  that turns gathers into vector loads: a depthwise convolution after a channel shuffle reads channel c at
+  (c % u) * n + c // u, so along c // u its loads step through memory one by one (its stores then go lane by lane,
+  once per output against a load per tap). The smallest such factor; None when none does better than `key`."""
+  for i, r in enumerate(k.axes(G)):
+    for u in divisors(Kernel.size(r), target.vector_lanes(4))[1:]:
+      split = try_opt(k, Opt(OptOps.UPCAST, i, u))
+      if split is k: continue
+      vec, skey = _pick_vector(split, target, constant)
+      if vec is not None and not skey[0] and (key is None or skey[:3] < key[:3]): return split.apply(vec)
+  return None
 
 
 def _reuse_axes(k: Kernel) -> list[tuple[int, UOp]]:
@@ -163,7 +181,9 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   of opts to apply in order (the later axis first, so the earlier one's number is unchanged when it is applied).
   `constant`: as for `hand_coded_opts`."""
   vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
-  budget = max(4, target.registers - 6) if vector else 12
+  # copies made already (a de-interleaved axis' UPCAST) hold accumulators too
+  made = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.UPCAST)
+  budget = max(4, target.registers - 6) // made if vector else 12 // made
   hot = reduce_body_loads(k)
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
@@ -183,7 +203,7 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
       for na in _block_sizes(ra, budget, padded[ra]):
         for nb in (_block_sizes(rb, budget // na, padded[rb]) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
-          if vector and not _fits_registers(block, hot, target.registers): continue
+          if vector and not _fits_registers(block, hot, target.registers, made): continue
           cost = block_cost(hot, block, loop, cache, vec, l1, streamed)
           if cost is None or math.prod(block.values()) < 2: continue
           cost *= _padding_factor(block)
@@ -193,16 +213,17 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   return [list(o) for o in sorted(scored, key=scored.__getitem__)[:limit]]
 
 
-def _fits_registers(block: dict[UOp, int], hot: list[UOp], registers: int) -> bool:
+def _fits_registers(block: dict[UOp, int], hot: list[UOp], registers: int, made: int = 1) -> bool:
   """Whether a register block's accumulators, the copies of the reduction load held while the other copies stream
   past (a load some block axis does not move: the compiler keeps all its copies, the larger such set counted) and
   two streamed vectors fit in the vector registers. A matmul block of 3 weight vectors x 8 tokens (24 accumulators,
   the 8 broadcast tokens held across the weight vectors) spilled and shuffled registers at every step: 2x slower
-  than 6 x 4. A convolution's block of 3 x 8 pixels holds its one weight vector."""
+  than 6 x 4. A convolution's block of 3 x 8 pixels holds its one weight vector. `made`: the copies of the upcasts
+  applied before the block, each block copy holding that many accumulators and loads."""
   accumulators = math.prod(block.values())
   copies = [block_copies(ld, block) for ld in hot]
   held = max([c for c in copies if c < accumulators], default=1)
-  return accumulators + held + 2 <= registers
+  return (accumulators + held) * made + 2 <= registers
 
 
 def _register_block(k: Kernel, target: Target, constant: frozenset) -> Kernel:

@@ -299,3 +299,37 @@ def test_a_sum_of_exponentials_over_short_rows_is_vectorized():
   want = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(Tensor(x, device="c").softmax(-1).numpy(), want / want.sum(-1, keepdims=True),
                              rtol=1e-5, atol=1e-7)
+
+
+def test_a_depthwise_convolution_after_a_channel_shuffle_reads_vectors():
+  """ShuffleNet's 3x3 depthwise convolutions read their channels-last input through a channel shuffle: output channel
+  c reads channel (c % 4) * 16 + c // 4, so a vector of output channels is a gather (it ran lane by lane, at 10% of
+  the roofline). The channel loop is split by 4 into copies and its rest vectorized: along c // 4 the loads step
+  through memory one by one (the stores, one per output against nine loads, go lane by lane). Matches numpy."""
+  x = RNG.standard_normal((1, 64, 14, 14)).astype(np.float32)
+  w3, w1, w2 = (RNG.standard_normal((64, 64, k, k)).astype(np.float32) / 8 for k in (3, 1, 1))
+  wd = RNG.standard_normal((64, 1, 3, 3)).astype(np.float32)
+
+  def model(dev: str) -> Tensor:
+    act = Tensor(x, device=dev).conv2d(Tensor(w3, device=dev), padding=1).relu().conv2d(Tensor(w1, device=dev))
+    shuffled = act.relu().reshape(1, 4, 16, 14, 14).transpose(1, 2).reshape(1, 64, 14, 14)
+    return shuffled.conv2d(Tensor(wd, device=dev), groups=64, padding=1).conv2d(Tensor(w2, device=dev))
+
+  def conv(a, w, groups=1):
+    p = w.shape[-1] // 2
+    a = np.pad(a, ((0, 0), (p, p), (p, p)))
+    if groups > 1: return sum(w[:, 0, i, j, None, None] * a[:, i:i + 14, j:j + 14] for i in range(3) for j in range(3))
+    return sum(np.einsum("oc,chw->ohw", w[:, :, i, j], a[:, i:i + 14, j:j + 14])
+               for i in range(w.shape[2]) for j in range(w.shape[3]))
+  act = np.maximum(conv(np.maximum(conv(x[0], w3), 0), w1), 0)
+  shuffled = act.reshape(4, 16, 14, 14).transpose(1, 0, 2, 3).reshape(64, 14, 14)
+  want = conv(conv(shuffled, wd, groups=64), w2)
+  items, _ = schedule([model("c").uop], _alloc("c"))
+  k = Kernel(items[-2].ast)
+  opts = hand_coded_opts(k, _v4(), frozenset({2}))
+  assert opts[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.VECTOR, 0, 16)], opts
+  k = k.apply_all(opts)
+  vector = next(r for r in k.ranges() if r.arg.kind is AxisType.VECTOR)
+  activation = next(n for n in k.ast.toposort() if n.op is Ops.LOAD and n.src[0].arg[0] == 1)
+  assert stride(activation.src[1], vector) == 1
+  np.testing.assert_allclose(model("c").numpy(), want[None], rtol=1e-4, atol=1e-3)
