@@ -98,6 +98,7 @@ def compile_model(model: str, target: str, out_dir: str, name: str | None = None
   cm, loaded = build_compiled(spec, tgt, name, input_shapes, consts, const_files, beam, search, max_bytes=max_bytes,
                               dims=dims, states=states, max_context=max_context, onnx_model=onnx_model)
   cm.meta["source"] = {**loaded.source_info(), **(source_extra or {})}
+  if loaded.output_rows: cm.meta["output_rows"] = dict(loaded.output_rows)
   staging = _staging_dir(final)
   try:
     try: written = emit.write_artifact(cm, staging, **options)

@@ -89,6 +89,8 @@ class LoadedModel:
   limits: SizeLimits | None = None   # tensor size limits trace_model checks (compile), None: unchecked
   # the states the artifact keeps: (input position, output position, axis, length Variable), as `trace` takes them
   states: list[tuple[int, int, int, UOp]] = field(default_factory=list)
+  # outputs whose rows are counted at run time -> the output holding the count (ONNX: filled as the model is built)
+  output_rows: dict[str, str] = field(default_factory=dict)
 
   def call(self, tensors: list[Tensor]) -> list[tuple[str, Tensor]]:
     """Run the model function on `tensors` (lazily) and name its outputs."""
@@ -308,7 +310,7 @@ def _load_onnx(spec: ModelSpec, input_shapes: dict, consts: dict, const_files: d
     try: return graph(*tensors)
     except OnnxError as error: raise UserError(_onnx_message(spec, error)) from error
   return LoadedModel(spec, run, inputs, graph.weight_names, output_names, options, user_code=False, limits=limits,
-                     states=traced_states)
+                     states=traced_states, output_rows=graph.output_rows)
 
 
 def _onnx_message(spec: ModelSpec, error) -> str:

@@ -143,10 +143,12 @@ def _reference_fixes(model) -> list:
   """Operator implementations that replace onnx.reference's where it departs from the ONNX specification:
   BatchNormalization 9-13 with one output is inference ("Output case #2: Y (test mode)"), but onnx.reference
   computes batch statistics whenever `momentum` is set, and it always fills in momentum's default (0.9).
-  DequantizeLinear 10-18: onnx.reference has only version 19 on, whose 8-bit integer cases are the same."""
+  DequantizeLinear 10-18: onnx.reference has only version 19 on, whose 8-bit integer cases are the same.
+  Loop: onnx.reference joins each scan output's values with np.vstack, so a scalar per step gives [steps, 1] and a
+  value of two or more dims its steps' rows concatenated; the specification stacks them on a new first axis."""
   from onnx.reference.op_run import OpRun
   opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-  fixes = _dequantize_fix() if 10 <= opset < 19 else []
+  fixes = (_dequantize_fix() if 10 <= opset < 19 else []) + _loop_fix()
   if not 9 <= opset <= 13: return fixes
 
   class BatchNormalization(OpRun):
@@ -159,6 +161,32 @@ def _reference_fixes(model) -> list:
       y = scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape)
       return (y.astype(x.dtype),)
   return [BatchNormalization, *fixes]
+
+
+def _loop_fix() -> list:
+  from onnx.reference.ops.op_loop import Loop as ReferenceLoop
+
+  class Loop(ReferenceLoop):
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params):
+      super().__init__(onnx_node, run_params)
+      run_body = self._run_body      # an attribute OpRun sets for the body
+
+      def recorded(*args, **kwargs):
+        outputs = run_body(*args, **kwargs)
+        self.step_shapes = [np.shape(v) for v in outputs[len(outputs) - self.K:]] if self.K else []
+        return outputs
+      self._run_body = recorded
+
+    def _run(self, *args, **kwargs):
+      self.step_shapes = None
+      outputs = list(super()._run(*args, **kwargs))
+      if self.step_shapes:     # the scan outputs follow the N carried values
+        for k, shape in enumerate(self.step_shapes):
+          outputs[self.N + k] = np.asarray(outputs[self.N + k]).reshape((-1,) + shape)
+      return tuple(outputs)
+  return [Loop]
 
 
 def _dequantize_fix() -> list:

@@ -53,18 +53,21 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
   from tgc.aot.compile import compile_model
   from tgc.runtimes.artifact_c import CArtifact
   path = corpus.model_path(corpus_dir, e)
-  feeds = corpus.feeds(e)
+  ort_feeds = corpus.feeds(e)
+  # inputs pinned as constants (`--const`, the entry's `consts`: a Loop's trip count) are not fed to tgc
+  consts = {name: ort_feeds[name] for name in e.get("consts", [])}
+  feeds = {name: value for name, value in ort_feeds.items() if name not in consts}
   row: dict = {"model": e["name"], "source": e["source"]}
   start = time.perf_counter()
   dims = {name: tuple(rng) for name, rng in e.get("dims", {}).items()} or None    # open dims stay open
   report = compile_model(path, "c", os.path.join(work, e["name"]), force=True, cpu=cpu, dims=dims,
-                         input_shapes=e.get("input_shapes"))
+                         input_shapes=e.get("input_shapes"), consts=consts or None)
   row.update(compile_s=time.perf_counter() - start, kernels=report.kernels, calls=report.calls)
   ort1 = ort_session(path, 1)
   libs = os.path.join(work, "libs")
   tgc1 = CArtifact(report.out_dir, cache_dir=libs)
   try:
-    ref = dict(zip([o.name for o in ort1.get_outputs()], ort1.run(None, feeds)))
+    ref = dict(zip([o.name for o in ort1.get_outputs()], ort1.run(None, ort_feeds)))
     got = tgc1.run(feeds)
     errors = []
     for name, want in ref.items():
@@ -73,9 +76,9 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
       scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
       errors.append(float(np.abs(have - want).max()) / scale if want.size else 0.0)
     row["rel_err"] = max(errors)
-    once = min(_once(lambda: ort1.run(None, feeds)) for _ in range(2))
+    once = min(_once(lambda: ort1.run(None, ort_feeds)) for _ in range(2))
     runs = _runs_for(once, budget)
-    medians = interleaved({"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, feeds)}, runs)
+    medians = interleaved({"tgc1": lambda: tgc1.run(feeds), "ort1": lambda: ort1.run(None, ort_feeds)}, runs)
     row.update(tgc1_s=medians["tgc1"][0], ort1_s=medians["ort1"][0], runs=runs)
     if threads > 1:
       # blocks of each engine in turn (not run by run: onnxruntime's threads spin on after a run), the fastest
@@ -87,7 +90,7 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
       with CArtifact(report.out_dir, cache_dir=libs, threads=threads) as tgc2:
         for _ in range(TWO_THREAD_BLOCKS):
           seconds["tgc2"].append(interleaved({"tgc2": lambda: tgc2.run(feeds)}, block)["tgc2"][0])
-          seconds["ort2"].append(interleaved({"ort2": lambda: ort2.run(None, feeds)}, block)["ort2"][0])
+          seconds["ort2"].append(interleaved({"ort2": lambda: ort2.run(None, ort_feeds)}, block)["ort2"][0])
       row.update(tgc2_s=min(seconds["tgc2"]), ort2_s=min(seconds["ort2"]))
   finally:
     tgc1.close()

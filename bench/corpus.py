@@ -1440,8 +1440,9 @@ def _scan_rnn(ctx: Context) -> Built:
 
 
 @register("loop_power_iter", "onnx-helper", "ONNX Loop (opset 17) built with onnx.helper: 32 iterations (trip count "
-          "input) of power iteration v = normalize(A v) on a 256x256 matrix input, with a loop-carried vector, a "
-          "condition computed in the body (Less on the change) and a scan output of the Rayleigh quotients")
+          "input, pinned as a constant as with --const) of power iteration v = normalize(A v) on a 256x256 matrix "
+          "input, with a loop-carried vector, a condition computed in the body (Less on the change) and a scan "
+          "output of the Rayleigh quotients, its rows counted by the run")
 def _loop_power(ctx: Context) -> Built:
   N = 256
   f32, i64, bl = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -1471,7 +1472,8 @@ def _loop_power(ctx: Context) -> Built:
                         [helper.make_tensor_value_info("v_final", f32, [N, 1]),
                          helper.make_tensor_value_info("rqs", f32, [None])], [eps, tol])
   return Built(model, [normal("A", (N, N), std=1 / 16), fill("v0", (N, 1), 1 / 16, "float32"),
-                       fill("trip_count", (), 32, "int64"), fill("cond", (), True, "bool")])
+                       fill("trip_count", (), 32, "int64"), fill("cond", (), True, "bool")],
+               {"consts": ["trip_count"]})
 
 
 if __name__ == "__main__":

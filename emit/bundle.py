@@ -65,12 +65,15 @@ def _dims(b: BufferInfo) -> str: return "".join(f"[{s}]" for s in dims_text(b.sh
 
 def io_doc(cm: CompiledModel) -> str:
   """model.h's list of the inputs and outputs: index, symbol, type, shape, bytes and original name."""
-  lines = []
-  for title, bufs in (("Inputs (inputs[i])", cm.inputs), ("Outputs (outputs[i])", cm.outputs)):
+  lines, rows = [], cm.meta.get("output_rows", {})
+  symbols = {b.name: b.symbol for b in cm.outputs}
+  for title, bufs, outputs in (("Inputs (inputs[i])", cm.inputs, False), ("Outputs (outputs[i])", cm.outputs, True)):
     lines.append(f"   {title}:" if bufs else f"   {title}: none")
     for i, b in enumerate(bufs):
       lines.append(f"     {i}: {b.symbol}  {numpy_name(b.dtype)}{_dims(b)}  {b.nbytes} bytes{_at_most(b)}  "
                    f"original name \"{comment_safe(b.name)}\"")
+      if outputs and b.name in rows:
+        lines.append(f"        (a run fills its first {symbols[rows[b.name]]} rows; the rest are zeros)")
   return "\n".join(lines)
 
 
@@ -108,6 +111,9 @@ def tensor_tables(cm: CompiledModel) -> dict[str, str]:
   out = {"lowp_table": lowp_table()}
   for key, bufs in (("input_types", cm.inputs), ("output_types", cm.outputs)):
     out[key] = ", ".join(c_string(b.dtype.name) for b in bufs) or "NULL"
+  # per output, the position of the output counting the rows a run fills of it (manifest.json's rows), or -1
+  rows, names = cm.meta.get("output_rows", {}), [b.name for b in cm.outputs]
+  out["output_rows"] = ", ".join(str(names.index(rows[b.name]) if b.name in rows else -1) for b in cm.outputs) or "-1"
   for key, bufs in (("input_table", cm.inputs), ("output_table", cm.outputs)):
     rows = []
     for b in bufs:

@@ -140,6 +140,11 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
     return {"name": b.name, "shape": dims_text(b.shape), "dtype": dtype, "nbytes": b.nbytes,
             "buffer": where[position[id(b)]]}
 
+  def rows(b: BufferInfo) -> dict:
+    """The output counting the rows a run fills of output `b` (manifest.json's rows), where it has one."""
+    count = cm.meta.get("output_rows", {}).get(b.name)
+    return {"rows": count} if count else {}
+
   kernels: list[dict] = []
   kernel_index: dict[str, int] = {}
   for name, k in cm.kernels.items():
@@ -164,7 +169,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
           "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
-          "inputs": [tensor(b) for b in cm.inputs], "outputs": [tensor(b) for b in cm.outputs],
+          "inputs": [tensor(b) for b in cm.inputs], "outputs": [{**tensor(b), **rows(b)} for b in cm.outputs],
           **({"states": [state_entry(tensor(b), st) for b, st in zip(cm.of_kind(BufferKind.STATE), cm.states)]}
              if cm.states else {}),
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],

@@ -196,6 +196,16 @@ def held_entries(st: dict, whole: np.ndarray, length: int) -> np.ndarray:
   return whole[tuple(slice(0, length) if k == st["axis"] else slice(None) for k in range(whole.ndim))].copy()
 
 
+def filled_rows(outputs: dict[str, np.ndarray], specs: list[dict]) -> dict[str, np.ndarray]:
+  """The outputs with those whose rows a run counts (manifest `rows`: a Loop's scan output, its condition computed
+  on the device) cut to the rows it filled."""
+  out = dict(outputs)
+  for spec in specs:
+    if spec.get("rows") and spec["name"] in out and spec["rows"] in out:
+      out[spec["name"]] = out[spec["name"]][:int(np.asarray(out[spec["rows"]]).reshape(-1)[0])]
+  return out
+
+
 def time_runs(run_once, runs: int, warmup: int, before=None) -> list[float]:
   """Seconds of each of `runs` calls of `run_once()`, after `warmup` untimed calls; `before()` ahead of each call,
   untimed."""
@@ -299,7 +309,7 @@ class Artifact:
   def run(self, inputs: dict[str, np.ndarray], *, values: bool = False) -> dict[str, np.ndarray]:
     """Run once; returns the outputs by original name, in manifest order. With `values`, inputs and outputs are
     what users hold (storage-only types as their values or, for inputs, raw bit patterns)."""
-    out = self._execute(self._prepare(_as_values(inputs) if values else inputs))
+    out = filled_rows(self._execute(self._prepare(_as_values(inputs) if values else inputs)), self.outputs)
     if not values: return out
     return {spec["name"]: from_storage(np.asarray(out[spec["name"]]), spec) for spec in self.outputs}
 

@@ -42,42 +42,105 @@ def _if(g: GraphBuilder, node, label: str, scope: Scope) -> list:
 
 
 def _loop(g: GraphBuilder, node, label: str, scope: Scope) -> list:
+  """Loop unrolled. A condition computed on the device (a graph input, or the body's from data) unrolls the loop to
+  its trip count with every step predicated (`_Predicated`): a step after the condition turned false leaves the
+  carried values as they were and adds a row of zeros to each scan output, whose rows that ran are counted at run
+  time (`GraphBuilder.note_rows`)."""
   body = _attr(node, "body")
   names = list(node.input) + [""] * max(0, 2 - len(node.input))
   trip = scope.lookup(names[0], label, "Loop") if names[0] else None
   cond = scope.lookup(names[1], label, "Loop") if names[1] else None
-  for what, name, v in (("trip count M", names[0], trip), ("condition", names[1], cond)):
-    if v is not None and not isinstance(v, tuple):
-      raise OnnxError(f"node {label!r} (Loop): the {what} ({name!r}) must be a compile-time constant to unroll the "
-                      f"loop; pin the graph input that sets it as a constant (--const)")
+  if trip is not None and not isinstance(trip, tuple):
+    raise OnnxError(f"node {label!r} (Loop): the trip count M ({names[0]!r}) must be a compile-time constant to unroll "
+                    f"the loop; pin the graph input that sets it as a constant (--const)")
   if trip is None and cond is None:
     raise OnnxError(f"node {label!r} (Loop): a loop without trip count and condition never ends")
   max_trips = int(np.asarray(trip[0]).reshape(-1)[0]) if trip is not None else None
-  running = bool(np.asarray(cond[0]).reshape(-1)[0]) if cond is not None else True
+  running = _flag(cond) if cond is not None else True
   carried = [scope.lookup(n, label, "Loop") for n in names[2:]]
   n_carried = len(carried)
   scans: list[list] = [[] for _ in range(len(body.output) - 1 - n_carried)]
+  predicated = _Predicated(g, scope, label)
   it = 0
-  while running and (max_trips is None or it < max_trips):
-    if it > 100000: raise OnnxError(f"node {label!r} (Loop): more than 100000 iterations to unroll")
-    outs = g.run_subgraph(body, scope, [(np.array(it, np.int64), dtypes.int64),
-                                        (np.array(running), dtypes.bool)] + carried)
-    c = outs[0]
-    if not isinstance(c, tuple):
-      raise OnnxError(f"node {label!r} (Loop): the loop condition depends on data; only loops whose condition folds "
-                      f"to a constant can be unrolled")
-    running = bool(np.asarray(c[0]).reshape(-1)[0])
-    carried = outs[1:1 + n_carried]
-    for s, v in zip(scans, outs[1 + n_carried:]): s.append(v)
+  while running is not False and (max_trips is None or it < max_trips):
+    if it >= MAX_UNROLLED:
+      raise OnnxError(f"node {label!r} (Loop): more than {MAX_UNROLLED} iterations to unroll"
+                      + (" (its condition is computed on the device, so it is unrolled to its trip count)"
+                         if isinstance(running, Tensor) else ""))
+    if isinstance(running, Tensor) and max_trips is None:
+      raise OnnxError(f"node {label!r} (Loop): its condition is computed on the device and it has no trip count; "
+                      f"it can be unrolled only to a trip count (M) known at compile time")
+    step_cond = running if isinstance(running, Tensor) else (np.array(running), dtypes.bool)
+    outs = g.run_subgraph(body, scope, [(np.array(it, np.int64), dtypes.int64), step_cond] + carried)
+    new_carried, values = outs[1:1 + n_carried], outs[1 + n_carried:]
+    if isinstance(running, Tensor): new_carried, values = predicated.step(running, carried, new_carried, values)
+    else: predicated.ran += 1
+    carried = new_carried
+    for s, v in zip(scans, values): s.append(v)
+    running = _flag(outs[0]) if running is True else predicated.both(running, _flag(outs[0]))
     it += 1
   results = list(carried)
   for i, s in enumerate(scans):
     if not s:
       raise OnnxError(f"node {label!r} (Loop): scan output {i} of a loop that runs zero times has an unknown shape")
     if all(isinstance(v, tuple) for v in s): results.append((np.stack([v[0] for v in s]), s[0][1]))
-    else: results.append(Tensor.stack([scope.as_tensor("", v) if not isinstance(v, tuple) else
-                                       g.device_const("", v, scope.device, False) for v in s]))
+    else:
+      results.append(Tensor.stack([scope.as_tensor("", v) if not isinstance(v, tuple) else
+                                   g.device_const("", v, scope.device, False) for v in s]))
+      if predicated.rows is not None: g.note_rows(results[-1], predicated.rows)
   return results
+
+
+MAX_UNROLLED = 100000       # iterations a Loop is unrolled to at most
+
+
+def _flag(v):
+  """A loop condition: a Python bool when it is a compile-time constant, else the device's boolean scalar."""
+  if isinstance(v, tuple): return bool(np.asarray(v[0]).reshape(-1)[0]) if np.asarray(v[0]).size else False
+  return v.reshape(()) if v.numel() == 1 else v
+
+
+class _Predicated:
+  """The steps of a Loop whose condition is computed on the device: each step's results are kept where the
+  condition held when the step began (`step`), and the steps that ran are counted (`rows`, an int64 scalar on the
+  device: the length of the scan outputs)."""
+
+  def __init__(self, g: GraphBuilder, scope: Scope, label: str):
+    self.g, self.scope, self.label = g, scope, label
+    self.rows: Tensor | None = None
+    self.ran = 0         # steps before the condition was computed on the device: they all ran
+
+  def tensor(self, v) -> Tensor:
+    return v if not isinstance(v, tuple) else self.g.device_const("", v, self.scope.device, False)
+
+  def step(self, running: Tensor, old: list, new: list, values: list) -> tuple[list, list]:
+    if running.numel() != 1:
+      raise OnnxError(f"node {self.label!r} (Loop): the condition must have one element, got shape {running.shape}")
+    if running.dtype != dtypes.bool: running = running.cast(dtypes.bool)
+    kept = []
+    for i, (o, n) in enumerate(zip(old, new)):
+      if isinstance(o, list) or isinstance(n, list):
+        raise OnnxError(f"node {self.label!r} (Loop): loop-carried sequences need a condition known at compile time")
+      o, n = self.tensor(o), self.tensor(n)
+      if o.shape != n.shape or o.dtype != n.dtype:
+        raise OnnxError(f"node {self.label!r} (Loop): with a condition computed on the device, loop-carried value "
+                        f"{i} must keep its shape and dtype; it goes from {o.shape} {o.dtype.name} to {n.shape} "
+                        f"{n.dtype.name}")
+      kept.append(running.where(n, o))
+    rows = []
+    for v in values:
+      if isinstance(v, list):
+        raise OnnxError(f"node {self.label!r} (Loop): scan outputs of sequences need a condition known at compile time")
+      v = self.tensor(v)
+      rows.append(running.where(v, v.zeros_like()))
+    ran = running.cast(dtypes.int64)
+    self.rows = ran + self.ran if self.rows is None else self.rows + ran
+    return kept, rows
+
+  def both(self, running: Tensor, cond) -> Tensor | bool:
+    """The condition of the next step: this one's and the body's."""
+    if cond is False: return False
+    return running if cond is True else running & (cond if cond.dtype == dtypes.bool else cond.cast(dtypes.bool))
 
 
 def _scan(g: GraphBuilder, node, label: str, scope: Scope) -> list:

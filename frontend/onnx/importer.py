@@ -87,7 +87,11 @@ class OnnxGraph:
     self._initializer_arrays: dict[int, tuple[np.ndarray, str]] = {}
     bad = self.unsupported()
     if bad: raise OnnxError(unsupported_message(bad))
+    # the graph's outputs, then a row count of each scan output whose rows are counted at run time (a Loop whose
+    # condition is computed on the device: `output_rows`, output -> its count); both filled in place by each build
     self.output_names = [o.name for o in self.graph.output]
+    self.output_rows: dict[str, str] = {}
+    self._rows: dict[UOp, Tensor] = {}
     self._outputs: list[tuple[str, tuple, DType]] | None = None
     if build: _ = self.outputs
 
@@ -97,7 +101,7 @@ class OnnxGraph:
     if self._outputs is None:
       placeholders = [Tensor(buffers.new_buffer("numpy", shape, dt), "numpy") for _, shape, dt in self.inputs]
       outs = self._build("numpy", placeholders)
-      self._outputs = [(o.name, tuple(t.shape), t.dtype) for o, t in zip(self.graph.output, outs)]
+      self._outputs = [(name, tuple(t.shape), t.dtype) for name, t in zip(self.output_names, outs)]
     return self._outputs
 
   # ------------------------------------------------------------ inputs
@@ -205,11 +209,39 @@ class OnnxGraph:
       self._initializer_arrays[id(arr)] = (arr, name)
     for name, (arr, dt) in self.pinned.items(): scope.consts[name] = (arr, dt)
     for (name, _, _), t in zip(self.inputs, inputs): scope.tensors[name] = t
+    self._rows = {}
     try:
       with provenance.call_sites(False):       # the nodes are named by the model, not by Python call sites
         self.run_nodes(self._nodes(), scope)
-        return [scope.tensor(o.name) for o in self.graph.output]
+        outs = [scope.tensor(o.name) for o in self.graph.output]
     finally: self._initializer_arrays = {}
+    return outs + self._row_outputs(outs)
+
+  def _row_outputs(self, outs: list[Tensor]) -> list[Tensor]:
+    """The row counts of the outputs whose rows are counted at run time, as more outputs named `<output>_rows`
+    (made unique); `output_names` and `output_rows` say which is which."""
+    names = [o.name for o in self.graph.output]
+    taken = set(names) | {n for n, _, _ in self.inputs}
+    self.output_rows.clear()
+    extra, counts = [], []
+    for name, t in zip(names, outs):
+      rows = self.rows_of(t)
+      if rows is None: continue
+      count, k = f"{name}_rows", 1
+      while count in taken: count, k = f"{name}_rows{k}", k + 1
+      taken.add(count)
+      self.output_rows[name] = count
+      extra.append(count)
+      counts.append(rows)
+    self.output_names[:] = names + extra
+    return counts
+
+  def note_rows(self, t: Tensor, rows: Tensor) -> None:
+    """`t` is a scan output padded to its loop's trip count; `rows` (int64 scalar) how many of its rows ran."""
+    self._rows[t.uop] = rows
+
+  def rows_of(self, t) -> Tensor | None:
+    return self._rows.get(t.uop) if isinstance(t, Tensor) else None
 
   def weights_with_dtypes(self):
     for name, arr in self.weights.items():

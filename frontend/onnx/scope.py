@@ -17,6 +17,8 @@ class GraphBuilder(Protocol):
 
   def device_const(self, name: str, value: tuple, device: str, cache: bool) -> Tensor: ...
   def run_subgraph(self, graph: onnx.GraphProto, outer: Scope, inputs: list) -> list: ...
+  def note_rows(self, t: Tensor, rows: Tensor) -> None: ...
+  def rows_of(self, t: Tensor) -> Tensor | None: ...
 
 
 class Scope:
@@ -56,11 +58,18 @@ class Scope:
     if isinstance(v, tuple): self.consts[name] = v
     else: self.tensors[name] = v
 
-  def lookup(self, name: str, label: str = "", op: str = ""):
+  def lookup(self, name: str, label: str = "", op: str = "", rows: bool = False):
+    """The value of `name`. A scan output whose rows are counted at run time (a Loop whose condition is computed on
+    the device: padded to its trip count) is only given where `rows` says the caller takes that count along."""
     s = self
     while s is not None:
       if name in s.consts: return s.consts[name]
-      if name in s.tensors: return s.tensors[name]
+      if name in s.tensors:
+        v = s.tensors[name]
+        if not rows and self.graph.rows_of(v) is not None:
+          raise OnnxError(f"node {label!r} ({op}): input {name!r} is a Loop's scan output whose length is decided at "
+                          f"run time (the loop's condition is computed on the device); it can only be a graph output")
+        return v
       s = s.parent
     raise OnnxError(f"node {label!r} ({op}): input {name!r} has no value")
 
@@ -76,7 +85,8 @@ class Scope:
     return self.graph.device_const(name, v, self.device, self.owner(name).top)
 
   def tensor(self, name: str) -> Tensor:
-    return self.as_tensor(name, self.lookup(name, "graph", "output"))
+    """A graph output (a scan output with rows counted at run time included)."""
+    return self.as_tensor(name, self.lookup(name, "graph", "output", rows=True))
 
   def all_names(self) -> set[str]:
     out, s = set(), self

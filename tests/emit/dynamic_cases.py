@@ -1,11 +1,13 @@
 """What the tests of artifacts with sizes known only at run time share (C, OpenCL, WebGPU): the models (the encoder
 example over any length; a model of two sizes with reductions over one and sizes as expressions; one whose input
 takes rows in steps of 8), random inputs,
-the numpy reference, one artifact checked at several sizes, and the example program reading sizes off .npy files."""
+the numpy reference, one artifact checked at several sizes, and the example program reading sizes off .npy files;
+and an ONNX Loop whose number of steps, the rows of its scan output, each run decides."""
 import subprocess
 import textwrap
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from tgc.aot import models
 from tgc.aot.reference import tensor_reference
 from tgc.runtimes.artifact import ArtifactError
@@ -95,3 +97,31 @@ def check_main(folder, spec: str, tmp_path) -> None:
   assert bad.returncode == 2 and "input 'mask'" in bad.stderr and "(3, 12)" in bad.stderr
   bad = run_main(folder, tmp_path, {**feeds, "x": np.ones((3, 41, 8), np.float32)})
   assert bad.returncode == 2 and "size T is 41 in the inputs' shapes, outside the range 3..40" in bad.stderr
+
+
+def growing_loop(read_scan: bool = False):
+  """A Loop of at most 8 steps (v = v * 1.5 + x) that stops once sum(v) reaches 40: its condition is computed on
+  the device, so the number of steps, and the rows of its scan output of every v, depend on the inputs."""
+  body = helper.make_graph(
+    [helper.make_node("Mul", ["v_in", "grow"], ["vg"]), helper.make_node("Add", ["vg", "x"], ["v_out"]),
+     helper.make_node("ReduceSum", ["v_out"], ["total"], keepdims=0),
+     helper.make_node("Less", ["total", "limit"], ["cond_out"]), helper.make_node("Identity", ["v_out"], ["scan"])],
+    "grow_step", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                  helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                  helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [4])],
+    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4]),
+     helper.make_tensor_value_info("scan", TensorProto.FLOAT, [4])])
+  inits = [numpy_helper.from_array(np.array(8, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go"),
+           numpy_helper.from_array(np.array(1.5, np.float32), "grow"),
+           numpy_helper.from_array(np.array(40.0, np.float32), "limit")]
+  nodes = [helper.make_node("Loop", ["trips", "go", "v0"], ["v", "vs"], body=body, name="grow")]
+  outputs = [helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])]
+  if read_scan:
+    nodes.append(helper.make_node("ReduceSum", ["vs"], ["vs_sum"], keepdims=0, name="sum_of_rows"))
+    outputs.append(helper.make_tensor_value_info("vs_sum", TensorProto.FLOAT, []))
+  else: outputs.append(helper.make_tensor_value_info("vs", TensorProto.FLOAT, [None, 4]))
+  graph = helper.make_graph(nodes, "growing", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                                               helper.make_tensor_value_info("v0", TensorProto.FLOAT, [4])],
+                            outputs, inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -20,6 +20,7 @@ import conformance  # noqa: E402
 from expected_failures_nn import NN_EXPECTED_FAILURES  # noqa: E402
 
 from tgc.frontend.tensor import Tensor  # noqa: E402
+from tests.emit.dynamic_cases import growing_loop  # noqa: E402
 from tgc.frontend.onnx import OPS, load_model  # noqa: E402
 from tgc.frontend.onnx import (ops_attention, ops_conv, ops_linalg, ops_normalization, ops_quantization,  # noqa: E402
                                ops_rnn, ops_signal, ops_spatial, ops_training)
@@ -345,6 +346,43 @@ def test_loop_carrying_its_weights_on_c():
     reads_w = [c for c in manifest["calls"] if {"kind": "weight", "index": w_index} in c["args"]]
     assert len(reads_w) == 1, "the input projection ran step by step"
   np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["c", "opencl", "webgpu"])
+def test_loop_with_a_condition_computed_on_the_device(target):
+  """The loop is unrolled to its trip count, each step kept only while the condition held: on random inputs that
+  stop it after 1 to 8 steps, the last v and the scan output's rows equal onnx.reference's; the artifact's scan
+  output is padded to 8 rows and the manifest names the output counting the rows a run filled, which the runner
+  cuts it to."""
+  from onnx.reference import ReferenceEvaluator
+  from tgc.aot.onnx_backend import TgcBackend
+  from tgc.runtimes import get_runtime, RuntimeUnavailable
+  try: get_runtime(target)
+  except RuntimeUnavailable as e: pytest.skip(str(e))
+  model = growing_loop()
+  ref = ReferenceEvaluator(model)
+  rng = np.random.default_rng(7)
+  lengths = set()
+  with TgcBackend.prepare(model, target) as rep:
+    outputs = json.loads((Path(rep.last.report.out_dir) / "manifest.json").read_text())["outputs"]
+    assert [(o["name"], o["shape"], o.get("rows")) for o in outputs] == \
+      [("v", [4], None), ("vs", [8, 4], "vs_rows"), ("vs_rows", [], None)]
+    for scale in (0.05, 0.3, 1.0, 3.0, 12.0):
+      x, v0 = (rng.uniform(0, scale, 4).astype(np.float32) for _ in range(2))
+      got, want = rep.run([x, v0]), ref.run(None, {"x": x, "v0": v0})
+      assert got[1].shape == want[1].shape
+      for g, w in zip(got, want): np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+      lengths.add(len(want[1]))
+  assert len(lengths) >= 3 and max(lengths) == 8 and min(lengths) < 8, lengths
+
+
+def test_loop_scan_output_of_a_device_condition_read_by_a_node_is_refused():
+  """A scan output whose number of rows a run decides is padded to the trip count: a node reading it (a sum over
+  the rows) would read the padding, so the import stops with an error naming that node and the value."""
+  from tgc.frontend.onnx import OnnxError
+  with pytest.raises(OnnxError, match=r"'sum_of_rows' \(ReduceSum\): input 'vs' is a Loop's scan output whose "
+                                      r"length is decided at run time"):
+    load_model(growing_loop(read_scan=True))
 
 
 def test_loop_with_a_trip_count_input_names_it():
