@@ -13,8 +13,8 @@ the fraction of this machine's roofline it reaches (runtimes/roofline.py).
 Per model: `tgc compile` (target c, heuristics), every output against onnxruntime's (max abs error relative to the
 largest reference value), then interleaved timing of the one-thread engines (one run of each in turn, after warm-up;
 medians), then each two-thread engine in blocks of its own (TWO_THREAD_BLOCKS each, in turn: the fastest block of
-each), then a profiled run of the artifact (-DTG_PROFILE): its slowest kernel, and the kernels below 10% of the
-roofline that take 5% of the run or more. With `--mask-cpuid` the whole run sees x86-64-v3's CPUID
+each), then profiled runs of the artifact (-DTG_PROFILE, each launch's median over 3-7 runs): its slowest kernel,
+and the kernels below 10% of the roofline that take 5% of the run or more. With `--mask-cpuid` the whole run sees x86-64-v3's CPUID
 (bench/cpuid_mask.py): onnxruntime runs its AVX2 kernels, not the AVX-512 or VNNI ones of a newer machine, against
 artifacts compiled with `--cpu x86-64-v3`. A model that fails to compile or run is listed with its error and left out
 of the means. Measure on a quiet machine: the load average is printed with the results."""
@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -96,10 +97,15 @@ def measure(e: dict, corpus_dir: str, work: str, cpu: str | None, budget: float,
     tgc1.close()
   with CArtifact(report.out_dir, cache_dir=libs, profile=True) as art:
     art.run(feeds)
-    art.profile_reset()
-    prof_runs = max(1, min(5, runs))
-    for _ in range(prof_runs): art.run(feeds)
-    kernels = kernel_profile(art.manifest, art.profile(), prof_runs, machine_roofline(art.manifest))
+    # each launch's median over the profiled runs: one run the machine slowed (a page fault, the other core's
+    # job) does not mark a kernel of a short run slow
+    per_run = []
+    for _ in range(max(3, min(7, runs))):
+      art.profile_reset()
+      art.run(feeds)
+      per_run.append(art.profile())
+    per_call = [statistics.median(times) for times in zip(*per_run)]
+    kernels = kernel_profile(art.manifest, per_call, 1, machine_roofline(art.manifest))
   top = kernels[0]
   row["slowest"] = {"kernel": top.kernel, "share": top.share, "roofline": top.roofline, "gflops": top.gflops,
                     "opts": " ".join(top.opts)}
