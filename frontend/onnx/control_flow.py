@@ -63,13 +63,11 @@ def _loop(g: GraphBuilder, node, label: str, scope: Scope) -> list:
   predicated = _Predicated(g, scope, label)
   it = 0
   while running is not False and (max_trips is None or it < max_trips):
-    if it >= MAX_UNROLLED:
-      raise OnnxError(f"node {label!r} (Loop): more than {MAX_UNROLLED} iterations to unroll"
-                      + (" (its condition is computed on the device, so it is unrolled to its trip count)"
-                         if isinstance(running, Tensor) else ""))
-    if isinstance(running, Tensor) and max_trips is None:
-      raise OnnxError(f"node {label!r} (Loop): its condition is computed on the device and it has no trip count; "
-                      f"it can be unrolled only to a trip count (M) known at compile time")
+    if it >= MAX_UNROLLED: raise OnnxError(f"node {label!r} (Loop): more than {MAX_UNROLLED} iterations to unroll")
+    if isinstance(running, Tensor) and (max_trips is None or max_trips > MAX_UNROLLED):
+      raise OnnxError(f"node {label!r} (Loop): its condition is computed on the device, so it is unrolled to its trip "
+                      f"count (M), which must be known at compile time and at most {MAX_UNROLLED}; "
+                      + ("it has none" if max_trips is None else f"it is {max_trips}"))
     step_cond = running if isinstance(running, Tensor) else (np.array(running), dtypes.bool)
     outs = g.run_subgraph(body, scope, [(np.array(it, np.int64), dtypes.int64), step_cond] + carried)
     new_carried, values = outs[1:1 + n_carried], outs[1 + n_carried:]

@@ -376,6 +376,23 @@ def test_loop_with_a_condition_computed_on_the_device(target):
   assert len(lengths) >= 3 and max(lengths) == 8 and min(lengths) < 8, lengths
 
 
+def test_loop_of_a_device_condition_needs_a_trip_count_it_can_unroll():
+  """A condition computed on the device unrolls the loop to its trip count: tf2onnx's while loops give M = 2**63 - 1
+  (or none), refused at once with the loop's name and its trip count, before any step is built."""
+  from onnx import numpy_helper
+  from tgc.frontend.onnx import OnnxError
+  model = growing_loop()
+  trips = next(t for t in model.graph.initializer if t.name == "trips")
+  trips.CopyFrom(numpy_helper.from_array(np.array(2 ** 63 - 1, np.int64), "trips"))
+  with pytest.raises(OnnxError, match=r"'grow' \(Loop\): its condition is computed on the device, so it is unrolled "
+                                      r"to its trip count \(M\), which must be known at compile time and at most "
+                                      r"100000; it is 9223372036854775807"):
+    load_model(model)
+  model.graph.node[0].input[0] = ""
+  with pytest.raises(OnnxError, match=r"'grow' \(Loop\): its condition is computed on the device.*; it has none"):
+    load_model(model)
+
+
 def test_loop_scan_output_of_a_device_condition_read_by_a_node_is_refused():
   """A scan output whose number of rows a run decides is padded to the trip count: a node reading it (a sum over
   the rows) would read the padding, so the import stops with an error naming that node and the value."""
