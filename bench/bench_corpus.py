@@ -14,10 +14,10 @@ Per model: `tgc compile` (target c, heuristics), every output against onnxruntim
 largest reference value), then interleaved timing of the one-thread engines (one run of each in turn, after warm-up;
 medians), then each two-thread engine in blocks of its own (TWO_THREAD_BLOCKS each, in turn: the fastest block of
 each), then profiled runs of the artifact (-DTG_PROFILE, each launch's median over 3-7 runs): its slowest kernel,
-and the kernels below 10% of the roofline that take 5% of the run or more. With `--mask-cpuid` the whole run sees x86-64-v3's CPUID
-(bench/cpuid_mask.py): onnxruntime runs its AVX2 kernels, not the AVX-512 or VNNI ones of a newer machine, against
-artifacts compiled with `--cpu x86-64-v3`. A model that fails to compile or run is listed with its error and left out
-of the means. Measure on a quiet machine: the load average is printed with the results."""
+and the kernels below 10% of the roofline that take 5% of the run or more. With `--mask-cpuid` the whole run sees
+x86-64-v3's CPUID (bench/cpuid_mask.py): onnxruntime runs its AVX2 kernels, not the AVX-512 or VNNI ones of a newer
+machine, against artifacts compiled with `--cpu x86-64-v3`. A model that fails to compile or run is listed with its
+error and left out of the means. Measure on a quiet machine: the load average is printed with the results."""
 from __future__ import annotations
 import argparse
 import json

@@ -24,7 +24,7 @@ def _tensor(b: BufferInfo) -> dict:
           "tgc_dtype": b.dtype.name, "npy_dtype": npy_name(b.dtype), "nbytes": b.nbytes}
 
 
-def _rows(cm: CompiledModel, b: BufferInfo) -> dict:
+def rows_entry(cm: CompiledModel, b: BufferInfo) -> dict:
   """An output padded to its largest length whose leading rows are its value, their number decided by the run:
   the output holding that number (a Loop's scan output, the loop's condition computed on the device)."""
   rows = cm.meta.get("output_rows", {}).get(b.name)
@@ -63,7 +63,7 @@ def build_manifest(cm: CompiledModel, model_symbol: str, weights: WeightsFile, w
     **({"dims": [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in cm.dims.items()]} if cm.dims else {}),
     **({"states": [_state(b, st) for b, st in zip(cm.of_kind(BufferKind.STATE), cm.states)]} if cm.states else {}),
     "inputs": [_tensor(b) for b in cm.inputs],
-    "outputs": [{**_tensor(b), **_rows(cm, b)} for b in cm.outputs],
+    "outputs": [{**_tensor(b), **rows_entry(cm, b)} for b in cm.outputs],
     "weights": {
       "file": weights_file, "sha256": sha256(weights.data), "nbytes": len(weights.data), "alignment": ALIGN,
       "header_bytes": len(weights.header), "embedded": embedded,

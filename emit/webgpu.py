@@ -44,7 +44,7 @@ from tgc.codegen.target import TargetLimitError
 from tgc.emit.bundle import bundle_start, launch_sizes, write_bundle
 from tgc.emit.common import fill, numpy_name, read_template, sha256, tgc_version
 from tgc.emit import npm
-from tgc.emit.manifest import build_manifest
+from tgc.emit.manifest import build_manifest, rows_entry
 from tgc.emit.weights import WeightsFile
 
 WEIGHTS_FILE = "weights.safetensors"
@@ -140,11 +140,6 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
     return {"name": b.name, "shape": dims_text(b.shape), "dtype": dtype, "nbytes": b.nbytes,
             "buffer": where[position[id(b)]]}
 
-  def rows(b: BufferInfo) -> dict:
-    """The output counting the rows a run fills of output `b` (manifest.json's rows), where it has one."""
-    count = cm.meta.get("output_rows", {}).get(b.name)
-    return {"rows": count} if count else {}
-
   kernels: list[dict] = []
   kernel_index: dict[str, int] = {}
   for name, k in cm.kernels.items():
@@ -169,7 +164,7 @@ def build_plan(cm: CompiledModel, weights: WeightsFile, chunk_bytes: int | None 
           "weightsBytes": len(weights.data), "weightsSha256": sha256(weights.data), **weight_blocks(weights.data),
           "weightsParts": weight_parts(weights.data, chunk_bytes),
           "header": weights.header[8:].decode("ascii"),
-          "inputs": [tensor(b) for b in cm.inputs], "outputs": [{**tensor(b), **rows(b)} for b in cm.outputs],
+          "inputs": [tensor(b) for b in cm.inputs], "outputs": [{**tensor(b), **rows_entry(cm, b)} for b in cm.outputs],
           **({"states": [state_entry(tensor(b), st) for b, st in zip(cm.of_kind(BufferKind.STATE), cm.states)]}
              if cm.states else {}),
           "weights": [{**tensor(b), "offset": stored[b.name].offset} for b in cm.of_kind(BufferKind.WEIGHT)],

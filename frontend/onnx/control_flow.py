@@ -18,6 +18,11 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
   return default
 
 
+def _on_device(g: GraphBuilder, scope: Scope, v) -> Tensor:
+  """A value of the graph as a Tensor: a compile-time constant (array, dtype) made a device constant."""
+  return v if not isinstance(v, tuple) else g.device_const("", v, scope.device, False)
+
+
 def _if(g: GraphBuilder, node, label: str, scope: Scope) -> list:
   cond = scope.lookup(node.input[0], label, "If")
   then_g, else_g = _attr(node, "then_branch"), _attr(node, "else_branch")
@@ -32,8 +37,7 @@ def _if(g: GraphBuilder, node, label: str, scope: Scope) -> list:
     if isinstance(x, tuple) and isinstance(y, tuple) and x[1] == y[1] and np.array_equal(x[0], y[0]):
       outs.append(x)
       continue
-    tx = x if not isinstance(x, tuple) else g.device_const("", x, scope.device, False)
-    ty = y if not isinstance(y, tuple) else g.device_const("", y, scope.device, False)
+    tx, ty = _on_device(g, scope, x), _on_device(g, scope, y)
     if tx.shape != ty.shape or tx.dtype != ty.dtype:
       raise OnnxError(f"node {label!r} (If): with a data-dependent condition both branches must give the same "
                       f"shape and dtype; output {i} is {tx.shape} {tx.dtype.name} vs {ty.shape} {ty.dtype.name}")
@@ -83,8 +87,7 @@ def _loop(g: GraphBuilder, node, label: str, scope: Scope) -> list:
       raise OnnxError(f"node {label!r} (Loop): scan output {i} of a loop that runs zero times has an unknown shape")
     if all(isinstance(v, tuple) for v in s): results.append((np.stack([v[0] for v in s]), s[0][1]))
     else:
-      results.append(Tensor.stack([scope.as_tensor("", v) if not isinstance(v, tuple) else
-                                   g.device_const("", v, scope.device, False) for v in s]))
+      results.append(Tensor.stack([_on_device(g, scope, v) for v in s]))
       if predicated.rows is not None: g.note_rows(results[-1], predicated.rows)
   return results
 
@@ -108,9 +111,6 @@ class _Predicated:
     self.rows: Tensor | None = None
     self.ran = 0         # steps before the condition was computed on the device: they all ran
 
-  def tensor(self, v) -> Tensor:
-    return v if not isinstance(v, tuple) else self.g.device_const("", v, self.scope.device, False)
-
   def step(self, running: Tensor, old: list, new: list, values: list) -> tuple[list, list]:
     if running.numel() != 1:
       raise OnnxError(f"node {self.label!r} (Loop): the condition must have one element, got shape {running.shape}")
@@ -119,7 +119,7 @@ class _Predicated:
     for i, (o, n) in enumerate(zip(old, new)):
       if isinstance(o, list) or isinstance(n, list):
         raise OnnxError(f"node {self.label!r} (Loop): loop-carried sequences need a condition known at compile time")
-      o, n = self.tensor(o), self.tensor(n)
+      o, n = _on_device(self.g, self.scope, o), _on_device(self.g, self.scope, n)
       if o.shape != n.shape or o.dtype != n.dtype:
         raise OnnxError(f"node {self.label!r} (Loop): with a condition computed on the device, loop-carried value "
                         f"{i} must keep its shape and dtype; it goes from {o.shape} {o.dtype.name} to {n.shape} "
@@ -129,7 +129,7 @@ class _Predicated:
     for v in values:
       if isinstance(v, list):
         raise OnnxError(f"node {self.label!r} (Loop): scan outputs of sequences need a condition known at compile time")
-      v = self.tensor(v)
+      v = _on_device(self.g, self.scope, v)
       rows.append(running.where(v, v.zeros_like()))
     ran = running.cast(dtypes.int64)
     self.rows = ran + self.ran if self.rows is None else self.rows + ran
@@ -182,7 +182,7 @@ def _scan_core(g: GraphBuilder, scope: Scope, label: str, body, state: list, xs:
       k = n - 1 - t if d else t
       slices.append(x.shrink(tuple((k, k + 1) if i == a else None for i in range(x.ndim))).squeeze(a))
     res = g.run_subgraph(body, scope, state + slices)
-    res = [v if not isinstance(v, tuple) else g.device_const("", v, scope.device, False) for v in res]
+    res = [_on_device(g, scope, v) for v in res]
     state = res[:n_state]
     for o, v in zip(outs, res[n_state:]): o.append(v)
   results: list = list(state)
