@@ -51,6 +51,23 @@ def tried(kind: str) -> tuple[str, ...]:
   return TRIED.get(kind, (kind,) if kind else ())
 
 
+# instructions madd4 spends on one copy of an operand (the C renderer's tg_dot4 helpers): the shared integer's
+# broadcast, then its even and odd bytes; the weights' load, then their even and odd bytes sign-extended
+MADD4_UNPACK = {"shared": 3, "weights": 4}
+
+
+def unpacks(k: Kernel, kind: str, constant: frozenset) -> bool:
+  """Whether the instruction a level whose CPU.dot is `kind` takes kernel `k`'s reductions with (its VECTOR split
+  applied) splits both operands apart at every use (madd4: even and odd bytes widened to int16 for two pmaddwd):
+  its register block holds accumulators only, each unpacked operand is used and dropped."""
+  return next((kd for kd in tried(kind) if _dot_kernel(k.ast, kd, constant)), None) == "madd4"
+
+
+def unpack_cost(ld: UOp, constant: frozenset) -> int:
+  """What unpacking one copy of a reduction load `ld` of a madd4 kernel costs, in instructions."""
+  return MADD4_UNPACK["weights" if ld.src[0].arg[0] in constant else "shared"]
+
+
 def bytes_group(kind: str) -> int:
   """How many consecutive 8-bit values the first instruction a level whose CPU.dot is `kind` tries takes per 32-bit
   lane (0: none)."""

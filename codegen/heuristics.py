@@ -27,7 +27,7 @@ from tgc.codegen.knobs import (BLOCK_MAX_PADDING, BLOCK_ODD_PADDING, GATHER_WORT
 from tgc.codegen.kernel_access import (block_copies, block_cost, block_moves, depends, lanes_are_32bit,
                                        reduce_body_loads, streamed_loads, stride, try_opt)
 from tgc.codegen.gpu_heuristics import gpu_opts
-from tgc.codegen.dot import dot_unroll
+from tgc.codegen.dot import dot_unroll, unpack_cost, unpacks
 
 G, R = (AxisType.GLOBAL,), (AxisType.REDUCE,)
 GR = (AxisType.GLOBAL, AxisType.REDUCE)
@@ -183,7 +183,14 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
   vector = any(r.arg.kind is AxisType.VECTOR for r in k.ranges())
   # copies made already (a de-interleaved axis' UPCAST) hold accumulators too
   made = math.prod(Kernel.size(r) for r in k.ranges() if r.arg.kind is AxisType.UPCAST)
-  budget = max(4, target.registers - 6) // made if vector else 12 // made
+  # with 16 registers, a dot product that unpacks its operands at every use (`dot.unpacks`) spreads the unpacking
+  # over as many accumulators as the registers hold but two, its cost the unpacking instructions per accumulation
+  # (x86-64-v3's int8 3x3 convolutions in blocks of 7 pixels x 2 weight vectors, 14 accumulators: 10-15% faster per
+  # kernel than 4 x 2 or 1 x 8, though they spill; 3 x 4 was between). With 32 (x86-64-v4) the blocks by loads are
+  # as fast: 7 x 4 instead of 4 x 4 was 1.3% slower on resnet18_qdq_pt, 1.8% faster on mobilenet_v2_qdq_pc
+  unpacking = vector and target.registers <= 16 and unpacks(k, target.dot, constant)
+  weigh = (lambda ld: unpack_cost(ld, constant)) if unpacking else None
+  budget = (target.registers - 2 if unpacking else max(4, target.registers - 6) if vector else 12) // made
   hot = reduce_body_loads(k)
   loop = math.prod(Kernel.size(r) for r in k.axes(R))
   vec = next((r for r in k.ranges() if r.arg.kind is AxisType.VECTOR), None)
@@ -203,8 +210,8 @@ def reuse_block_options(k: Kernel, target: Target, limit: int = 12,
       for na in _block_sizes(ra, budget, padded[ra]):
         for nb in (_block_sizes(rb, budget // na, padded[rb]) if b != a else [1]):
           block = {ra: na, rb: nb} if b != a else {ra: na}
-          if vector and not _fits_registers(block, hot, target.registers, made): continue
-          cost = block_cost(hot, block, loop, cache, vec, l1, streamed)
+          if vector and not unpacking and not _fits_registers(block, hot, target.registers, made): continue
+          cost = block_cost(hot, block, loop, cache, vec, l1, streamed, weigh)
           if cost is None or math.prod(block.values()) < 2: continue
           cost *= _padding_factor(block)
           opts = tuple(Opt(OptOps.UPCAST, i, n) for i, n in sorted(((ia, na), (ib, nb)) if b != a else ((ia, na),),

@@ -2,6 +2,7 @@
 heuristics (gpu_heuristics.py) choose opts by, and applying an opt when it applies."""
 from __future__ import annotations
 import math
+from typing import Callable
 from tgc.ir import Ops, UOp, AxisType, RangeArg, dtypes, substitute
 from tgc.ir.symbolic import simplify, split_terms
 from tgc.codegen.opts import Kernel, Opt, OptError
@@ -96,7 +97,8 @@ def block_copies(ld: UOp, block: dict[UOp, int]) -> int:
 
 
 def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vector: UOp | None,
-               l1: int | None = None, streamed: frozenset = frozenset()) -> float | None:
+               l1: int | None = None, streamed: frozenset = frozenset(),
+               weigh: Callable[[UOp], float] | None = None) -> float | None:
   """Loads per accumulation of a register block (axis -> copies): each reduction load is loaded once per distinct
   copy of its index. None when a load would read more than 8 rows a power-of-two stride apart (the rows share one
   set of the L1 cache), or when what one block reads over its reduction loop (`loop` iterations) does not fit in
@@ -104,7 +106,8 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
   over the loop take half of it or more also comes from L2 at each block: its cache lines per accumulation count
   L2_LINE_COST loads each (a 1x1 conv's weight panel of 8 vectors, read again for each pair of pixels, moves 3.5
   times the L2 bytes per multiply of a panel of 2 vectors read for 7 pixels); so do the `streamed` loads (what
-  they read between two reuses does not stay in L1: `streamed_loads`)."""
+  they read between two reuses does not stay in L1: `streamed_loads`). `weigh`: what one copy of a load costs, in
+  loads (default 1)."""
   loads = lines = 0.0
   footprint = 0
   for ld in hot:
@@ -112,7 +115,7 @@ def block_cost(hot: list[UOp], block: dict[UOp, int], loop: int, cache: int, vec
       s = stride(ld.src[1], r) if n > 8 else None
       if s and (s * ld.dtype.itemsize) % 1024 == 0: return None
     copies = block_copies(ld, block)
-    loads += copies
+    loads += copies * (weigh(ld) if weigh is not None else 1)
     lanes = Kernel.size(vector) if vector is not None and depends(ld.src[1], vector) else 1
     values = copies * loop * ld.dtype.itemsize * lanes
     footprint += values

@@ -119,23 +119,33 @@ def vector_type(d: DType) -> str:
   return f"tg_{_VEC_NAMES[d.scalar]}x{d.count}"
 
 
-# a square root of each lane in one instruction, by vector bytes: (the macro that allows it, its header, the call)
-_SQRT = {16: (("defined(__aarch64__)", "arm_neon.h", "vsqrtq_f32((float32x4_t)x)"),
-              ("defined(__SSE__)", "immintrin.h", "_mm_sqrt_ps((__m128)x)")),
-         32: (("defined(__AVX__)", "immintrin.h", "_mm256_sqrt_ps((__m256)x)"),),
-         64: (("defined(__AVX512F__)", "immintrin.h", "_mm512_sqrt_ps((__m512)x)"),)}
+# ops on each lane of a float32 vector done in one instruction where the CPU has it, by op and vector bytes: (the
+# macro that allows it, its header, the call); elsewhere the helper calls the C function lane by lane
+_NEAREST = "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC"
+_LANEWISE = {
+  Ops.SQRT: ("sqrt", "sqrtf", {16: (("defined(__aarch64__)", "arm_neon.h", "vsqrtq_f32((float32x4_t)x)"),
+                                    ("defined(__SSE__)", "immintrin.h", "_mm_sqrt_ps((__m128)x)")),
+                               32: (("defined(__AVX__)", "immintrin.h", "_mm256_sqrt_ps((__m256)x)"),),
+                               64: (("defined(__AVX512F__)", "immintrin.h", "_mm512_sqrt_ps((__m512)x)"),)}),
+  Ops.RINT: ("rint", "rintf", {16: (("defined(__aarch64__)", "arm_neon.h", "vrndnq_f32((float32x4_t)x)"),
+                                    ("defined(__SSE4_1__)", "immintrin.h", f"_mm_round_ps((__m128)x, {_NEAREST})")),
+                               32: (("defined(__AVX__)", "immintrin.h", f"_mm256_round_ps((__m256)x, {_NEAREST})"),),
+                               64: (("defined(__AVX512F__)", "immintrin.h",
+                                     f"_mm512_roundscale_ps((__m512)x, {_NEAREST})"),)})}
 
 
-def _sqrt_helper(lanes: int) -> str:
-  """The square root of each lane of a float32 vector, correctly rounded as sqrtf: one instruction where the CPU has
-  it (`_SQRT`), else lane by lane. Lane by lane, a compiler keeps each sqrtf's errno (a call for a negative lane) and
-  writes no vector instruction: an LRN's x ** 0.75 took 16 scalar square roots per vector of 8."""
-  f, ways = f"tg_f32x{lanes}", _SQRT[4 * lanes]
+def _lanewise_helper(op: Ops, lanes: int) -> str:
+  """`op` (`_LANEWISE`: a square root, a rounding to the nearest even integer) of each lane of a float32 vector,
+  exactly as the C function gives it: one instruction where the CPU has it, else lane by lane. Lane by lane, a
+  compiler keeps each sqrtf's errno (a call for a negative lane) and writes no vector instruction: an LRN's x ** 0.75
+  took 16 scalar square roots per vector of 8; each int8 output's rintf took an extract, a round and an insert."""
+  name, scalar_fn, by_bytes = _LANEWISE[op]
+  f, ways = f"tg_f32x{lanes}", by_bytes[4 * lanes]
   headers = "".join(f"#{'if' if n == 0 else 'elif'} {cond}\n#include <{h}>\n" for n, (cond, h, _) in enumerate(ways))
   calls = "".join(f"#{'if' if n == 0 else 'elif'} {cond}\n  return ({f}){call};\n"
                   for n, (cond, _, call) in enumerate(ways))
-  return (f"#if TG_SIMD\n{headers}#endif\nstatic inline {f} tg_sqrt_{f[3:]}({f} x) {{\n{calls}#else\n  {f} r;\n"
-          f"  for (int i = 0; i < {lanes}; i++) r[i] = sqrtf(x[i]);\n  return r;\n#endif\n}}\n#endif")
+  return (f"#if TG_SIMD\n{headers}#endif\nstatic inline {f} tg_{name}_{f[3:]}({f} x) {{\n{calls}#else\n  {f} r;\n"
+          f"  for (int i = 0; i < {lanes}; i++) r[i] = {scalar_fn}(x[i]);\n  return r;\n#endif\n}}\n#endif")
 
 
 def _exp2_helper(lanes: int) -> str:
@@ -186,7 +196,7 @@ class CRenderer(CStyleRenderer):
   kernel_prefix = "TG_KERNEL "
   vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.WHERE, Ops.CMPLT,
                           Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.CAST, Ops.BITCAST, Ops.RECIP,
-                          Ops.EXP2, Ops.SQRT})
+                          Ops.EXP2, Ops.SQRT, Ops.RINT})
   vector_itemsizes = frozenset({1, 2, 4})
   masked_vectors = True
   zero_rows = True
@@ -211,7 +221,9 @@ class CRenderer(CStyleRenderer):
         out += [_madd4_helper(n) for n in sorted(sizes)]
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
-    out += [_sqrt_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.SQRT and u.dtype.count > 1})]
+    out += [_lanewise_helper(op, n) for op, n in sorted({(u.op, u.dtype.count) for u in program
+                                                           if u.op in _LANEWISE and u.dtype.count > 1},
+                                                          key=lambda x: (x[0].value, x[1]))]
     masked = {(u.op, u.dtype if u.op is Ops.LOAD else u.src[2].dtype) for u in program
               if u.op in (Ops.LOAD, Ops.STORE) and len(u.src) > 2 + (u.op is Ops.STORE) and u.src[-1].dtype.count > 1}
     if masked: out.append(MASKED_INCLUDE)
@@ -260,7 +272,7 @@ class CRenderer(CStyleRenderer):
       return self._select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))", s[0], s[1], d)
     if u.op is Ops.RECIP: return f"(1.0f/{s[0]})"
     if u.op is Ops.EXP2: return f"tg_exp2_f32x{d.count}({s[0]})"
-    if u.op is Ops.SQRT: return f"tg_sqrt_f32x{d.count}({s[0]})"
+    if u.op in _LANEWISE: return f"tg_{_LANEWISE[u.op][0]}_f32x{d.count}({s[0]})"
     if u.op is Ops.NEG: return f"(-{s[0]})" if not d.scalar.is_bool else f"(~{s[0]})"
     if u.op is Ops.CAST: return self._vector_cast(s[0], src, d)
     if u.op is Ops.BITCAST: return f"(({vector_type(d) if d.count > 1 else self.type_name(d)})({s[0]}))"

@@ -144,19 +144,20 @@ def test_odd_reductions_stay_exact(level, k, instruction):
   np.testing.assert_array_equal(got, reference(x, w, zero))
 
 
-def conv_case(level: str, zero: int, signed: bool, cin: int = 32):
-  """A padded 3x3 convolution of channels-last 8-bit activations (`cin` channels) minus `zero` with int8 weights,
-  summed in float32: (the kernel lowered for `level`, its buffers, numpy's result)."""
-  x = RNG.integers(-128, 128, (1, 9, 11, cin)).astype(np.int8) if signed else \
-    RNG.integers(0, 256, (1, 9, 11, cin)).astype(np.uint8)
-  w = RNG.integers(-128, 128, (24, cin, 3, 3)).astype(np.int8)
+def conv_case(level: str, zero: int, signed: bool, cin: int = 32, size: tuple[int, int] = (9, 11), cout: int = 24):
+  """A padded 3x3 convolution of channels-last 8-bit activations (`cin` channels, `size` pixels) minus `zero` with
+  int8 weights, summed in float32: (the kernel lowered for `level`, its buffers, numpy's result)."""
+  h, wd = size
+  x = RNG.integers(-128, 128, (1, h, wd, cin)).astype(np.int8) if signed else \
+    RNG.integers(0, 256, (1, h, wd, cin)).astype(np.uint8)
+  w = RNG.integers(-128, 128, (cout, cin, 3, 3)).astype(np.int8)
   a = Tensor(x, device="c").cast(dtypes.float32)
   t = (a - zero if zero else a).permute(0, 3, 1, 2).conv2d(Tensor(w, device="c").cast(dtypes.float32), padding=1)
   items, _ = schedule([t.uop], _alloc("c"))
   assert len(items) == 1
   prg = lower(items[0].ast, Target.make("c", cpu=level), weights={W_POS: w.size})
   padded = np.pad(x.astype(np.int64) - zero, ((0, 0), (1, 1), (1, 1), (0, 0)))
-  want = sum(np.einsum("hwc,oc->ohw", padded[0, i:i + 9, j:j + 11], w[:, :, i, j].astype(np.int64))
+  want = sum(np.einsum("hwc,oc->ohw", padded[0, i:i + h, j:j + wd], w[:, :, i, j].astype(np.int64))
              for i in range(3) for j in range(3))[None]
   return prg, arguments(prg, x, w, np.zeros(want.shape, np.float32)), want
 
@@ -177,6 +178,17 @@ def test_an_rgb_convolution_pads_its_three_channels_to_four():
   prg, bufs, want = conv_case("x86-64-v4+vnni", 128, False, cin=3)
   assert "_dpbusd_epi32" in prg.src
   if not runs_here("x86-64-v4+vnni"): pytest.skip("this machine does not run x86-64-v4+vnni code")
+  np.testing.assert_array_equal(run_here(prg, bufs), want)
+
+
+def test_madd4_convolutions_share_each_unpacking_across_fourteen_accumulators():
+  """x86-64-v3 has no 8-bit dot product: madd4 splits the broadcast activations and the weight vectors into even and
+  odd bytes at every use, which costs more than the loads. The register block that spends least on that per
+  accumulation within the registers but two is 7 pixels x 2 weight vectors (14 accumulators; 4 x 2 before); exact."""
+  prg, bufs, want = conv_case("x86-64-v3", 128, False, cin=64, size=(14, 14), cout=16)
+  upcasts = sorted(o.amount for o in prg.opts if o.op is OptOps.UPCAST)
+  assert "tg_dot4_mm256(" in prg.src and upcasts == [2, 7], prg.opts
+  if not runs_here("x86-64-v3"): pytest.skip("this machine does not run x86-64-v3 code")
   np.testing.assert_array_equal(run_here(prg, bufs), want)
 
 

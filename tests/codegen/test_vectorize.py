@@ -1,9 +1,10 @@
 """The vectorize pass: what each access becomes (contiguous vector load/store, gather, broadcast, horizontal reduce,
 lane-by-lane ops), and the vector kernels the C renderer writes compute what numpy computes; the vector exp2 is
-within one ulp of the exact result, subnormals, infinities and NaN included; 8-bit integers load, convert and store
-as vectors, byte masks lane by lane."""
+within one ulp of the exact result, subnormals, infinities and NaN included; the vector rint is numpy's rint on every
+CPU level; 8-bit integers load, convert and store as vectors, byte masks lane by lane."""
 from __future__ import annotations
 import ctypes
+import platform
 import re
 import subprocess
 
@@ -18,7 +19,7 @@ from tgc.codegen.expand import expand
 from tgc.codegen.vectorize import vectorize
 from tgc.codegen.lower import lower
 from tgc.codegen.target import as_target
-from tgc.codegen.render.c import CRenderer, SIMD_PRELUDE, _exp2_helper, _typedefs
+from tgc.codegen.render.c import CRenderer, SIMD_PRELUDE, _exp2_helper, _lanewise_helper, _typedefs
 from tgc.ir import Ops, dtypes
 from tgc.runtimes import get_runtime
 
@@ -174,6 +175,35 @@ def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
   np.testing.assert_array_equal(out[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
 
 
+RINT_DRIVER = """
+void run(float *o, const float *x, int n) {
+  int i;
+  for (i = 0; i < n; i += %(n)d) *(tg_f32x%(n)du *)(o + i) = tg_rint_f32x%(n)d(*(const tg_f32x%(n)du *)(x + i));
+}
+"""
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the -march levels are x86's")
+@pytest.mark.parametrize("lanes, march", [(4, "x86-64"), (4, "x86-64-v2"), (8, "x86-64"), (8, "x86-64-v3")])
+def test_vector_rint_rounds_half_to_even_like_rintf(tmp_path, lanes, march):
+  """The vector rounding of a quantization (one vroundps where the CPU has SSE4.1 or AVX, rintf lane by lane
+  elsewhere) gives numpy's rint on every lane: ties to even, the sign of zero, values too large to have a fraction,
+  infinities and NaN."""
+  src = "\n".join(["#include <math.h>", SIMD_PRELUDE, _typedefs("f32", lanes), _lanewise_helper(Ops.RINT, lanes),
+                   RINT_DRIVER % {"n": lanes}])
+  (tmp_path / "r.c").write_text(src)
+  lib = tmp_path / "r.so"
+  subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", f"-march={march}", "-shared",
+                  "-fPIC", str(tmp_path / "r.c"), "-o", str(lib), "-lm"], check=True, capture_output=True)
+  x = np.concatenate([np.arange(-6, 6.5, 0.5), RNG.uniform(-300, 300, 4000), RNG.uniform(-2, 2, 1000),
+                      [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.25, 2 ** 23 - 0.5, 2 ** 23 + 1, -2 ** 24, 3e38]])
+  x = np.concatenate([x, np.zeros(-len(x) % lanes)]).astype(np.float32)
+  out = np.empty_like(x)
+  ctypes.CDLL(str(lib)).run(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p), len(x))
+  np.testing.assert_array_equal(out.view(np.int32)[~np.isnan(x)], np.rint(x).view(np.int32)[~np.isnan(x)])
+  assert np.isnan(out[np.isnan(x)]).all()
+
+
 F32, U8 = dtypes.float32, dtypes.uint8
 NARROW_CASES = {
   # int8 weights converted on load: one vector load of 16 bytes, one conversion
@@ -195,6 +225,7 @@ def test_narrow_integer_vectors_compute_what_numpy_computes(name):
   prg, out = run_on_c(fn(*[c(x) for x in (a, w, m)]), opts)
   assert re.search(r"tg_[fiu]32x\d", prg.function), "the kernel was not vectorized"
   if name != "byte_mask": assert "__builtin_convertvector" in prg.function and ("x16u *)" in prg.function)
+  if name == "uint8_store": assert "tg_rint_f32x16(" in prg.function and "rintf(" not in prg.function
   # sums of 16 products in another order: float32 rounding relative to the largest value
   np.testing.assert_allclose(to_numpy(out), want, rtol=2e-6, atol=1e-6 * max(1.0, float(np.abs(want).max())))
 
