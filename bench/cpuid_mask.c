@@ -2,10 +2,13 @@
    reports x86-64-v3 (AVX2, FMA) with the AVX-512 family, the VNNI dot-product extensions and AMX cleared, so that
    onnxruntime, numpy and OpenBLAS pick the kernels they would pick on an AVX2 machine. Linux on x86-64 only: CPUID
    is made to fault (arch_prctl ARCH_SET_CPUID) and the fault handler runs the real instruction and clears the bits.
-   Faults that are not a CPUID go to the handler that was installed before. */
+   Faults that are not a CPUID go to the handler that was installed before. Only the process whose id
+   TGC_CPUID_MASK_PID names is masked: the programs it starts (the C compiler building an artifact, whose own SIGSEGV
+   handler would take the faults: gcc's cc1 stopped with an internal compiler error) run as they are. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -50,6 +53,8 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
 
 __attribute__((constructor)) static void mask_cpuid(void) {
   struct sigaction sa;
+  const char *pid = getenv("TGC_CPUID_MASK_PID");
+  if (pid == NULL || atol(pid) != (long)getpid()) return;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;

@@ -34,7 +34,8 @@ def masked_process(cache: str) -> None:
     return
   if sys.platform != "linux" or os.uname().machine != "x86_64":
     raise SystemExit("--mask-cpuid needs Linux on x86-64")
-  env = dict(os.environ, LD_PRELOAD=" ".join(filter(None, [_library(cache), os.environ.get("LD_PRELOAD")])))
+  env = dict(os.environ, LD_PRELOAD=" ".join(filter(None, [_library(cache), os.environ.get("LD_PRELOAD")])),
+             TGC_CPUID_MASK_PID=str(os.getpid()))    # the re-run keeps this process's id; what it starts is not masked
   sys.stdout.flush()
   sys.stderr.flush()
   os.execve(sys.executable, [sys.executable] + sys.argv, env)

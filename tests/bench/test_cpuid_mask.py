@@ -1,8 +1,10 @@
 """bench/cpuid_mask.py: a process re-run with the shim preloaded sees x86-64-v3's CPUID (AVX2 and FMA on, the
-AVX-512 family and VNNI off, in numpy's own detection), and its faults that are not CPUID still crash it."""
+AVX-512 family and VNNI off, in numpy's own detection), and its faults that are not CPUID still crash it; the
+programs it starts are not masked (gcc, whose own SIGSEGV handler took the faults, compiles)."""
 from __future__ import annotations
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -43,3 +45,20 @@ def test_other_faults_still_crash(tmp_path):
   of SIGSEGV), not into a loop."""
   run = run_masked(tmp_path, "import ctypes\nctypes.string_at(8)\n")
   assert run.returncode == -11, (run.returncode, run.stderr)
+
+
+def test_programs_it_starts_are_not_masked(tmp_path):
+  """A Python the masked process starts reports the machine's own CPUID (here: numpy's detection of it, whatever it
+  is), and gcc compiles a file under it (cc1 installs its own SIGSEGV handler: masked, it died of the first CPUID)."""
+  child = f"import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', {PROBE!r}], capture_output=True, " \
+          "text=True).stdout.strip())\n"
+  here = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True).stdout.strip()
+  run = run_masked(tmp_path, child)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip() == here
+  if shutil.which("gcc") is None: pytest.skip("gcc is not installed")
+  (tmp_path / "x.c").write_text("int f(int x) { return x * 3; }\n")
+  cc = f"import subprocess\nsubprocess.run(['gcc', '-O2', '-march=native', '-c', {str(tmp_path / 'x.c')!r}, " \
+       f"'-o', {str(tmp_path / 'x.o')!r}], check=True)\n"
+  run = run_masked(tmp_path, cc)
+  assert run.returncode == 0, run.stderr
