@@ -147,26 +147,36 @@ def test_max_of_converted_integers_needs_no_nan_test(opts):
   np.testing.assert_array_equal(to_numpy(out)[~np.isnan(want)], want[~np.isnan(want)])
 
 
-EXP2_DRIVER = """
+DRIVER = """
 void run(float *o, const float *x, int n) {
   int i;
-  for (i = 0; i < n; i += 16) *(tg_f32x16u *)(o + i) = tg_exp2_f32x16(*(const tg_f32x16u *)(x + i));
+  for (i = 0; i < n; i += %(n)d) *(tg_f32x%(n)du *)(o + i) = %(fn)s(*(const tg_f32x%(n)du *)(x + i));
 }
 """
 
 
-@pytest.mark.parametrize("compiler", ["gcc", "clang"])
-def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
-  src = "\n".join([SIMD_PRELUDE, _typedefs("f32", 16), _typedefs("i32", 16), _exp2_helper(16), EXP2_DRIVER])
-  (tmp_path / "e.c").write_text(src)
-  lib = tmp_path / "e.so"
-  subprocess.run([compiler, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", "-shared", "-fPIC",
-                  str(tmp_path / "e.c"), "-o", str(lib)], check=True, capture_output=True)
-  x = np.concatenate([np.linspace(-160, 140, 4000), RNG.uniform(-30, 30, 4000),
-                      [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.99, 128, -126, -149, -150, -149.5, 300, -300]])
-  x = np.concatenate([x, np.zeros(-len(x) % 16)]).astype(np.float32)
+def run_helper(tmp_path, helpers: list[str], fn: str, lanes: int, compile_cmd: list[str],
+               x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """`fn` (a vector helper of `lanes` float32 lanes, defined by `helpers`) applied to `x` in a shared object built
+  strictly by `compile_cmd` (compiler and flags): (x padded with zeros to whole vectors, the results)."""
+  src = "\n".join(["#include <math.h>", SIMD_PRELUDE, _typedefs("f32", lanes), _typedefs("i32", lanes), *helpers,
+                   DRIVER % {"n": lanes, "fn": fn}])
+  (tmp_path / "h.c").write_text(src)
+  lib = tmp_path / "h.so"
+  subprocess.run([*compile_cmd, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", "-shared", "-fPIC",
+                  str(tmp_path / "h.c"), "-o", str(lib), "-lm"], check=True, capture_output=True)
+  x = np.concatenate([x, np.zeros(-len(x) % lanes)]).astype(np.float32)
   out = np.empty_like(x)
   ctypes.CDLL(str(lib)).run(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p), len(x))
+  return x, out
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
+  x, out = run_helper(tmp_path, [_exp2_helper(16)], "tg_exp2_f32x16", 16, [compiler],
+                      np.concatenate([np.linspace(-160, 140, 4000), RNG.uniform(-30, 30, 4000),
+                                      [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.99, 128, -126, -149, -150, -149.5, 300,
+                                       -300]]))
   with np.errstate(over="ignore"): want = np.exp2(x.astype(np.float64)).astype(np.float32)
   finite = np.isfinite(want) & (want != 0)
   ulps = np.abs(out[finite].view(np.int32).astype(np.int64) - want[finite].view(np.int32).astype(np.int64))
@@ -175,31 +185,17 @@ def test_vector_exp2_is_within_one_ulp(tmp_path, compiler):
   np.testing.assert_array_equal(out[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
 
 
-RINT_DRIVER = """
-void run(float *o, const float *x, int n) {
-  int i;
-  for (i = 0; i < n; i += %(n)d) *(tg_f32x%(n)du *)(o + i) = tg_rint_f32x%(n)d(*(const tg_f32x%(n)du *)(x + i));
-}
-"""
-
-
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the -march levels are x86's")
 @pytest.mark.parametrize("lanes, march", [(4, "x86-64"), (4, "x86-64-v2"), (8, "x86-64"), (8, "x86-64-v3")])
 def test_vector_rint_rounds_half_to_even_like_rintf(tmp_path, lanes, march):
   """The vector rounding of a quantization (one vroundps where the CPU has SSE4.1 or AVX, rintf lane by lane
   elsewhere) gives numpy's rint on every lane: ties to even, the sign of zero, values too large to have a fraction,
   infinities and NaN."""
-  src = "\n".join(["#include <math.h>", SIMD_PRELUDE, _typedefs("f32", lanes), _lanewise_helper(Ops.RINT, lanes),
-                   RINT_DRIVER % {"n": lanes}])
-  (tmp_path / "r.c").write_text(src)
-  lib = tmp_path / "r.so"
-  subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", f"-march={march}", "-shared",
-                  "-fPIC", str(tmp_path / "r.c"), "-o", str(lib), "-lm"], check=True, capture_output=True)
-  x = np.concatenate([np.arange(-6, 6.5, 0.5), RNG.uniform(-300, 300, 4000), RNG.uniform(-2, 2, 1000),
-                      [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.25, 2 ** 23 - 0.5, 2 ** 23 + 1, -2 ** 24, 3e38]])
-  x = np.concatenate([x, np.zeros(-len(x) % lanes)]).astype(np.float32)
-  out = np.empty_like(x)
-  ctypes.CDLL(str(lib)).run(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p), len(x))
+  x, out = run_helper(tmp_path, [_lanewise_helper(Ops.RINT, lanes)], f"tg_rint_f32x{lanes}", lanes,
+                      ["gcc", f"-march={march}"],
+                      np.concatenate([np.arange(-6, 6.5, 0.5), RNG.uniform(-300, 300, 4000), RNG.uniform(-2, 2, 1000),
+                                      [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.25, 2 ** 23 - 0.5, 2 ** 23 + 1,
+                                       -2 ** 24, 3e38]]))
   np.testing.assert_array_equal(out.view(np.int32)[~np.isnan(x)], np.rint(x).view(np.int32)[~np.isnan(x)])
   assert np.isnan(out[np.isnan(x)]).all()
 
