@@ -357,9 +357,12 @@ def _cpu_opts(k: Kernel, target: Target, constant: frozenset, vector: bool) -> l
   has_reduce = any(n.op is Ops.REDUCE for n in k.ast.toposort())
   if vector: k = _merged_vector(k, target, constant)
   if not has_reduce: k = _store_order(k)
-  if has_reduce:
-    k = _register_block(k, target, constant)
-    k = _order_loops(k, constant)
-    k = dot_unroll(k, target.dot, constant)
-    k = _unroll_taps(k)
+  if has_reduce: k = after_block(_register_block(k, target, constant), target, constant)
   return k.opts
+
+
+def after_block(k: Kernel, target: Target, constant: frozenset, order: bool = True) -> Kernel:
+  """What the heuristics decide after a reduction's register block (CPUs): the loop order (unless `order` is False:
+  the caller chose it), the unrolling a dot-product instruction needs, the taps unrolled."""
+  if order: k = _order_loops(k, constant)
+  return _unroll_taps(dot_unroll(k, target.dot, constant))

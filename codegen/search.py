@@ -6,8 +6,12 @@ The search starts from the hand-coded choice and varies what it decided, one dec
 fastest after each stage:
   1. the VECTOR axis and its lanes (or none), each with the heuristics' register blocking and loop order (over the
      loops as they are and, where the heuristics merged two, as merged),
-  2. the register block: which output axes are upcast and by how much (up to the target's vector registers),
-  3. the loop order (which reduce loop is innermost, which output loop outermost) and unrolling the reduce loop.
+  2. the register block: which output axes are upcast and by how much (up to the target's vector registers), each
+     with the heuristics' loop order,
+  3. the loop order (which reduce loop is innermost, which output loop outermost) and unrolling the reduce loop;
+every candidate of a CPU stage also gets what the heuristics add after a block (`heuristics.after_block`: the
+unrolling an integer dot-product instruction needs, a short window's taps unrolled), with the kernel's own weights
+known as the heuristics know them (an int8 kernel's candidates keep their dot products).
 On GPU targets the stages are the LOCAL split (work-group shape), the GROUP split of a reduction and the upcasts.
 The heuristics' opts are always a candidate. At the end the finalists (the beam and the heuristics) are timed again
 in CONFIRM_ROUNDS interleaved rounds; a finalist replaces the heuristics only when the median of its rounds is at
@@ -27,7 +31,7 @@ from tgc.ir import Ops, UOp, AxisType
 from tgc.ir.config import config
 from tgc.codegen.opts import Kernel, Opt, OptError, OptOps
 from tgc.codegen.lower import lower, KernelProgram
-from tgc.codegen.heuristics import hand_coded_opts, reuse_block_options, GR
+from tgc.codegen.heuristics import after_block, hand_coded_opts, reuse_block_options, GR
 from tgc.codegen.target import Target, as_target
 
 Measure = Callable[[list[KernelProgram], float], list[float]]
@@ -89,8 +93,11 @@ def _gpu_options(k: Kernel, stage: int) -> list[list[Opt]]:
   return [[]] + [[Opt(OptOps.UPCAST, i, n)] for i, r in enumerate(glob) for n in (2, 4) if Kernel.size(r) % n == 0]
 
 
-def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int) -> list[list[Opt]]:
-  """Opt lists that differ from `base` in one decision of stage `stage` (see the module docstring)."""
+def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int,
+                      constant: frozenset = frozenset()) -> list[list[Opt]]:
+  """Opt lists that differ from `base` in one decision of stage `stage` (see the module docstring), each completed
+  by the heuristics' later decisions (`after_block`: the unrolling an integer dot product needs among them).
+  `constant`: the kernel's own weights, as for `hand_coded_opts`."""
   k = Kernel(ast)
   if target.has_workgroups:
     keep = [o for o in base if o.op not in ((OptOps.LOCAL,), (OptOps.GROUP,), (OptOps.UPCAST,))[stage]]
@@ -105,13 +112,16 @@ def _stage_candidates(ast: UOp, target: Target, base: list[Opt], stage: int) -> 
       km = _try(k, loops)
       for v in _vector_options(km, target) if km is not None else []:
         kv = _try(km, v)
-        if kv is not None: out.append(hand_coded_opts(kv, target, vector=False))
+        if kv is not None: out.append(hand_coded_opts(kv, target, constant, vector=False))
     return out
   kv = _try(k, vec)
   if kv is None: return []
-  if stage == 1: return [vec + b for b in reuse_block_options(kv, target)]
+  if stage == 1:
+    blocks = (_try(kv, b) for b in reuse_block_options(kv, target, constant=constant))
+    return [after_block(kb, target, constant).opts for kb in blocks if kb is not None]
   kb = _try(kv, block)
-  return [vec + block + o for o in _order_options(kb)] if kb is not None else []
+  orders = (_try(kb, o) for o in _order_options(kb)) if kb is not None else ()
+  return [after_block(ko, target, constant, order=False).opts for ko in orders if ko is not None]
 
 
 # ---------------------------------------------------------------- the search
@@ -141,13 +151,14 @@ def beam_search(ast: UOp, target: Target | str, measure: Measure, width: int = 2
     best = min((t for t in timed.values()), default=math.inf)
     for c, t in zip(fresh, measure(programs, best * EARLY_EXIT)): timed[c] = t
 
-  base = hand_coded_opts(Kernel(ast), target, frozenset(weights or ()))
+  own = frozenset(weights or ())
+  base = hand_coded_opts(Kernel(ast), target, own)
   run([base])
   baseline = timed[_key(base)]
   beam = [_key(base)]
   for stage in range(3):
     if deadline is not None and time.monotonic() > deadline: break
-    cands = [c for b in beam for c in _stage_candidates(ast, target, list(b), stage)]
+    cands = [c for b in beam for c in _stage_candidates(ast, target, list(b), stage, own)]
     run(cands)
     beam = sorted(dict.fromkeys(beam + [_key(c) for c in cands if _key(c) in timed]), key=timed.__getitem__)[:width]
     say(f"beam stage {stage + 1}: {len(timed)} candidates, best {timed[beam[0]] * 1e6:.1f} us "

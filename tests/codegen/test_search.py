@@ -13,8 +13,9 @@ from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
 from tgc.codegen.heuristics import hand_coded_opts
 from tgc.codegen.opts import Kernel
-from tgc.codegen.search import Tuning, beam_search
+from tgc.codegen.search import Tuning, beam_search, _stage_candidates
 from tgc.codegen.target import Target, as_target
+from tgc.ir import dtypes
 from tgc.ir.config import config
 from tgc.runtimes import get_runtime
 from tgc.runtimes.timing import batch_measure
@@ -63,6 +64,28 @@ def test_a_deadline_keeps_the_heuristics(tmp_path, monkeypatch):
   target = Target.make("c")
   result = beam_search(items[-1].ast, target, fake_measure([]), device="fake", deadline=0.0)
   assert result.opts == hand_coded_opts(Kernel(items[-1].ast), target) and result.candidates == 1
+
+
+def test_every_stage_keeps_an_int8_kernels_dot_products():
+  """The candidates of every stage for an int8 convolution whose weights are its own are completed as the heuristics
+  complete theirs: stage 0 with the heuristics' vector is the heuristics' choice; every block (stage 1) and loop
+  order (stage 2) keeps the unrolling the dot-product instruction needs (each lowers to it), the blocks ranked by
+  unpacking cost on x86-64-v3 among them."""
+  rng = np.random.default_rng(3)
+  x = rng.integers(0, 256, (1, 14, 14, 32)).astype(np.uint8)
+  w = rng.integers(-128, 128, (32, 32, 3, 3)).astype(np.int8)
+  conv = Tensor(x, device="c").cast(dtypes.float32).permute(0, 3, 1, 2).conv2d(
+    Tensor(w, device="c").cast(dtypes.float32), padding=1)
+  items, _ = schedule([conv.uop], _alloc("c"))
+  ast, own = items[0].ast, {2: w.size}          # arguments: output, activations, weights
+  target = Target.make("c", cpu="x86-64-v3")
+  base = hand_coded_opts(Kernel(ast), target, frozenset(own))
+  assert Opt("UPCAST", 1, 7) in base and Opt("UPCAST", 0, 2) in base
+  assert base in _stage_candidates(ast, target, base, 0, frozenset(own))
+  for stage in (1, 2):
+    cands = _stage_candidates(ast, target, base, stage, frozenset(own))
+    assert len(cands) > 1 and (stage == 2 or base in cands), stage
+    for c in cands: assert "tg_dot4_mm256(" in lower(ast, target, c, weights=own).src, (stage, c)
 
 
 def test_real_timing_picks_opts_that_compute_the_right_answer(tmp_path, monkeypatch):
