@@ -150,3 +150,31 @@ def test_a_lucky_timing_does_not_beat_the_heuristics(tmp_path, monkeypatch):
   result = beam_search(ast, target, noisy_measure(calls, lucky), width=2, device="noisy")
   assert calls.count(lucky) > 1                                     # re-timed, not taken on one run
   assert tuple(result.opts) == heuristics and result.seconds == result.baseline
+
+
+def test_the_winner_is_timed_again_before_it_replaces_the_heuristics(tmp_path, monkeypatch):
+  """A candidate fast through the search and the confirming rounds (a quiet spell of the machine) but no faster than
+  the heuristics when the two are timed again on their own does not replace them: the speedup reported is the one
+  timed apart from the rounds that chose it."""
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+  items, _ = matmul_item()
+  ast = items[-1].ast
+  target = Target.make("c")
+  heuristics = tuple(hand_coded_opts(Kernel(ast), target))
+  first: list = []
+  beam_search(ast, target, fake_measure(first), width=2, device="probe")
+  lucky = next(c for c in dict.fromkeys(first) if c != heuristics)
+  calls: list = []
+
+  def measure(programs, stop_after=math.inf):
+    out = []
+    for p in programs:
+      key = tuple(p.opts)
+      calls.append(key)
+      if key == lucky: out.append(0.9 if calls.count(key) <= 4 else 1.0)    # the search and 3 confirming rounds
+      else: out.append(1.0 if key == heuristics else 1.5)
+    return out
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "streak"))
+  result = beam_search(ast, target, measure, width=2, device="streak")
+  assert calls.count(lucky) == 7                                    # 1 in the search, 3 + 3 rounds
+  assert tuple(result.opts) == heuristics and result.seconds == result.baseline
