@@ -11,8 +11,8 @@ from tgc.frontend import functional
 from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
-from tgc.frontend.onnx.quantized_compute import (EIGHT_BIT, exact_float_operands, record_dequantized, shifted_conv,
-                                                  shifted_matmul)
+from tgc.frontend.onnx.quantized_compute import (EIGHT_BIT, exact_float_operands, record_dequantized, requantized,
+                                                  shifted_conv, shifted_matmul)
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -135,6 +135,8 @@ def quantize_linear(ctx: NodeContext):
                                                    dtypes.float64) or out_dt.itemsize > 2:
     raise ctx.fail(f"quantizing to {out_dt.name if out_dt else ctx.attr('output_dtype')} is not supported")
   precision = ONNX_DTYPES.get(int(ctx.attr("precision", 0) or 0))
+  same = requantized(ctx, x, out_dt) if precision is None else None
+  if same is not None: return same                      # QuantizeLinear(DequantizeLinear(q)) with q's parameters
   dt = precision or promote(x.dtype, scale.dtype)
   if dt.storage_only: dt = dtypes.float32
   v = x.cast(dt) / _quant_param(scale, x.shape, axis, block).cast(dt)

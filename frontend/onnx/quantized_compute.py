@@ -197,7 +197,23 @@ def quantized_max_pool(ctx: NodeContext, x: Tensor, pool) -> Tensor | None:
   if src is None or src.axis is not None or not float(src.scale) > 0: return None
   zero = int(src.zero)
   pooled = pool(src.q.cast(dtypes.float32))
-  return (pooled - float(zero) if zero else pooled) * float(src.scale)
+  out = (pooled - float(zero) if zero else pooled) * float(src.scale)
+  # the pooled values are the input's integers: what it is the dequantization of, for a QuantizeLinear after it
+  ctx.extra["graph"].dequantized[out.uop] = Dequantized(pooled.cast(src.q.dtype).contiguous(), src.scale, src.zero,
+                                                         None)
+  return out
+
+
+def requantized(ctx: NodeContext, x: Tensor, out_dtype) -> Tensor | None:
+  """This QuantizeLinear of `x` when `x` is the dequantization of an 8-bit tensor q of type `out_dtype` with this
+  node's scale and zero point, per tensor and constant: q itself, exactly (round(((q - z) * s) / s) + z = q: the
+  float error of the division is far below a half, nothing is clipped). None otherwise."""
+  src = _source(ctx, x)
+  if src is None or src.axis is not None or src.q.dtype != out_dtype or ctx.attr("block_size", 0): return None
+  if not ctx.is_const(1) or ctx.input(2) is None or not ctx.is_const(2): return None
+  scale, zero = np.asarray(ctx.const_value(1), np.float32), np.asarray(ctx.const_value(2), np.int64)
+  if scale.size != 1 or zero.size != 1 or not 0 < float(scale) < np.inf: return None
+  return src.q if float(scale) == float(src.scale) and int(zero) == int(src.zero) else None
 
 
 # ---------------------------------------------------------------- integer products summed exactly in float32

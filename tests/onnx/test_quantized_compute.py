@@ -161,6 +161,32 @@ def test_a_large_qdq_matmul_keeps_its_weights_8bit(tmp_path):
   np.testing.assert_allclose(got, want, rtol=0, atol=OUT_SCALE * 4 * 1.01)
 
 
+@pytest.mark.parametrize("out_scale, out_zero", [(0.2, 90), (0.2, 91), (0.3, 90)], ids=["same", "zero", "scale"])
+def test_requantizing_a_pooled_tensor_with_its_parameters_is_its_integers(tmp_path, out_scale, out_zero):
+  """DequantizeLinear -> MaxPool -> QuantizeLinear with the input's scale and zero point: the pooled 8-bit values
+  themselves (a pooling kernel of bytes, nothing rounded or clipped), exactly as the reference; with another scale
+  or zero point the values are quantized again."""
+  inits = [_const("s", np.array(0.2, np.float32)), _const("z", np.array(90, np.uint8)),
+           _const("os", np.array(out_scale, np.float32)), _const("oz", np.array(out_zero, np.uint8))]
+  nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"], name="dq"),
+           helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                            name="pool"),
+           helper.make_node("QuantizeLinear", ["p", "os", "oz"], ["y"], name="q")]
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph(nodes, "pool_q", [info("x", TensorProto.UINT8, [1, 8, 9, 9])],
+                            [info("y", TensorProto.UINT8, [1, 8, 5, 5])], inits)
+  path = tmp_path / "pool_q.onnx"
+  onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), str(path))
+  report = compile_model(str(path), "c", str(tmp_path / "c"), force=True)
+  with open(f"{report.out_dir}/manifest.json") as f: manifest = json.load(f)
+  nodes_of = [{n["name"] for n in k["nodes"]} for k in manifest["kernels"]]
+  assert ({"pool"} in nodes_of) == ((out_scale, out_zero) == (0.2, 90)), nodes_of
+  ref = ReferenceEvaluator(str(path))
+  with runner_class("c")(report.out_dir) as runner:
+    x = np.random.default_rng(5).integers(0, 256, (1, 8, 9, 9)).astype(np.uint8)
+    np.testing.assert_array_equal(runner.run({"x": x})["y"], ref.run(None, {"x": x})[0])
+
+
 def qlinear_conv_model(cin: int, weight_max: int, kernel: int = 3, size: int = 8, stride: int = 1,
                        pads: tuple = (1, 1, 1, 1)) -> onnx.ModelProto:
   """One QLinearConv (uint8 in with zero point 131, int8 weights up to `weight_max`, int32 bias, uint8 out)."""
