@@ -120,23 +120,9 @@ def test_tuning_files_round_trip_and_refuse_garbage():
     with pytest.raises(ValueError, match=match): Tuning.from_json(bad, "t.json")
 
 
-def noisy_measure(calls: list, lucky: tuple):
-  """Timings where the candidate `lucky` looks 5x faster the first time it is timed (a quiet moment of the
-  machine) and is 2% slower than the heuristics every time after; every other candidate is slower still."""
-  def measure(programs, stop_after=math.inf):
-    out = []
-    for p in programs:
-      key = tuple(p.opts)
-      calls.append(key)
-      if key == lucky: out.append(0.2 if calls.count(key) == 1 else 1.02)
-      else: out.append(1.0 if len(calls) == 1 or key == calls[0] else 1.5)
-    return out
-  return measure
-
-
-def test_a_lucky_timing_does_not_beat_the_heuristics(tmp_path, monkeypatch):
-  """The finalists are timed again in interleaved rounds: a candidate that was fast once but not faster by the
-  margin in the confirmed medians leaves the heuristics' choice in place, and the reported speedup is 1x."""
+def lucky_candidate(tmp_path, monkeypatch) -> tuple:
+  """The matmul kernel, its target, the heuristics' opts and another candidate the search times (`lucky`); the
+  search cache moved to a fresh folder for the search the caller runs next."""
   monkeypatch.setattr(config, "cache_dir", str(tmp_path))
   items, _ = matmul_item()
   ast = items[-1].ast
@@ -144,10 +130,31 @@ def test_a_lucky_timing_does_not_beat_the_heuristics(tmp_path, monkeypatch):
   heuristics = tuple(hand_coded_opts(Kernel(ast), target))
   first: list = []
   beam_search(ast, target, fake_measure(first), width=2, device="probe")
-  lucky = next(c for c in dict.fromkeys(first) if c != heuristics)
-  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "noisy"))
+  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "again"))
+  return ast, target, heuristics, next(c for c in dict.fromkeys(first) if c != heuristics)
+
+
+def lucky_measure(calls: list, heuristics: tuple, lucky: tuple, lucky_time):
+  """Timings where the heuristics take 1, the candidate `lucky` takes lucky_time(n) the n-th time it is timed, and
+  every other candidate 1.5; each timed candidate is appended to `calls`."""
+  def measure(programs, stop_after=math.inf):
+    out = []
+    for p in programs:
+      key = tuple(p.opts)
+      calls.append(key)
+      out.append(lucky_time(calls.count(key)) if key == lucky else 1.0 if key == heuristics else 1.5)
+    return out
+  return measure
+
+
+def test_a_lucky_timing_does_not_beat_the_heuristics(tmp_path, monkeypatch):
+  """The finalists are timed again in interleaved rounds: a candidate that was fast once but not faster by the
+  margin in the confirmed medians leaves the heuristics' choice in place, and the reported speedup is 1x."""
+  ast, target, heuristics, lucky = lucky_candidate(tmp_path, monkeypatch)
   calls: list = []
-  result = beam_search(ast, target, noisy_measure(calls, lucky), width=2, device="noisy")
+  # 5x faster the first time it is timed (a quiet moment of the machine), 2% slower than the heuristics after
+  measure = lucky_measure(calls, heuristics, lucky, lambda n: 0.2 if n == 1 else 1.02)
+  result = beam_search(ast, target, measure, width=2, device="noisy")
   assert calls.count(lucky) > 1                                     # re-timed, not taken on one run
   assert tuple(result.opts) == heuristics and result.seconds == result.baseline
 
@@ -156,25 +163,10 @@ def test_the_winner_is_timed_again_before_it_replaces_the_heuristics(tmp_path, m
   """A candidate fast through the search and the confirming rounds (a quiet spell of the machine) but no faster than
   the heuristics when the two are timed again on their own does not replace them: the speedup reported is the one
   timed apart from the rounds that chose it."""
-  monkeypatch.setattr(config, "cache_dir", str(tmp_path))
-  items, _ = matmul_item()
-  ast = items[-1].ast
-  target = Target.make("c")
-  heuristics = tuple(hand_coded_opts(Kernel(ast), target))
-  first: list = []
-  beam_search(ast, target, fake_measure(first), width=2, device="probe")
-  lucky = next(c for c in dict.fromkeys(first) if c != heuristics)
+  ast, target, heuristics, lucky = lucky_candidate(tmp_path, monkeypatch)
   calls: list = []
-
-  def measure(programs, stop_after=math.inf):
-    out = []
-    for p in programs:
-      key = tuple(p.opts)
-      calls.append(key)
-      if key == lucky: out.append(0.9 if calls.count(key) <= 4 else 1.0)    # the search and 3 confirming rounds
-      else: out.append(1.0 if key == heuristics else 1.5)
-    return out
-  monkeypatch.setattr(config, "cache_dir", str(tmp_path / "streak"))
+  # 10% faster in the search and the 3 confirming rounds, as fast as the heuristics after
+  measure = lucky_measure(calls, heuristics, lucky, lambda n: 0.9 if n <= 4 else 1.0)
   result = beam_search(ast, target, measure, width=2, device="streak")
   assert calls.count(lucky) == 7                                    # 1 in the search, 3 + 3 rounds
   assert tuple(result.opts) == heuristics and result.seconds == result.baseline
