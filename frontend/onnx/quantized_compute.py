@@ -58,13 +58,20 @@ def record_dequantized(ctx: NodeContext, out: Tensor, axis: int, block: int) -> 
   x = ctx.input(0)
   graph = ctx.extra.get("graph")
   if graph is None or block or x.dtype not in EIGHT_BIT or out.dtype != dtypes.float32: return
-  if not ctx.is_const(1) or (ctx.input(2) is not None and not ctx.is_const(2)): return
-  scale = np.asarray(ctx.const_value(1), np.float32)
-  zero = np.asarray(ctx.const_value(2), np.int64) if ctx.input(2) is not None else np.zeros_like(scale, np.int64)
+  params = _constant_params(ctx)
+  if params is None: return
+  scale, zero = params
   if scale.size == 1: scale, zero, axis = scale.reshape(()), zero.reshape(()), None
   elif scale.ndim != 1: return
   graph.dequantized[out.uop] = Dequantized(x, scale, zero, axis, np.asarray(ctx.const_value(0)) if ctx.is_const(0)
                                            else None)
+
+
+def _constant_params(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray] | None:
+  """A (De)QuantizeLinear's scale (float32) and zero point (int64; zeros when absent) when both are constants."""
+  if not ctx.is_const(1) or (ctx.input(2) is not None and not ctx.is_const(2)): return None
+  scale = np.asarray(ctx.const_value(1), np.float32)
+  return scale, np.asarray(ctx.const_value(2), np.int64) if ctx.input(2) is not None else np.zeros_like(scale, np.int64)
 
 
 def _source(ctx: NodeContext, t: Tensor | None) -> Dequantized | None:
@@ -210,8 +217,9 @@ def requantized(ctx: NodeContext, x: Tensor, out_dtype) -> Tensor | None:
   float error of the division is far below a half, nothing is clipped). None otherwise."""
   src = _source(ctx, x)
   if src is None or src.axis is not None or src.q.dtype != out_dtype or ctx.attr("block_size", 0): return None
-  if not ctx.is_const(1) or ctx.input(2) is None or not ctx.is_const(2): return None
-  scale, zero = np.asarray(ctx.const_value(1), np.float32), np.asarray(ctx.const_value(2), np.int64)
+  params = _constant_params(ctx) if ctx.input(2) is not None else None
+  if params is None: return None
+  scale, zero = params
   if scale.size != 1 or zero.size != 1 or not 0 < float(scale) < np.inf: return None
   return src.q if float(scale) == float(src.scale) and int(zero) == int(src.zero) else None
 
