@@ -133,7 +133,7 @@ class _Linearizer:
 
 def _accumulating(body: UOp) -> bool:
   """A reduction body the dot-product instruction sums into the accumulator itself (the renderer stores it as is)."""
-  return body.op is Ops.DOT and len(body.src) == 2
+  return body.op is Ops.DOT and len(body.src) % 2 == 0
 
 
 def _computed(u: UOp, done: set[UOp]) -> list[UOp]:

@@ -217,7 +217,7 @@ def count_ops(program: list[UOp], grid_loops: bool) -> tuple[int, int, int]:
     elif u.op is Ops.RANGE and (grid_loops or u.arg.kind not in (G, AxisType.LOCAL)):
       loops.append(int(u.src[0].vmax)); mult *= loops[-1]     # a size known at run time: at its largest
     elif u.op is Ops.ENDRANGE: mult //= loops.pop()
-    elif u.op is Ops.DOT: n += mult * u.src[0].dtype.count * 2
+    elif u.op is Ops.DOT: n += mult * u.src[0].dtype.count * 2 * (len(u.src) // 2)
     elif u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.ASSIGN, Ops.MULACC) \
         and u.dtype.scalar != INDEX and not (u.op is Ops.ASSIGN and u.src[1].op is Ops.DOT):
       n += mult * u.dtype.count * (2 if u.op is Ops.MULACC else 1)

@@ -37,7 +37,8 @@ class Ops(Enum):
   VECTORIZE = auto()      # a vector from n scalar sources (one per lane)
   GEP = auto()            # lane `arg` of a vector source
   # integer dot product of vectors: lane i of DOT(a, b[, acc]) is acc[i] plus the sum of a[g*i+j] * b[g*i+j] over
-  # j < g, where g = a's lanes / the result's lanes (pairs of int16, groups of 4 int8 into int32 lanes)
+  # j < g, where g = a's lanes / the result's lanes (pairs of int16, groups of 4 int8 into int32 lanes);
+  # DOT(a0, b0, a1, b1[, acc]) adds two such products (summed together by x86's pmaddubsw without VNNI)
   DOT = auto()
   # linearized programs only
   DEFINE_ACC = auto()     # an accumulator; src = (identity,), arg = accumulator number

@@ -98,6 +98,25 @@ def _madd4_helper(nbytes: int) -> str:
           f"{fn}_srai_epi16({fn}_slli_epi16(b, 8), 8));\n"
           f"  {m} odd = {fn}_madd_epi16({fn}_srli_epi16(a, 8), {fn}_srai_epi16(b, 8));\n"
           f"  return {fn}_add_epi32(acc, {fn}_add_epi32(even, odd));\n}}\n#endif")
+
+
+def _madd8_helper(nbytes: int) -> str:
+  """Two groups of four uint8 x int8 per 32-bit lane (a0 with b0, a1 with b1), added to acc, in pmaddubsw, exactly:
+  each a is split into its high six bits h and low two l (a = 4h + l), so that no pair of products pmaddubsw adds
+  into int16 saturates (|h0*b0 + h0'*b0'| + |h1*b1 + h1'*b1'| <= 4 * 63 * 128 < 32768; the l sums 16x smaller); two
+  pmaddwd widen the h sum (times 4) and the l sum into the int32 lanes. Five instructions per 32 products, where
+  `tg_dot4` spends four and unpacks the weights (`dot.pair_unroll` says where this pays)."""
+  m, fn = _X86_VECTORS[nbytes]
+  bits = nbytes * 8
+  split = "".join(f"  {m} h{i} = {fn}_and_si{bits}({fn}_srli_epi16(a{i}, 2), {fn}_set1_epi8(63)), "
+                  f"l{i} = {fn}_and_si{bits}(a{i}, {fn}_set1_epi8(3));\n" for i in range(2))
+  return (f"#if TG_SIMD\nstatic inline {m} tg_dot8{fn}({m} acc, {m} a0, {m} b0, {m} a1, {m} b1) {{\n{split}"
+          f"  {m} h = {fn}_add_epi16({fn}_maddubs_epi16(h0, b0), {fn}_maddubs_epi16(h1, b1));\n"
+          f"  {m} l = {fn}_add_epi16({fn}_maddubs_epi16(l0, b0), {fn}_maddubs_epi16(l1, b1));\n"
+          f"  return {fn}_add_epi32(acc, {fn}_add_epi32({fn}_madd_epi16(h, {fn}_set1_epi16(4)), "
+          f"{fn}_madd_epi16(l, {fn}_set1_epi16(1))));\n}}\n#endif")
+
+
 # masked loads and stores of 32-bit lanes by vector bytes: the macro that allows them, the load of `p` under mask
 # `m`, the store of `x` (AVX: the mask is the integer vector itself, its sign bits; AVX-512: a mask register of the
 # lanes that are not 0)
@@ -217,8 +236,9 @@ class CRenderer(CStyleRenderer):
     if any(u.op is Ops.DOT for u in program):
       out.append(f"#if TG_SIMD\n#include <{_DOT_HEADER[self.target.cpu.dot]}>\n#endif")
       if self.target.cpu.dot == "madd4":
-        sizes = {u.dtype.count * u.dtype.itemsize for u in program if u.op is Ops.DOT and u.src[0].dtype.itemsize == 1}
-        out += [_madd4_helper(n) for n in sorted(sizes)]
+        dots = [u for u in program if u.op is Ops.DOT and u.src[0].dtype.itemsize == 1]
+        out += [_madd4_helper(n) for n in sorted({u.dtype.count * u.dtype.itemsize for u in dots})]
+        out += [_madd8_helper(n) for n in sorted({u.dtype.count * u.dtype.itemsize for u in dots if len(u.src) > 3})]
     out += [_typedefs(kind, lanes) for kind, lanes in sorted(set(vecs) | {("i32", n) for _, n in vecs})]
     out += [_exp2_helper(n) for n in sorted({u.dtype.count for u in program if u.op is Ops.EXP2 and u.dtype.count > 1})]
     out += [_lanewise_helper(op, n) for op, n in sorted({(u.op, u.dtype.count) for u in program
@@ -278,19 +298,21 @@ class CRenderer(CStyleRenderer):
     if u.op is Ops.BITCAST: return f"(({vector_type(d) if d.count > 1 else self.type_name(d)})({s[0]}))"
     if u.op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
     if u.op is Ops.DOT:
-      acc = s[2] if len(s) > 2 else self.render_vector(["0"] * d.count, d)
-      return self._dot(d, s[0], s[1], acc, u.src[0].dtype)
+      acc = s[-1] if len(s) % 2 else self.render_vector(["0"] * d.count, d)
+      return self._dot(d, s[:len(s) // 2 * 2], acc, u.src[0].dtype)
     return {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})",
             Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})", Ops.XOR: "({0}^{1})"}[u.op].format(*s)
 
-  def _dot(self, d: DType, a: str, b: str, acc: str, operand: DType) -> str:
-    """acc plus the integer dot products of a and b per 32-bit lane, in the instruction the operand type says (the
-    CPU level's kind, or pmaddwd's pairs of int16 that every x86 level falls back to): x86 pmaddwd (then an add), VNNI
-    vpdpbusd (four uint8 x int8, added by the one instruction; `madd4`: the same in two pmaddwd), Arm sdot (four
-    int8)."""
+  def _dot(self, d: DType, ops: list[str], acc: str, operand: DType) -> str:
+    """acc plus the integer dot products of the operands (a, b, or a0, b0, a1, b1: `madd4` pairs) per 32-bit lane, in
+    the instruction the operand type says (the CPU level's kind, or pmaddwd's pairs of int16 that every x86 level
+    falls back to): x86 pmaddwd (then an add), VNNI vpdpbusd (four uint8 x int8, added by the one instruction;
+    `madd4`: the same in two pmaddwd, a pair of them in pmaddubsw), Arm sdot (four int8)."""
     kind, t = self.target.cpu.dot, vector_type(d)
+    m, fn = _X86_VECTORS.get(d.count * d.itemsize, ("", ""))
+    if len(ops) == 4: return f"(({t})tg_dot8{fn}(({m})({acc}), " + ", ".join(f"({m})({o})" for o in ops) + "))"
+    a, b = ops
     if kind == "sdot": return f"(({t})vdotq_s32((int32x4_t)({acc}), (int8x16_t)({a}), (int8x16_t)({b})))"
-    m, fn = _X86_VECTORS[d.count * d.itemsize]
     if operand.scalar == dtypes.int16: return f"({acc}+({t}){fn}_madd_epi16(({m})({a}), ({m})({b})))"
     if kind == "vnni": return f"(({t}){fn}_dpbusd_epi32(({m})({acc}), ({m})({a}), ({m})({b})))"
     return f"(({t})tg_dot4{fn}(({m})({acc}), ({m})({a}), ({m})({b})))"

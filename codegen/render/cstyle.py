@@ -306,7 +306,7 @@ def _define_acc(body: KernelBody, u: UOp) -> None:
 
 def _assign(body: KernelBody, u: UOp) -> None:
   acc, val, red = u.src[0], u.src[1], u.arg
-  if val.op is Ops.DOT and val.src[2:] == (acc,):     # a dot product that added into the accumulator itself
+  if val.op is Ops.DOT and len(val.src) % 2 and val.src[-1] is acc:   # a dot product added into the accumulator
     body.line(f"{body.r(acc)} = {body.r(val)};")
     body.names[red] = body.r(acc)
     return

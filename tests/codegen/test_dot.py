@@ -7,6 +7,7 @@ sum of the weights); x86 levels take integers wider than 8 bits as pmaddwd's pai
 divide is padded. The kernels give numpy's integer results exactly on random data of odd
 sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
 from __future__ import annotations
+import math
 import os
 import platform
 import re
@@ -190,6 +191,30 @@ def test_madd4_convolutions_share_each_unpacking_across_fourteen_accumulators():
   assert "tg_dot4_mm256(" in prg.src and upcasts == [2, 7], prg.opts
   if not runs_here("x86-64-v3"): pytest.skip("this machine does not run x86-64-v3 code")
   np.testing.assert_array_equal(run_here(prg, bufs), want)
+
+
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("signed", [False, True], ids=["uint8", "int8"])
+def test_madd4_matrix_vector_products_sum_pairs_of_groups_exactly(level, signed):
+  """A matrix-vector product (one row of activations: no register block copies the integer its weights multiply)
+  sums two groups of four products at a time in pmaddubsw (`tg_dot8`), its reduction unrolled by 4 and by 2, and its
+  block of weight vectors leaves registers for the split activations; rows of the largest magnitudes (255 or 127
+  against -128 and 127: where pmaddubsw saturates on unsplit bytes) and random ones equal numpy's integers. Several
+  rows keep `tg_dot4`: their weight vectors' unpacking is shared by the rows."""
+  x, w, zero = case(2, 128, 112, signed=signed)
+  top = 127 if signed else 255
+  x[0], w[:, :56] = top, np.where(np.arange(128)[:, None] % 3 == 0, 127, -128).astype(np.int8)
+  for rows, pairs in ((x[:1], True), (x[1:], True), (x, False)):
+    prg = program(rows, w, zero, level, float_sum=False)
+    kernel = prg.src.split("TG_KERNEL")[-1]
+    assert ("tg_dot8_mm" in kernel) == pairs and ("tg_dot4_mm" in kernel) != pairs, prg.opts
+    if pairs:
+      assert sorted(o.amount for o in prg.opts if o.op is OptOps.UNROLL) == [2, 4], prg.opts
+      upcast = math.prod(o.amount for o in prg.opts if o.op is OptOps.UPCAST)
+      assert CPU_LEVELS[level].vector_registers > 16 or upcast <= CPU_LEVELS[level].vector_registers - 6, prg.opts
+    if runs_here(level):
+      np.testing.assert_array_equal(run_here(prg, matmul_arguments(prg, rows, w, np.int32)),
+                                    reference(rows, w, zero))
 
 
 # ---------------------------------------------------------------- sdot under qemu-aarch64
