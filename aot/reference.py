@@ -2,9 +2,11 @@
 
 Tensor-API models are rebuilt from their source and evaluated by the numpy interpreter on the un-scheduled graph
 (`frontend.interpreter.evaluate`, the "numpy" device): no scheduler, lowering or renderer is involved. ONNX models
-run on `onnx.reference.ReferenceEvaluator`, or on onnxruntime (when installed) for large models and for models
-onnx.reference cannot run. An artifact compiled with `--quantize` is compared with its quantized model, rebuilt from
-the float model and the recorded activation ranges."""
+run on `onnx.reference.ReferenceEvaluator` (com.microsoft operators on tgc's numpy implementations,
+`reference_contrib`, which unlike onnxruntime's kernels do not depend on the CPU's integer instructions), or on
+onnxruntime (when installed) for large models and for models onnx.reference cannot run. An artifact compiled with
+`--quantize` is compared with its quantized model, rebuilt from the float model and the recorded activation
+ranges."""
 from __future__ import annotations
 import os
 import numpy as np
@@ -101,9 +103,9 @@ def _const_feeds(options: dict) -> dict[str, np.ndarray]:
 
 
 def onnx_reference(path: str, feeds: dict[str, np.ndarray], options: dict) -> tuple[dict[str, np.ndarray], str]:
-  """The outputs of ONNX model `path` and the reference that computed them: onnx.reference; onnxruntime (graph
-  optimizations off) for large models, and for models onnx.reference cannot run (operators of other domains such
-  as com.microsoft, versions it lacks)."""
+  """The outputs of ONNX model `path` and the reference that computed them: onnx.reference (with the operators of
+  `_reference_fixes`, the com.microsoft ones tgc compiles among them); onnxruntime (graph optimizations off) for
+  large models, and for models onnx.reference cannot run (other operators of other domains, versions it lacks)."""
   import onnx
   try: model = onnx.load(path)
   except Exception as error: raise UserError(f"{path}: cannot read the ONNX model ({describe(error)})") from error
@@ -140,15 +142,21 @@ def quantized_model(model, info: dict):
 
 
 def _reference_fixes(model) -> list:
-  """Operator implementations that replace onnx.reference's where it departs from the ONNX specification:
+  """Operator implementations that replace onnx.reference's where it departs from the ONNX specification, and those
+  it lacks:
   BatchNormalization 9-13 with one output is inference ("Output case #2: Y (test mode)"), but onnx.reference
   computes batch statistics whenever `momentum` is set, and it always fills in momentum's default (0.9).
   DequantizeLinear 10-18: onnx.reference has only version 19 on, whose 8-bit integer cases are the same.
   Loop: onnx.reference joins each scan output's values with np.vstack, so a scalar per step gives [steps, 1] and a
-  value of two or more dims its steps' rows concatenated; the specification stacks them on a new first axis."""
+  value of two or more dims its steps' rows concatenated; the specification stacks them on a new first axis.
+  The com.microsoft operators tgc compiles (`reference_contrib`), when the model imports that domain: onnx.reference
+  has none, and onnxruntime's results for them depend on the CPU."""
   from onnx.reference.op_run import OpRun
   opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
   fixes = (_dequantize_fix() if 10 <= opset < 19 else []) + _loop_fix()
+  if any(o.domain == "com.microsoft" for o in model.opset_import):
+    from tgc.aot.reference_contrib import OPERATORS
+    fixes += OPERATORS
   if not 9 <= opset <= 13: return fixes
 
   class BatchNormalization(OpRun):
