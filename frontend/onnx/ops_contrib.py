@@ -121,7 +121,7 @@ def qlinear_softmax(ctx: NodeContext):
   opset = int(ctx.attr("opset"))
   if x.dtype not in (dtypes.uint8, dtypes.int8): raise ctx.fail(f"input type {x.dtype.name} is not supported")
   if not (ctx.is_const(1) and ctx.is_const(3)): raise ctx.fail("X_scale and y_scale must be compile-time constants")
-  axis = ctx.axis(int(ctx.attr("axis", 1 if opset < 13 else -1)), x.ndim)
+  axis = ctx.axis(int(ctx.attr("axis", -1)), x.ndim)     # the contrib schema's default, whatever the opset
   axes = (axis,) if opset >= 13 else tuple(range(axis, x.ndim))
   x_scale = float(np.asarray(ctx.const_value(1), np.float32).reshape(-1)[0])
   shift = _table_shift(x_scale, int(np.prod([x.shape[a] for a in axes])))
