@@ -170,7 +170,7 @@ def shares_one_integer(k: Kernel, constant: frozenset) -> bool:
   product: no UPCAST axis moves a reduction load that is not a weight). Without VNNI such a block sums two groups of
   products at a time (`madd4` pairs, pmaddubsw: five instructions per 32 products and the shared integer split once
   for every weight vector, where two pmaddwd take four and unpack each weight vector: a recurrent matrix-vector
-  product of 2048 x 512 int8 weights, 21.6 -> 17.3 us at x86-64-v3)."""
+  product of 2048 x 512 int8 weights, about 21 -> 17 us at x86-64-v3)."""
   ups = [r for r in k.ranges() if r.arg.kind is AxisType.UPCAST]
   return all(not depends(ld.src[1], r) for ld in reduce_body_loads(k) if ld.src[0].arg[0] not in constant
              for r in ups)

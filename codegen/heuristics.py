@@ -237,8 +237,8 @@ def _fits_registers(block: dict[UOp, int], hot: list[UOp], registers: int, made:
 def _fits_paired(block: dict[UOp, int], hot: list[UOp], registers: int, made: int, constant: frozenset) -> bool:
   """Whether a madd4 block fits its registers when it sums pairs of groups (`dot.shares_one_integer`: it copies no
   integer its weights multiply): its accumulators, the two groups' integers split in four, two weight vectors (the
-  split's four constants spill: a recurrent matrix-vector product in blocks of 10 weight vectors ran as fast as in 6,
-  and in 13 it was 12% slower)."""
+  split's constants then spill a little: a recurrent matrix-vector product in blocks of 10 weight vectors ran as fast
+  as in 6, in 13 it was 12% slower)."""
   shared = [ld for ld in hot if ld.src[0].arg[0] not in constant]
   return any(block_copies(ld, block) > 1 for ld in shared) or math.prod(block.values()) * made + 6 <= registers
 

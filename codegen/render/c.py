@@ -105,7 +105,7 @@ def _madd8_helper(nbytes: int) -> str:
   each a is split into its high six bits h and low two l (a = 4h + l), so that no pair of products pmaddubsw adds
   into int16 saturates (|h0*b0 + h0'*b0'| + |h1*b1 + h1'*b1'| <= 4 * 63 * 128 < 32768; the l sums 16x smaller); two
   pmaddwd widen the h sum (times 4) and the l sum into the int32 lanes. Five instructions per 32 products, where
-  `tg_dot4` spends four and unpacks the weights (`dot.pair_unroll` says where this pays)."""
+  `tg_dot4` spends four and unpacks the weights (`dot.shares_one_integer` says where this pays)."""
   m, fn = _X86_VECTORS[nbytes]
   bits = nbytes * 8
   split = "".join(f"  {m} h{i} = {fn}_and_si{bits}({fn}_srli_epi16(a{i}, 2), {fn}_set1_epi8(63)), "
