@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from contrib_models import MS, one_node, ort_run
 from tgc.aot import reference
 from tgc.aot.reference_contrib import OPERATORS
 
-MS = "com.microsoft"
 RNG = np.random.default_rng(0)
 
 
@@ -25,27 +25,6 @@ def _seeded(request):
   """Each test draws its data from a generator seeded by its own name, whatever runs before it."""
   global RNG
   RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
-
-
-def one_node(op: str, inputs: list[str], feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
-             outputs: list[tuple[str, int, list[int]]], **attrs) -> onnx.ModelProto:
-  """A one-node com.microsoft model: `feeds` are graph inputs, `inits` initializers; "" skips an input."""
-  info = helper.make_tensor_value_info
-  node = helper.make_node(op, inputs, [o[0] for o in outputs], domain=MS, name=f"{op.lower()}_node", **attrs)
-  graph = helper.make_graph(
-    [node], op, [info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in feeds.items()],
-    [info(*o) for o in outputs], [numpy_helper.from_array(v, k) for k, v in inits.items()])
-  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
-
-
-def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-  ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: the reference is compared with "
-                                                  "its kernels")
-  options = ort.SessionOptions()
-  options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-  options.intra_op_num_threads = 1
-  session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-  return session.run(None, feeds)
 
 
 def ref_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

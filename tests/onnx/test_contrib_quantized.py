@@ -12,36 +12,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from contrib_models import MS, one_node, ort_run
 from tgc.aot.compile import compile_model
 from tgc.aot.onnx_backend import TgcBackend
 
-MS = "com.microsoft"
 RNG = np.random.default_rng(21)
-
-
-def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-  ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install onnxruntime): the "
-                                                  "com.microsoft operators are compared against its kernels")
-  options = ort.SessionOptions()
-  options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-  options.intra_op_num_threads = 1
-  session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-  return session.run(None, feeds)
 
 
 def tgc_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
   with TgcBackend.prepare(model, "c") as rep: return list(rep.run(feeds))
-
-
-def one_node(op: str, inputs: list[str], feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray],
-             outputs: list[tuple[str, int, list[int]]], **attrs) -> onnx.ModelProto:
-  """A one-node com.microsoft model: `feeds` are graph inputs, `inits` initializers; "" skips an input."""
-  info = helper.make_tensor_value_info
-  node = helper.make_node(op, inputs, [o[0] for o in outputs], domain=MS, name=f"{op.lower()}_node", **attrs)
-  graph = helper.make_graph(
-    [node], op, [info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in feeds.items()],
-    [info(*o) for o in outputs], [numpy_helper.from_array(v, k) for k, v in inits.items()])
-  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
 
 
 def compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-5, atol: float = 1e-5) -> None:
