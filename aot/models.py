@@ -250,7 +250,8 @@ def trace_model(loaded: LoadedModel, target: Target | None = None) -> Capture:
   input_names = [n for n, _ in loaded.inputs]
   try:
     rows = bytes_group(target.dot) if target is not None else 0
-    with winograd.enabled(target is not None and target.winograd), rows_enabled(rows):
+    with winograd.enabled(target is not None and target.winograd, target is not None and target.integer_winograd), \
+        rows_enabled(rows):
       capture = trace(run, *[t for _, t in loaded.inputs], input_names=input_names, limits=loaded.limits,
                       max_buffers=max_buffers,
                       states=loaded.states, output_names=loaded.output_names, weight_names=loaded.weight_names)

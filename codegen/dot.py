@@ -30,7 +30,9 @@ integers too wide for 8 bits). Three steps, one per stage of lowering:
 
 The integer sums are exact. The float32 sums they replace are the same numbers wherever those are exact (every
 partial sum below 2**24: the 8-bit kernels' float sums are exact integer sums there); the rule fires only when every
-operand fits the instruction's element type and the whole sum fits int32, by interval bounds."""
+operand fits the instruction's element type and, for a float sum, the whole sum fits int32, by interval bounds. An
+int32 sum needs no bound: it wraps modulo 2**32 as the instructions' sums do (pmaddwd's pairs of int16 weights
+times int16 integers, the integer Winograd form's products, whatever their range)."""
 from __future__ import annotations
 import math
 from tgc.ir import Ops, UOp, AxisType, PatternMatcher, UPat, dtypes, graph_rewrite
@@ -125,15 +127,16 @@ def _shiftable(u: UOp, dtype) -> bool:
 
 # ---------------------------------------------------------------- 1. and 2.: the kernel's reductions, before expansion
 def _dot_operands(red: UOp, vec: UOp, kind: str, constant: frozenset) -> bool:
-  """REDUCE(ADD, a * w): `a` an integer the lanes share (the instruction's operand holds it, maybe shifted), `w` an
-  8-bit weight load (or its conversion) the instruction takes that differs per lane along the output axis `vec`."""
+  """REDUCE(ADD, a * w): `a` an integer the lanes share (the instruction's operand holds it, maybe shifted), `w` a
+  weight load (or its conversion) the instruction takes (8-bit; pmaddwd's int16 too) that differs per lane along the
+  output axis `vec`."""
   _, act, wt = INSTRUCTIONS[kind]
   body = red.src[0]
   if red.arg is not Ops.ADD or body.op is not Ops.MUL or vec in red.src[1:]: return False
   for a, w in (body.src, body.src[::-1]):
     ld = w.src[0] if w.op is Ops.CAST else w
     if ld.op is not Ops.LOAD or ld.src[0].op is not Ops.DEFINE_GLOBAL or ld.src[0].arg[0] not in constant: continue
-    if ld.dtype.itemsize != 1 or not _fits(ld, wt) or not depends(ld.src[1], vec): continue
+    if ld.dtype.itemsize > wt.itemsize or not _fits(ld, wt) or not depends(ld.src[1], vec): continue
     ia = int_form(a)
     if ia is not None and not depends(a, vec) and _shiftable(ia, act): return True
   return False
@@ -209,10 +212,10 @@ def _summands(u: UOp) -> list[UOp]:
 
 
 def _weight_lanes(w: UOp, lanes: int) -> list[UOp] | None:
-  """The lane loads of 8-bit weights read lane by lane (a VECTORIZE of ungated scalar loads, maybe converted)."""
+  """The lane loads of 8- or 16-bit weights read lane by lane (a VECTORIZE of ungated scalar loads, maybe converted)."""
   while w.op is Ops.CAST: w = w.src[0]
   if w.op is not Ops.VECTORIZE or len(w.src) != lanes: return None
-  ok = all(s.op is Ops.LOAD and len(s.src) == 2 and s.dtype.itemsize == 1 and s.src[0] is w.src[0].src[0]
+  ok = all(s.op is Ops.LOAD and len(s.src) == 2 and s.dtype.itemsize <= 2 and s.src[0] is w.src[0].src[0]
            for s in w.src)
   return list(w.src) if ok else None
 
@@ -330,10 +333,11 @@ def _dot_reduce_as(kind: str, vector_bytes: int, red: UOp) -> UOp | None:
   groups = _groups(terms, group)
   c = _shift(terms, act)
   if groups is None or max(a.vmax for a, _ in terms) - c > _range(act)[1]: return None
-  # every sum must fit int32: the largest product times the products summed (the shifted ones, sum(w) times c)
+  # a float sum must fit int32 (an int32 one wraps as the instruction's does): the largest product times the
+  # products summed (the shifted ones, sum(w) times c)
   wmax = max(max(-ws[0].vmin, ws[0].vmax) for _, ws in terms)
   bound = sum(max(abs(a.vmin - c), abs(a.vmax - c)) for a, _ in terms) * wmax + abs(c) * len(terms) * wmax
-  if bound * math.prod(r.src[0].arg for r in rest) >= 1 << 31: return None
+  if red.dtype.is_float and bound * math.prod(r.src[0].arg for r in rest) >= 1 << 31: return None
   total = _summed([_dot([simplify(a - c) for a in acts], base, lanes, act, wt) for acts, base in groups], rest)
   if c:     # + c * sum(w): the weights' sums per lane, a DOT of ones in an accumulator of their own
     ones = _summed([_dot([UOp.const(I32, 1)] * group, base, lanes, act, wt) for _, base in groups], rest)

@@ -192,6 +192,13 @@ class Target:
     return self.cpu is not None
 
   @property
+  def integer_winograd(self) -> bool:
+    """8-bit 3x3 convolutions in Winograd's form on int16 tiles (frontend/winograd.py `conv2d_integers`): CPUs whose
+    8-bit dot products are madd4 (x86 without VNNI), where pmaddwd multiplies int16 pairs at the rate it multiplies
+    unpacked bytes, so 2.25x fewer products pay for the transforms."""
+    return self.cpu is not None and self.cpu.dot == "madd4"
+
+  @property
   def winograd(self) -> bool:
     """3x3 convolutions in Winograd's form (frontend/winograd.py): measured to pay on CPUs; GPU kernels keep the
     direct sum (their register blocks and work-groups were not measured with it)."""

@@ -11,7 +11,9 @@ The image is first split into its even and odd columns, so each tile's columns a
 transformed tiles and the 4 output phases are stacks that the scheduler cuts into one kernel per piece
 (codegen/pieces.py); every intermediate keeps channels last. `applies` says where it pays (docs/benchmarks.md: 32+
 channels, even output sides of 14 or more); whoever traces a model for a target that wants it sets `enabled`
-(aot.models)."""
+(aot.models). `conv2d_integers` is the same form on the integers of an 8-bit convolution, exact (4U and the tiles in
+int16, the products summed in int32), for targets whose 8-bit products cost what int16 ones do (`integers_apply`,
+`enabled(integers=True)`)."""
 from __future__ import annotations
 import contextlib
 import contextvars
@@ -27,14 +29,18 @@ MIN_CHANNELS = 32                 # in and out channels: fewer, and the transfor
 MIN_SIDE = 14                     # output rows and columns: a 7x7 map wastes a fourth of its 4x4 output tiles
 
 _enabled = contextvars.ContextVar("winograd", default=False)
+_integers = contextvars.ContextVar("winograd_integers", default=False)
 
 
 @contextlib.contextmanager
-def enabled(on: bool = True):
-  """Within the block, `applies` may say yes (the convolutions traced there are for a target that wants them)."""
-  token = _enabled.set(on)
+def enabled(on: bool = True, integers: bool = False):
+  """Within the block, `applies` may say yes (the convolutions traced there are for a target that wants them), and
+  `integers_apply` with `integers` (a target that wants 8-bit convolutions on int16 tiles)."""
+  token, token_integers = _enabled.set(on), _integers.set(integers)
   try: yield
-  finally: _enabled.reset(token)
+  finally:
+    _enabled.reset(token)
+    _integers.reset(token_integers)
 
 
 def applies(x, weight_shape: tuple, strides, pads, dilations, group: int) -> bool:
@@ -42,7 +48,13 @@ def applies(x, weight_shape: tuple, strides, pads, dilations, group: int) -> boo
   3x3, stride 1, no dilation, one group, sizes known at compile time, at least MIN_CHANNELS channels in and out and an
   output of at least MIN_SIDE x MIN_SIDE whose sides are even (an odd side cuts the last output tiles in two: the
   kernel storing the output phases is then not cut into one per phase, and each element selects its phase)."""
-  if not _enabled.get() or x.dtype != dtypes.float32 or len(weight_shape) != 4 or x.ndim != 4: return False
+  if not _enabled.get() or x.dtype != dtypes.float32: return False
+  return _shape_applies(x, weight_shape, strides, pads, dilations, group)
+
+
+def _shape_applies(x, weight_shape: tuple, strides, pads, dilations, group: int) -> bool:
+  """The shapes of `applies` (and of `integers_apply`)."""
+  if len(weight_shape) != 4 or x.ndim != 4: return False
   if tuple(weight_shape[2:]) != (3, 3) or group != 1 or any(s != 1 for s in strides) or any(d != 1 for d in dilations):
     return False
   if not all(isinstance(s, int) for s in x.shape): return False
@@ -74,9 +86,51 @@ def conv2d(x, w: np.ndarray, bias, pads):
   (left, right)), stride 1: the same values as the direct sum up to rounding. The intermediates keep channels last
   (as the layouts give convolutions' activations: codegen/layouts.py), so every step reads and writes contiguous
   channels."""
+  v, tiles = _input_tiles(x, pads)
+  u = type(x)(np.ascontiguousarray(transformed_weights(w).transpose(0, 2, 1)), x.device)   # (16, cin, cout)
+  y = _output_tiles(v.matmul(u), tiles)                                                  # products (16, tiles, cout)
+  return y if bias is None else y + bias.cast(dtypes.float32).reshape(1, w.shape[0], 1, 1)
+
+
+def conv2d_integers(xq, zero: int, w: np.ndarray, pads):
+  """conv(xq - zero, w) in int32 for 8-bit `xq` (batch, cin, H, W) and constant integer weights `w` (cout, cin, 3,
+  3), exactly where `integers_apply` says so: every step on integers, the tiles stored as int16 (|Bᵀ d B| <= 4 *
+  255), the weights as 4 G g Gᵀ (integers: 2G is; |4U| <= 9 max|w|) in int16, the 16 products summed in int32
+  (pmaddwd's pairs: codegen/dot.py), Aᵀ M A four times the sum, divided by 4 exactly."""
+  d = xq.cast(dtypes.int32) - zero                                     # |d| <= 255; padding 0 is xq's zero point
+  v, tiles = _input_tiles(d, pads, dtypes.int16)
+  u = type(xq)(np.ascontiguousarray(quadrupled_weights(w).transpose(0, 2, 1)), xq.device)    # (16, cin, cout)
+  return _output_tiles(v.cast(dtypes.int32).matmul(u.cast(dtypes.int32)), tiles).idiv(4)
+
+
+def integers_apply(xq, w: np.ndarray, strides, pads, dilations, group: int) -> bool:
+  """Whether `conv2d_integers` takes the convolution of the 8-bit `xq` by the integer weights `w`: integer tiles
+  enabled (`enabled(integers=True)`), the shapes `applies` takes, and no sum leaving int32: |Bᵀ d B| <= 4 * 255
+  times the sum of |4U| over the 16 positions and the input channels, for each output channel, bounds every partial
+  sum of the products and of Aᵀ M A (from the weights' values: 257 input channels of weights all -128 fit, a
+  quantized 3x3 layer of 512 under half the range)."""
+  if not _integers.get() or xq.dtype not in (dtypes.uint8, dtypes.int8) or w.dtype.kind not in "iu": return False
+  if not _shape_applies(xq, w.shape, strides, pads, dilations, group): return False
+  per_output = np.abs(quadrupled_weights(w).astype(np.int64)).sum(axis=(0, 2))
+  return 4 * 255 * int(per_output.max(initial=0)) < 1 << 31
+
+
+def quadrupled_weights(w: np.ndarray) -> np.ndarray:
+  """4U = (2G) g (2G)ᵀ of integer weights for each of the 16 tile positions, int16, (16, out channels, in
+  channels), position nu*4 + xi."""
+  g2 = (2 * G).astype(np.int64)
+  u = np.einsum("xi,nj,ocij->nxoc", g2, g2, np.asarray(w, np.int64))
+  return u.reshape(TILE * TILE, w.shape[0], w.shape[1]).astype(np.int16)
+
+
+def _input_tiles(x, pads, stored=None):
+  """Bᵀ d B of every 4x4 input tile d (tiles 2 apart) of `x` (batch, cin, H, W) padded by `pads`, computed in x's
+  type and stored in `stored` (default: x's; narrower integers hold the values while the arithmetic stays in the
+  32-bit lanes the kernels vectorize), as (16, batch * tile rows * tile columns, cin), position nu*4 + xi, and what
+  `_output_tiles` needs of the shapes."""
+  stored = stored or x.dtype
   m, a = OUT, TILE
   bs, cin, h, wd = x.shape
-  cout = w.shape[0]
   (top, bottom), (left, right) = pads
   oh, ow = h + top + bottom - 2, wd + left + right - 2
   th, tw = -(-oh // m), -(-ow // m)                                                    # output tiles
@@ -84,22 +138,28 @@ def conv2d(x, w: np.ndarray, bias, pads):
   # a producer fused into this kernel selects its phase by a constant)
   half = -(-wd // m)
   xc = x.permute(0, 2, 3, 1).pad(((0, 0), (0, 0), (0, m * half - wd), (0, 0))).reshape(bs, h, half, m, cin)
-  planes = functional.stack([xc[:, :, :, j] for j in range(m)], 0).contiguous()        # (m, bs, h, half, cin)
+  planes = functional.stack([xc[:, :, :, j] for j in range(m)], 0)                      # (m, bs, h, half, cin)
+  planes = planes.cast(stored).contiguous().cast(x.dtype)
   columns = [_shifted(planes[(j - left) % m], 2, (j - left) // m, tw, 1) for j in range(a)]   # tile column j
   transformed = _combine(columns, B_T)                                                   # Bᵀ over the columns: nu
   v = [t for c in transformed for t in _combine([_shifted(c, 1, i - top, th, m) for i in range(a)], B_T)]
-  v = functional.stack(v, 0).contiguous().reshape(a * a, bs * th * tw, cin)           # position nu*a + xi
-  u = type(x)(np.ascontiguousarray(transformed_weights(w).transpose(0, 2, 1)), x.device)   # (16, cin, cout)
-  products = v.matmul(u)                                                                 # (16, tiles, cout)
-  tiles = [products[k].reshape(bs, th, tw, cout) for k in range(a * a)]
+  v = functional.stack(v, 0).cast(stored).contiguous().reshape(a * a, bs * th * tw, cin)   # position nu*a + xi
+  return v, (bs, th, tw, oh, ow)
+
+
+def _output_tiles(products, tiles):
+  """Aᵀ M A of the 16 products M (16, tiles, cout) as the output (batch, cout, oh, ow)."""
+  m, a = OUT, TILE
+  bs, th, tw, oh, ow = tiles
+  cout = products.shape[-1]
+  per_position = [products[k].reshape(bs, th, tw, cout) for k in range(a * a)]
   rows = []
   for p in range(m):
     # output row p: Aᵀ over each tile column's rows (xi), then Aᵀ over the columns (nu) for output columns q
-    by_column = [_combine([tiles[nu * a + xi] for xi in range(a)], A_T[p:p + 1])[0] for nu in range(a)]
+    by_column = [_combine([per_position[nu * a + xi] for xi in range(a)], A_T[p:p + 1])[0] for nu in range(a)]
     rows.append(functional.stack(_combine(by_column, A_T), 3))                         # (bs, th, tw, q, cout)
   y = functional.stack(rows, 2).reshape(bs, m * th, m * tw, cout).permute(0, 3, 1, 2)
-  y = y.shrink(((0, bs), (0, cout), (0, oh), (0, ow)))
-  return y if bias is None else y + bias.cast(dtypes.float32).reshape(1, cout, 1, 1)
+  return y.shrink(((0, bs), (0, cout), (0, oh), (0, ow)))
 
 
 def _shifted(t, axis: int, start: int, count: int, step: int):

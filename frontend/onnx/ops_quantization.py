@@ -1,7 +1,8 @@
 """ONNX quantization operators: QuantizeLinear and DequantizeLinear (per-tensor, per-axis and blocked; integer,
 4/2-bit and float8 types), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv
 (exact int32 accumulation, then round-half-even requantization; summed in float32 on the 8-bit values where the
-constant weights prove every sum exact there: `quantized_compute.exact_float_operands`). onnxruntime's com.microsoft
+constant weights prove every sum exact there: `quantized_compute.exact_float_operands`; 3x3 convolutions in
+Winograd's integer form where the target wants it: `quantized_compute.winograd_integers`). onnxruntime's com.microsoft
 QLinear* operators are in `ops_contrib`."""
 from __future__ import annotations
 import numpy as np
@@ -12,7 +13,7 @@ from tgc.frontend.onnx.registry import NodeContext, onnx_op
 from tgc.frontend.onnx.dtypes import ONNX_DTYPES
 from tgc.frontend.onnx.node_helpers import channel_shape, conv_window
 from tgc.frontend.onnx.quantized_compute import (EIGHT_BIT, exact_float_operands, record_dequantized, requantized,
-                                                  shifted_conv, shifted_matmul)
+                                                  shifted_conv, shifted_matmul, winograd_integers)
 
 
 # ---------------------------------------------------------------- integer matrix products and convolutions
@@ -55,9 +56,12 @@ def matmul_integer(ctx: NodeContext):
 def conv_integer(ctx: NodeContext):
   x, w = ctx.input(0), ctx.input(1)
   strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
+  group = int(ctx.attr("group", 1))
+  tiles = winograd_integers(ctx, x, ctx.input(2), 1, ctx.input(3), strides, pads, dilations, group)
+  if tiles is not None: return tiles
   xi = _minus_zero_point(x, ctx.input(2))
   wi = _minus_zero_point(w, ctx.input(3), (-1,) + (1,) * (w.ndim - 1))
-  return functional.conv(xi, wi, None, strides, pads, dilations, int(ctx.attr("group", 1)))
+  return functional.conv(xi, wi, None, strides, pads, dilations, group)
 
 
 def _requantize(acc: Tensor, scale: Tensor, zp, out_dtype) -> Tensor:
@@ -89,10 +93,11 @@ def qlinear_matmul(ctx: NodeContext):
 def qlinear_conv(ctx: NodeContext):
   x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (ctx.input(i) for i in range(9))
   strides, dilations, pads = conv_window(ctx, x, w.shape[2:])
-  exact = exact_float_operands(ctx, x, x_zp, 3, w_zp, 8, tuple(range(1, w.ndim)))
   group = int(ctx.attr("group", 1))
+  acc = winograd_integers(ctx, x, x_zp, 3, w_zp, strides, pads, dilations, group)
+  exact = exact_float_operands(ctx, x, x_zp, 3, w_zp, 8, tuple(range(1, w.ndim))) if acc is None else None
   if exact is not None: acc = shifted_conv(*exact, strides, pads, dilations, group)
-  else:
+  elif acc is None:
     xi, wi = _minus_zero_point(x, x_zp), _minus_zero_point(w, w_zp, (-1,) + (1,) * (w.ndim - 1))
     acc = functional.conv(xi, wi, None, strides, pads, dilations, group)
   if bias is not None: acc = acc + bias.cast(acc.dtype).reshape(channel_shape(acc))

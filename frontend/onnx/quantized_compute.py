@@ -14,7 +14,9 @@ are exact up to 2**24, then rounded as the float reference rounds; outputs
 equal the QDQ reference within its tolerance. `DequantizeLinear` records what it dequantized (`record_dequantized`)
 and the Conv, MatMul and Gemm handlers ask for it (`quantized_conv`, `quantized_matmul`); anything else (blocked or
 non-constant scales, per-axis activations, float8 inputs) keeps the literal form; dequantized weights with zero
-points are read dequantized."""
+points are read dequantized. Where the target wants it (x86 without VNNI), conv(xq - zx, wq) of a 3x3 convolution
+is Winograd's integer form (frontend/winograd.py `conv2d_integers`: the same integers in 2.25x fewer products), here
+and for QLinearConv and ConvInteger (`winograd_integers`)."""
 from __future__ import annotations
 import contextlib
 import contextvars
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from tgc.ir import Ops, dtypes
 from tgc.frontend.tensor import Tensor
-from tgc.frontend import functional
+from tgc.frontend import functional, winograd
 from tgc.frontend.onnx.registry import NodeContext
 
 EIGHT_BIT = (dtypes.int8, dtypes.uint8)
@@ -113,8 +115,15 @@ def quantized_conv(ctx: NodeContext, x: Tensor, w: Tensor, b: Tensor | None, str
   if act is None or w.dtype != dtypes.float32: return None
   xq, zero, sx = act
   wq, sw, values = _weight(ctx, w, w.shape[0], 0) or (w, None, None)
+  q = _source(ctx, x).q                          # the 8-bit activation itself (`_activation` converted it)
+  if values is not None and winograd.integers_apply(q, values, strides, pads, dilations, group):
+    return _biased(_scaled(winograd.conv2d_integers(q, zero, values, pads).cast(dtypes.float32), sx, sw, 1), b)
   values = values if exact_without_zero(xq, values, tuple(range(1, w.ndim))) else None
-  y = _scaled(shifted_conv(xq, zero, wq, values, strides, pads, dilations, group), sx, sw, 1)
+  return _biased(_scaled(shifted_conv(xq, zero, wq, values, strides, pads, dilations, group), sx, sw, 1), b)
+
+
+def _biased(y: Tensor, b: Tensor | None) -> Tensor:
+  """y plus the bias `b` of its channels (axis 1), if any."""
   return y + b.reshape((1, -1) + (1,) * (y.ndim - 2)) if b is not None else y
 
 
@@ -238,6 +247,22 @@ def _sums_exact(dtype, zero: int, abs_sum: float, bias: float) -> bool:
   a bias of up to `bias`, stays below 2**24."""
   lo, hi = (0, 255) if dtype == dtypes.uint8 else (-128, 127)
   return max(abs(lo - zero), abs(hi - zero)) * abs_sum + bias < FLOAT_EXACT
+
+
+def winograd_integers(ctx: NodeContext, x: Tensor, x_zero: Tensor | None, w_index: int, w_zero: Tensor | None,
+                      strides, pads, dilations, group: int) -> Tensor | None:
+  """conv(x - x_zero, w) in int32 in Winograd's integer form (frontend/winograd.py `conv2d_integers`) for a
+  QLinearConv or ConvInteger (x's zero point input 2, w's input `w_index`, its zero point input `w_index` + 2): an
+  8-bit `x` with one constant zero point, constant 8-bit weights whose zero points are 0, where the target wants it
+  (`winograd.integers_apply`); else None."""
+  if x.dtype not in EIGHT_BIT or not ctx.is_const(w_index): return None
+  if any(z is not None and not ctx.is_const(i) for i, z in ((2, x_zero), (w_index + 2, w_zero))): return None
+  w = np.asarray(ctx.const_value(w_index))
+  if w.dtype not in (np.int8, np.uint8) or not winograd.integers_apply(x, w, strides, pads, dilations, group):
+    return None
+  if w_zero is not None and np.any(np.asarray(ctx.const_value(w_index + 2)) != 0): return None
+  zx = np.unique(np.asarray(ctx.const_value(2))) if x_zero is not None else np.zeros(1, np.int64)
+  return winograd.conv2d_integers(x, int(zx[0]), w, pads) if zx.size == 1 else None
 
 
 def exact_float_operands(ctx: NodeContext, x: Tensor, x_zero, w_index: int, w_zero, bias_index: int | None,

@@ -2,10 +2,10 @@
 int8 ones, int8 weights, summed in float32 or int32) unrolls its reduction by the products one instruction sums, and
 each CPU level spells its instruction (x86-64-v2/v3/v4: four uint8 x int8 in two pmaddwd, x86-64-v4+vnni:
 vpdpbusd, armv8.2-a+dotprod: sdot; the 8-bit ones take uint8 minus a zero point shifted into their operand, plus a
-sum of the weights); x86 levels take integers wider than 8 bits as pmaddwd's pairs of int16; levels without one
-(armv8-a, generic) and operands no instruction holds keep the lane-by-lane sums; a reduction the group does not
-divide is padded. The kernels give numpy's integer results exactly on random data of odd
-sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
+sum of the weights); x86 levels take integers wider than 8 bits as pmaddwd's pairs of int16 (int16 weights too,
+in int32 sums, modulo 2**32); levels without one (armv8-a, generic) and operands no instruction holds keep the
+lane-by-lane sums; a reduction the group does not divide is padded. The kernels give numpy's integer results exactly
+on random data of odd sizes, on this machine's x86 levels and on the dotprod level under qemu-aarch64."""
 from __future__ import annotations
 import math
 import os
@@ -114,6 +114,23 @@ def test_operands_too_wide_for_8_bits_are_pmaddwd_pairs(level, fits):
   if not runs_here(level): return
   got = run_here(prg, matmul_arguments(prg, x, w, np.int32))
   np.testing.assert_array_equal(got, reference(x, w, 0))
+
+
+@pytest.mark.parametrize("level", ["x86-64-v2", "x86-64-v3", "x86-64-v4+vnni"])
+def test_int16_weights_summed_in_int32_are_pmaddwd_pairs_modulo_2_32(level):
+  """int16 weights times int16 integers summed in int32 (the integer Winograd form's products: frontend/winograd.py)
+  are pmaddwd's pairs of int16 whatever their range: int32 arithmetic wraps modulo 2**32 and so do pmaddwd's pair
+  sums (only (-32768)**2 * 2 overflows them). Full-range operands with -32768 at both ends of a pair give numpy's
+  sums modulo 2**32 exactly; summed in float32 the same products are not rewritten (a float sum is exact only
+  while its integers stay below 2**24, which no bound shows here)."""
+  x = RNG.integers(-32768, 32768, (6, 40)).astype(np.int16)
+  w = RNG.integers(-32768, 32768, (40, 24)).astype(np.int16)
+  x[:, :2], w[:2, :] = -32768, -32768                   # the one pair pmaddwd's int32 sum wraps
+  int_prg, float_prg = (program(x, w, 0, level, float_sum=f) for f in (False, True))
+  assert called(int_prg.src) == ["madd"] and called(float_prg.src) == []
+  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
+  got = run_here(int_prg, matmul_arguments(int_prg, x, w, np.int32))
+  np.testing.assert_array_equal(got, reference(x, w, 0).astype(np.int32))    # numpy's int64 sums, wrapped
 
 
 @pytest.mark.parametrize("float_sum", [True, False], ids=["float32-sum", "int32-sum"])

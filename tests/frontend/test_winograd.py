@@ -1,6 +1,8 @@
 """Winograd's F(2x2, 3x3) convolution (frontend/winograd.py): the same values as the direct convolution on random
 inputs (batches, odd sizes, asymmetric and no padding), the weight transform against its definition, when it
-applies, and an ONNX convolution compiled for the C target in that form against onnx.reference."""
+applies, and an ONNX convolution compiled for the C target in that form against onnx.reference; the integer form of
+8-bit convolutions equal to numpy's integer sums exactly, and when it applies (tests/onnx/test_quantized_compute.py
+compiles it)."""
 from __future__ import annotations
 import numpy as np
 import onnx
@@ -53,6 +55,62 @@ def test_applies_only_where_it_pays_and_when_enabled():
     assert not winograd.applies(x, (16, 32, 3, 3), *args[1:])                                # 16 channels out
     assert not winograd.applies(x.cast(dtypes.float16), *args)
   assert not winograd.applies(x, *args)
+
+
+def _direct_sums(x: np.ndarray, zero: int, w: np.ndarray, pads) -> np.ndarray:
+  """conv(x - zero, w) in int64 by numpy: each output the sum over the 3x3 window of its channels' products."""
+  (top, bottom), (left, right) = pads
+  d = np.pad(x.astype(np.int64) - zero, ((0, 0), (0, 0), (top, bottom), (left, right)))
+  windows = np.lib.stride_tricks.sliding_window_view(d, (3, 3), axis=(2, 3))       # (b, c, oh, ow, 3, 3)
+  return np.einsum("bchwij,ocij->bohw", windows, w.astype(np.int64))
+
+
+@pytest.mark.parametrize("xdtype, zero, wdtype, shape, pads", [
+    (np.uint8, 131, np.int8, (1, 16, 16, 14, 14), ((1, 1), (1, 1))),
+    (np.int8, -3, np.int8, (2, 16, 24, 15, 17), ((1, 1), (1, 1))),
+    (np.uint8, 0, np.uint8, (1, 17, 16, 16, 16), ((0, 0), (0, 0))),
+    (np.uint8, 255, np.int8, (1, 16, 18, 13, 13), ((2, 0), (0, 3)))])
+def test_integer_tiles_give_the_direct_sums_exactly(xdtype, zero, wdtype, shape, pads):
+  """8-bit activations minus their zero point by full-range 8-bit weights: the int32 result equals numpy's int64
+  sums (odd sizes, batches, asymmetric and no padding, extreme zero points: |Bᵀ d B| up to 4 * 255)."""
+  bs, cin, cout, h, w = shape
+  info = np.iinfo(xdtype)
+  x = RNG.integers(info.min, int(info.max) + 1, (bs, cin, h, w)).astype(xdtype)
+  x[..., :4, :4] = info.max if zero <= 0 else info.min          # tiles of one extreme value
+  wi = np.iinfo(wdtype)
+  wt = RNG.integers(wi.min, int(wi.max) + 1, (cout, cin, 3, 3)).astype(wdtype)
+  got = winograd.conv2d_integers(Tensor(x, "numpy"), zero, wt, pads).numpy()
+  assert got.dtype == np.int32
+  np.testing.assert_array_equal(got, _direct_sums(x, zero, wt, pads))
+
+
+def test_quadrupled_weights_are_four_times_g_g_gt_in_int16():
+  w = RNG.integers(-128, 128, (5, 3, 3, 3)).astype(np.int8)
+  u = winograd.quadrupled_weights(w)
+  assert u.dtype == np.int16 and np.abs(u).max() <= 9 * 128
+  np.testing.assert_array_equal(u, 4 * winograd.transformed_weights(w.astype(np.float64)))
+
+
+def test_integer_tiles_apply_to_8bit_convolutions_when_enabled_and_within_int32():
+  x = Tensor(np.zeros((1, 32, 28, 28), np.uint8), "numpy")
+  w = RNG.integers(-128, 128, (64, 32, 3, 3)).astype(np.int8)
+  args = ((1, 1), [(1, 1), (1, 1)], (1, 1), 1)
+  with winograd.enabled():
+    assert winograd.applies(x.cast(dtypes.float32), w.shape, *args)
+    assert not winograd.integers_apply(x, w, *args)                     # integer tiles not asked for
+  assert not winograd.integers_apply(x, w, *args)                       # not enabled outside a trace
+  with winograd.enabled(integers=True):
+    assert winograd.integers_apply(x, w, *args)
+    assert winograd.integers_apply(x.cast(dtypes.int8), w, *args)
+    assert not winograd.integers_apply(x.cast(dtypes.int16), w, *args)  # 8-bit activations only
+    assert not winograd.integers_apply(x, w.astype(np.float32), *args)  # integer weights only
+    assert not winograd.integers_apply(x, w, (2, 2), *args[1:])         # the shapes of `applies`
+    # weights all -128: the 16 positions' |4U| sum to (2 + 3 + 1 + 2)**2 * 128 = 8192 per input channel (the row
+    # sums of 2G), 4 * 255 times that over 257 channels is below 2**31, over 258 not
+    wide = np.full((32, 258, 3, 3), -128, np.int8)
+    x_wide = Tensor(np.zeros((1, 258, 16, 16), np.uint8), "numpy")
+    assert not winograd.integers_apply(x_wide, wide, *args)
+    assert winograd.integers_apply(x_wide[:, :257], wide[:, :257], *args)
 
 
 def _conv_model(path) -> str:

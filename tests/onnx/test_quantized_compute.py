@@ -249,3 +249,64 @@ def test_image_convolution_reads_rows(tmp_path, level, cin, kernel, size, stride
     for seed in range(2):
       x = np.random.default_rng(seed).integers(0, 256, (1, cin, size, size)).astype(np.uint8)
       np.testing.assert_array_equal(runner.run({"x": x})["y"], ref.run(None, {"x": x})[0])
+
+
+def conv_integer_model(cin: int, size: int) -> onnx.ModelProto:
+  """One ConvInteger (uint8 in with zero point 131, full-range int8 weights, pads 1, int32 out)."""
+  w = RNG.integers(-128, 128, (32, cin, 3, 3)).astype(np.int8)
+  node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1], name="convint")
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph([node], "conv_integer", [info("x", TensorProto.UINT8, [1, cin, size, size])],
+                            [info("y", TensorProto.INT32, [1, 32, size, size])],
+                            [_const("w", w), _const("xz", np.array(131, np.uint8))])
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def qdq_conv_model(cin: int, size: int) -> onnx.ModelProto:
+  """QuantizeLinear -> DequantizeLinear -> Conv (per-channel int8 weights, bias, pads 1) -> QuantizeLinear ->
+  DequantizeLinear, as onnxruntime.quantization writes a convolution."""
+  nodes: list = []
+  inits: list = []
+  x = _qdq(nodes, inits, "x", "in", 0.03, 128)
+  w = _weight(nodes, inits, "w", (32, cin, 3, 3), per_channel=True)
+  inits.append(_const("b", RNG.standard_normal(32).astype(np.float32)))
+  nodes.append(helper.make_node("Conv", [x, w, "b"], ["c"], pads=[1, 1, 1, 1], name="conv"))
+  y = _qdq(nodes, inits, "c", "out", OUT_SCALE * 20, 120)
+  nodes.append(helper.make_node("Identity", [y], ["y"], name="output"))
+  info = helper.make_tensor_value_info
+  graph = helper.make_graph(nodes, "qdq_conv", [info("x", TensorProto.FLOAT, [1, cin, size, size])],
+                            [info("y", TensorProto.FLOAT, [1, 32, size, size])], inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("level, tiles", [("x86-64-v3", True), ("x86-64-v4+vnni", False)], ids=["v3", "vnni"])
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger", "QDQ"])
+def test_8bit_3x3_convolutions_without_vnni_take_integer_winograd_tiles(tmp_path, op, level, tiles):
+  """A 3x3 convolution of 32 uint8 channels (zero point 131 or 128, 16x16, padded) by full-range int8 weights:
+  without VNNI (x86-64-v3: two pmaddwd per four bytes) in Winograd's integer form (frontend/winograd.py: int16 tiles
+  and weights summed by pmaddwd, stored beside the int8 ones), with VNNI directly; QLinearConv's uint8 and
+  ConvInteger's int32 outputs equal onnx.reference's exactly, the QDQ one within one output step."""
+  model = {"QLinearConv": lambda: qlinear_conv_model(32, 127, size=16),
+           "ConvInteger": lambda: conv_integer_model(32, 16), "QDQ": lambda: qdq_conv_model(32, 16)}[op]()
+  path = tmp_path / "conv.onnx"
+  onnx.save(model, str(path))
+  report = compile_model(str(path), "c", str(tmp_path / "c"), force=True, cpu=level)
+  with open(f"{report.out_dir}/manifest.json") as f: manifest = json.load(f)
+  with open(f"{report.out_dir}/model.c") as f: source = f.read()
+  int16_weights = [t for t in manifest["weights"]["tensors"] if t["dtype"] == "int16"]
+  assert bool(int16_weights) == tiles and (len(manifest["calls"]) > 4) == tiles
+  assert ("_mm256_madd_epi16(" in source) == tiles
+  if tiles: assert sum(t["nbytes"] for t in int16_weights) == 16 * 32 * 32 * 2      # 4U of each tap position
+  if not runs_here(level): pytest.skip(f"this machine does not run {level} code")
+  ref = ReferenceEvaluator(str(path))
+  name = model.graph.input[0].name
+  with runner_class("c")(report.out_dir) as runner:
+    for seed in range(2):
+      rng = np.random.default_rng(seed)
+      x = rng.uniform(-3, 3, (1, 32, 16, 16)).astype(np.float32) if op == "QDQ" else \
+        rng.integers(0, 256, (1, 32, 16, 16)).astype(np.uint8)
+      got, want = runner.run({name: x})["y"], ref.run(None, {name: x})[0]
+      if op != "QDQ": np.testing.assert_array_equal(got, want)
+      else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=OUT_SCALE * 20 * 1.01)
+        assert np.count_nonzero(got != want) <= want.size // 100, np.count_nonzero(got != want)
