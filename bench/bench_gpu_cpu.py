@@ -23,7 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-import numpy as np  # noqa: E402
 
 from bench_models import DEFAULT_MODELS, ModelError, feeds_for, load_onnx  # noqa: E402
 

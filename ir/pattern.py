@@ -8,7 +8,7 @@ import os
 from collections import Counter
 from typing import Any, Callable, Iterator
 from tgc.ir.dtype import DType
-from tgc.ir.ops import Ops, GroupOp
+from tgc.ir.ops import Ops
 from tgc.ir.uop import UOp
 from tgc.ir import provenance, viz
 

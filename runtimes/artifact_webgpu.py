@@ -24,7 +24,7 @@ import re
 import numpy as np
 
 from tgc.codegen.compiled import Variant
-from tgc.runtimes.artifact import Artifact, ArtifactError, held_entries, read_file, read_weights
+from tgc.runtimes.artifact import Artifact, ArtifactError, held_entries, read_weights
 from tgc.codegen.render.wgsl import SIZE_STRIDE, Binding
 from tgc.runtimes.dims import DimsError, evaluate_size, grown_lengths
 from tgc.runtimes.base import CompileError, RuntimeUnavailable

@@ -116,7 +116,7 @@ def _table_shift(x_scale: float, reduce_len: int) -> float:
 
 @onnx_op(f"{DOMAIN}:QLinearSoftmax")
 def qlinear_softmax(ctx: NodeContext):
-  x, y_scale, y_zp = ctx.input(0), ctx.input(3), ctx.input(4)
+  x, y_zp = ctx.input(0), ctx.input(4)
   if ctx.attr("opset") is None: raise ctx.fail("attribute opset is required")
   opset = int(ctx.attr("opset"))
   if x.dtype not in (dtypes.uint8, dtypes.int8): raise ctx.fail(f"input type {x.dtype.name} is not supported")

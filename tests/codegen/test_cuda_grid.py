@@ -12,7 +12,6 @@ from cpu_kernels import skip_without_cpu_compiler
 from gpu_cases import elementwise_ast
 from tgc.codegen.lower import lower
 from tgc.codegen.opts import Opt
-from tgc.codegen.render.cuda import CUDARenderer
 from tgc.codegen.target import Target, as_target
 from tgc.runtimes import cuda as cuda_rt
 

@@ -3,7 +3,6 @@ the package and its weights asset, bundled by esbuild (installed from the regist
 runs in headless Chromium and its outputs match the numpy reference. Skips name the missing piece (npm, the
 registry, Chromium)."""
 from __future__ import annotations
-import os
 import shutil
 import subprocess
 import tarfile

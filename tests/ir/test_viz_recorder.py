@@ -56,7 +56,7 @@ def test_nested_rewrites_fold_into_the_outer_record():
   def simplify_inside(x: UOp):
     return simplify(x + 0) if x.op is Ops.MUL else None     # a rule that runs a rewrite of its own
   outer = PatternMatcher([(UPat(Ops.MUL, name="x"), simplify_inside)], name="outer")
-  with viz.recording() as recorder, viz.section("s", "schedule") as section:
+  with viz.recording(), viz.section("s", "schedule") as section:
     graph_rewrite((X * 3) * 1, outer)
   assert [r.pass_name for r in section.records] == ["outer"]
   assert any("x+0 -> x" in name for name in section.records[0].nested)
