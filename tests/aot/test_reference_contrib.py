@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from contrib_models import MS, one_node, ort_run
+from contrib_models import MS, dynamic_quantize_lstm, one_node, ort_run
 from tgc.aot import reference
 from tgc.aot.reference_contrib import OPERATORS
 
@@ -259,16 +259,8 @@ def test_dynamic_quantize_lstm(direction, per_column, signed):
   seq, batch, k, h = 7, 3, 11, 9
   dirs = 2 if direction == "bidirectional" else 1
   x = RNG.standard_normal((seq, batch, k)).astype(np.float32)
-  w, ws, wz = lstm_weights(dirs, k, h, per_column, signed)
-  r, rs, rz = lstm_weights(dirs, h, h, per_column, signed)
-  inits = {"w": w, "r": r, "b": RNG.standard_normal((dirs, 8 * h)).astype(np.float32) * 0.1,
-           "h0": RNG.standard_normal((dirs, batch, h)).astype(np.float32) * 0.5,
-           "c0": RNG.standard_normal((dirs, batch, h)).astype(np.float32) * 0.5,
-           "ws": ws, "wz": wz, "rs": rs, "rz": rz}
-  outputs = [("y", TensorProto.FLOAT, [seq, dirs, batch, h]), ("yh", TensorProto.FLOAT, [dirs, batch, h]),
-             ("yc", TensorProto.FLOAT, [dirs, batch, h])]
-  model = one_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "h0", "c0", "", "ws", "wz", "rs", "rz"], {"x": x},
-                   inits, outputs, hidden_size=h, direction=direction)
+  model = dynamic_quantize_lstm(x, lstm_weights(dirs, k, h, per_column, signed),
+                                lstm_weights(dirs, h, h, per_column, signed), direction, RNG)
   compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 

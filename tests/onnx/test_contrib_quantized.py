@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from contrib_models import MS, one_node, ort_run
+from contrib_models import MS, dynamic_quantize_lstm, one_node, ort_run
 from tgc.aot.compile import compile_model
 from tgc.aot.onnx_backend import TgcBackend
 
@@ -128,16 +128,9 @@ def test_dynamic_quantize_lstm(direction, per_column):
   seq, batch, k, h = 6, 2, 10, 8
   dirs = 2 if direction == "bidirectional" else 1
   x = RNG.standard_normal((seq, batch, k)).astype(np.float32)
-  w, ws, wz = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, k)).astype(np.float32) * 0.4, per_column)
-  r, rs, rz = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, h)).astype(np.float32) * 0.4, per_column)
-  inits = {"w": w, "r": r, "b": RNG.standard_normal((dirs, 8 * h)).astype(np.float32) * 0.1,
-           "h0": RNG.standard_normal((dirs, batch, h)).astype(np.float32) * 0.5,
-           "c0": RNG.standard_normal((dirs, batch, h)).astype(np.float32) * 0.5,
-           "ws": ws, "wz": wz, "rs": rs, "rz": rz}
-  outputs = [("y", TensorProto.FLOAT, [seq, dirs, batch, h]), ("yh", TensorProto.FLOAT, [dirs, batch, h]),
-             ("yc", TensorProto.FLOAT, [dirs, batch, h])]
-  model = one_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "h0", "c0", "", "ws", "wz", "rs", "rz"], {"x": x},
-                   inits, outputs, hidden_size=h, direction=direction)
+  weights = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, k)).astype(np.float32) * 0.4, per_column)
+  recurrent = quantized_lstm_weights(RNG.standard_normal((dirs, 4 * h, h)).astype(np.float32) * 0.4, per_column)
+  model = dynamic_quantize_lstm(x, weights, recurrent, direction, RNG)
   compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
